@@ -1,0 +1,265 @@
+// Package algorithm holds floodgate's rate-limit algorithms as pure state
+// transitions: each takes its state, the limit, the time in microseconds and
+// a cost, and returns a Decision. It knows nothing of locks, Redis or HTTP.
+//
+// The memory store runs these functions directly. The Redis store runs Lua
+// scripts that perform the same arithmetic step for step (integers below
+// 2^53, and the same IEEE double operations where doubles are used), so both
+// stores reach the same decisions for the same sequence of requests and
+// times; a differential test holds them to it.
+//
+// Callers validate the limit and the cost first (floodgate.Check): these
+// functions assume 1 <= n <= limit.Quota and a valid limit.
+package algorithm
+
+import (
+	"math"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// ceilDiv returns ceil(a/b) for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// Bucket is the state of one token bucket: its level in fixed-point units
+// (see floodgate.BucketUnit) and the time it was last refilled. A key with no
+// state is a full bucket.
+type Bucket struct {
+	Level int64 // tokens * floodgate.BucketUnit(limit)
+	Last  int64 // microseconds since the Unix epoch
+}
+
+// NewBucket returns the state of a key seen for the first time at now: full.
+func NewBucket(l floodgate.Limit, now int64) Bucket {
+	return Bucket{Level: l.Quota * floodgate.BucketUnit(l), Last: now}
+}
+
+// Take refills the bucket up to now and takes n tokens if it holds them. A
+// denied request leaves the state unchanged. Time never runs backwards for a
+// bucket: a now before Last refills nothing.
+func (b *Bucket) Take(l floodgate.Limit, now, n int64) floodgate.Decision {
+	unit := floodgate.BucketUnit(l)
+	perMicro := floodgate.BucketRefillPerMicro(l)
+	full := l.Quota * unit
+	level, last := b.Level, b.Last
+	if now > last {
+		if elapsed := now - last; elapsed >= ceilDiv(full-level, perMicro) {
+			level = full
+		} else {
+			level += elapsed * perMicro
+		}
+		last = now
+	}
+	need := n * unit
+	d := floodgate.Decision{Limit: l.Quota}
+	if level >= need {
+		level -= need
+		d.Allowed = true
+		b.Level, b.Last = level, last
+	} else {
+		d.RetryAfter = micros(ceilDiv(need-level, perMicro))
+	}
+	d.Remaining = level / unit
+	d.ResetAfter = micros(ceilDiv(full-level, perMicro))
+	return d
+}
+
+// Window is the state of a fixed window or a sliding-window counter: the
+// start of the current clock-aligned window and the counts of the current and
+// previous windows (Previous is unused by the fixed window).
+type Window struct {
+	Start    int64 // microseconds since the Unix epoch, a multiple of the window
+	Current  int64
+	Previous int64
+}
+
+// roll moves the window state to the window containing now and returns the
+// time elapsed in it. A now before Start (time ran backwards) is treated as
+// Start.
+func (s *Window) roll(w, now int64) (elapsed int64) {
+	if now < s.Start {
+		return 0
+	}
+	start := now - now%w
+	switch s.Start {
+	case start:
+	case start - w:
+		s.Start, s.Previous, s.Current = start, s.Current, 0
+	default:
+		s.Start, s.Previous, s.Current = start, 0, 0
+	}
+	return now - start
+}
+
+// FixedWindow counts n against the clock-aligned window containing now.
+func (s *Window) FixedWindow(l floodgate.Limit, now, n int64) floodgate.Decision {
+	w := l.Window.Microseconds()
+	next := *s
+	e := next.roll(w, now)
+	d := floodgate.Decision{Limit: l.Quota}
+	if next.Current+n <= l.Quota {
+		next.Current += n
+		d.Allowed = true
+		*s = next
+	} else {
+		d.RetryAfter = micros(w - e)
+	}
+	d.Remaining = max(0, l.Quota-next.Current)
+	if next.Current > 0 {
+		d.ResetAfter = micros(w - e)
+	}
+	return d
+}
+
+// counterFits reports whether a request of cost n fits a sliding-window
+// counter at elapsed time e into the current window: the previous window's
+// count weighted by the share (w-e)/w of it still inside the sliding window,
+// plus the current count, plus n, is at most quota. It is computed as
+// prev*(w-e) <= (quota-cur-n)*w in doubles, as the Lua script does.
+func counterFits(quota, w, prev, cur, n, e int64) bool {
+	free := quota - cur - n
+	if free < 0 {
+		return false
+	}
+	return float64(prev)*float64(w-e) <= float64(free)*float64(w)
+}
+
+// firstFit returns the smallest e in [lo, hi] for which counterFits holds,
+// given that it holds at hi. counterFits is monotone in e.
+func firstFit(quota, w, prev, cur, n, lo, hi int64) int64 {
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if counterFits(quota, w, prev, cur, n, mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// SlidingWindowCounter counts n against the clock-aligned window containing
+// now, weighting the previous window's count by its overlap with the sliding
+// window that ends at now.
+func (s *Window) SlidingWindowCounter(l floodgate.Limit, now, n int64) floodgate.Decision {
+	w := l.Window.Microseconds()
+	next := *s
+	e := next.roll(w, now)
+	d := floodgate.Decision{Limit: l.Quota}
+	if counterFits(l.Quota, w, next.Previous, next.Current, n, e) {
+		next.Current += n
+		d.Allowed = true
+		*s = next
+	} else if l.Quota-next.Current-n >= 0 {
+		// Fits later in this window, once the previous window weighs less.
+		d.RetryAfter = micros(firstFit(l.Quota, w, next.Previous, next.Current, n, e+1, w) - e)
+	} else {
+		// Fits in the next window, where this window's count is the previous.
+		d.RetryAfter = micros(w - e + firstFit(l.Quota, w, next.Current, 0, n, 0, w))
+	}
+	weighted := int64(math.Ceil(float64(next.Previous) * float64(w-e) / float64(w)))
+	d.Remaining = max(0, l.Quota-next.Current-weighted)
+	switch {
+	case next.Current > 0:
+		d.ResetAfter = micros(2*w - e)
+	case next.Previous > 0:
+		d.ResetAfter = micros(w - e)
+	}
+	return d
+}
+
+// Log is the state of a sliding-window log: the times of the admitted
+// requests still inside the window, oldest first, in a ring buffer. Entries
+// of one key sit at distinct microseconds: a request of cost n occupies n
+// consecutive microseconds starting at now (or just after the newest entry,
+// if that is not earlier), so an entry never leaves the window before the
+// request it records would have.
+//
+// The zero value is an empty log.
+type Log struct {
+	ring  []int64
+	head  int // index of the oldest entry
+	count int
+}
+
+// Len returns the number of entries in the log.
+func (g *Log) Len() int { return g.count }
+
+// Cap returns the capacity of the ring buffer (for memory accounting).
+func (g *Log) Cap() int { return cap(g.ring) }
+
+func (g *Log) at(i int) int64 { return g.ring[(g.head+i)%len(g.ring)] }
+
+// Newest returns the time of the newest entry, or 0 if the log is empty.
+func (g *Log) Newest() int64 {
+	if g.count == 0 {
+		return 0
+	}
+	return g.at(g.count - 1)
+}
+
+// Expire drops the entries that have left the window ending at now: those
+// at or before now-w.
+func (g *Log) Expire(w, now int64) {
+	for g.count > 0 && g.ring[g.head] <= now-w {
+		g.head = (g.head + 1) % len(g.ring)
+		g.count--
+	}
+	if g.count == 0 {
+		g.head = 0
+	}
+}
+
+func (g *Log) push(t int64) {
+	if g.count == len(g.ring) {
+		grown := make([]int64, max(4, 2*len(g.ring)))
+		for i := range g.count {
+			grown[i] = g.at(i)
+		}
+		g.ring, g.head = grown, 0
+	}
+	g.ring[(g.head+g.count)%len(g.ring)] = t
+	g.count++
+}
+
+// Add admits or denies a request of cost n at now against the log.
+func (g *Log) Add(l floodgate.Limit, now, n int64) floodgate.Decision {
+	w := l.Window.Microseconds()
+	g.Expire(w, now)
+	count := int64(g.count)
+	d := floodgate.Decision{Limit: l.Quota}
+	if count+n <= l.Quota {
+		first := now
+		if count > 0 {
+			first = max(now, g.Newest()+1)
+		}
+		for i := range n {
+			g.push(first + i)
+		}
+		d.Allowed = true
+		d.Remaining = l.Quota - count - n
+		d.ResetAfter = micros(first + n - 1 + w - now)
+		return d
+	}
+	// The (count+n-quota)-th oldest entry must leave the window first.
+	d.RetryAfter = micros(g.at(int(count+n-l.Quota-1)) + w - now)
+	d.Remaining = max(0, l.Quota-count)
+	d.ResetAfter = micros(g.Newest() + w - now)
+	return d
+}
+
+// Shrink releases ring memory when the log holds far fewer entries than its
+// buffer (after a burst ended), keeping memory proportional to use.
+func (g *Log) Shrink() {
+	if len(g.ring) <= 8 || g.count > len(g.ring)/4 {
+		return
+	}
+	smaller := make([]int64, max(4, 2*g.count))
+	for i := range g.count {
+		smaller[i] = g.at(i)
+	}
+	g.ring, g.head = smaller, 0
+}

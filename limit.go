@@ -1,0 +1,374 @@
+// Package floodgate is a distributed rate limiter: the core types that every
+// store and front end shares.
+//
+// A [Limit] names an algorithm and its parameters, a [Store] decides whether a
+// request of some cost fits that limit for one key, and a [Decision] reports
+// the outcome with the figures clients need (remaining quota, when to retry,
+// when the key is fully replenished).
+//
+// The stores live in their own packages: memory (the embedded default,
+// in-process) and redis (shared by every app instance, decided atomically in
+// Redis). Front ends (net/http middleware, the standalone server) accept any
+// Store.
+//
+// # Shared semantics
+//
+// Every store implements these rules exactly, and the conformance suite in
+// package storetest checks them:
+//
+//   - A denied request consumes nothing: a client hammering a key while it is
+//     over its limit does not push its own retry time further out.
+//   - Remaining is never negative.
+//   - A cost larger than the limit's quota (or bucket capacity) can never
+//     succeed: the store returns [ErrCostExceedsLimit] instead of admitting it
+//     or asking the caller to wait forever.
+//   - RetryAfter is exact: a retry of the same cost at RetryAfter is admitted
+//     (unless other requests took the quota meanwhile), one earlier is not.
+//   - Time is kept in whole microseconds.
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Algorithm selects how a [Limit] counts requests.
+type Algorithm uint8
+
+// The algorithms. The zero value is invalid, so that a forgotten field is an
+// error rather than a silent default.
+const (
+	// SlidingWindowLog keeps the time of every admitted request for one
+	// window: exact (never more than Quota admitted in any interval of length
+	// Window), memory O(Quota) per key.
+	SlidingWindowLog Algorithm = iota + 1
+	// TokenBucket holds up to Quota tokens, refilled at Refill tokens per
+	// Window; each request takes its cost in tokens. O(1) memory; allows
+	// bursts of up to Quota.
+	TokenBucket
+	// SlidingWindowCounter counts requests in clock-aligned windows and
+	// weights the previous window's count by how much of it still overlaps
+	// the sliding window. O(1) memory; an approximation of the log.
+	SlidingWindowCounter
+	// FixedWindow counts requests in clock-aligned windows. O(1) memory; it
+	// admits up to 2*Quota across a window edge (the boundary burst), and is
+	// offered for comparison and compatibility.
+	FixedWindow
+)
+
+var algorithmNames = [...]string{
+	SlidingWindowLog:     "sliding_window_log",
+	TokenBucket:          "token_bucket",
+	SlidingWindowCounter: "sliding_window_counter",
+	FixedWindow:          "fixed_window",
+}
+
+// Algorithms lists every valid algorithm, in declaration order.
+func Algorithms() []Algorithm {
+	return []Algorithm{SlidingWindowLog, TokenBucket, SlidingWindowCounter, FixedWindow}
+}
+
+// String returns the algorithm's configuration name, such as
+// "sliding_window_log".
+func (a Algorithm) String() string {
+	if a.valid() {
+		return algorithmNames[a]
+	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+func (a Algorithm) valid() bool { return a >= SlidingWindowLog && a <= FixedWindow }
+
+// ParseAlgorithm returns the algorithm whose configuration name is s.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range Algorithms() {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: algorithm %q is not one of sliding_window_log, token_bucket, sliding_window_counter, fixed_window", ErrInvalidLimit, s)
+}
+
+// MarshalText implements [encoding.TextMarshaler].
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if !a.valid() {
+		return nil, fmt.Errorf("%w: algorithm %d", ErrInvalidLimit, a)
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler].
+func (a *Algorithm) UnmarshalText(b []byte) error {
+	v, err := ParseAlgorithm(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// Bounds that keep every store's arithmetic exact. The Redis store computes
+// in Lua, whose numbers are IEEE doubles: integers are exact up to 2^53.
+const (
+	// MinWindow is the shortest window or refill period a Limit accepts.
+	MinWindow = time.Millisecond
+	// MaxWindow is the longest window or refill period a Limit accepts.
+	MaxWindow = 366 * 24 * time.Hour
+	// MaxQuota is the largest quota or capacity a Limit accepts.
+	MaxQuota = 1 << 40
+	// MaxLogQuota is the largest quota of a SlidingWindowLog limit: the log
+	// keeps one entry per admitted request, so its memory grows with it.
+	MaxLogQuota = 1 << 20
+	// maxExact is the largest integer every store computes exactly.
+	maxExact = 1 << 53
+)
+
+// Limit is a rate limit: an algorithm and its parameters. The zero value is
+// invalid; build one with [PerSecond], [PerMinute], [PerHour], [NewLimit] or
+// [NewTokenBucket], or fill the fields and call [Limit.Validate].
+//
+// A Limit is a small value, safe to copy and to share between goroutines.
+type Limit struct {
+	// Algorithm selects how requests are counted.
+	Algorithm Algorithm
+	// Quota is the number of requests admitted per Window for the windowed
+	// algorithms, and the bucket's capacity (the largest burst) for
+	// TokenBucket.
+	Quota int64
+	// Window is the window length for the windowed algorithms, and the
+	// period over which Refill tokens are added for TokenBucket.
+	Window time.Duration
+	// Refill is the number of tokens added per Window (TokenBucket only).
+	// Zero means Quota: a bucket of 100 per minute refills 100 per minute.
+	// Fractional rates are exact: 0.5 per second is Refill 1 per 2s, and 1
+	// per 7 seconds is Refill 1 per 7s.
+	Refill int64
+}
+
+// NewLimit returns a limit of quota requests per window with the given
+// algorithm. For TokenBucket, quota is the capacity and the bucket refills
+// quota tokens per window.
+func NewLimit(alg Algorithm, quota int64, window time.Duration) Limit {
+	return Limit{Algorithm: alg, Quota: quota, Window: window}
+}
+
+// NewTokenBucket returns a token bucket holding up to capacity tokens,
+// refilled with refill tokens every per: NewTokenBucket(100, 10, time.Second)
+// bursts to 100 and sustains 10 per second.
+func NewTokenBucket(capacity, refill int64, per time.Duration) Limit {
+	return Limit{Algorithm: TokenBucket, Quota: capacity, Window: per, Refill: refill}
+}
+
+// PerSecond returns a sliding-window-log limit of n requests per second.
+func PerSecond(n int64) Limit { return NewLimit(SlidingWindowLog, n, time.Second) }
+
+// PerMinute returns a sliding-window-log limit of n requests per minute.
+func PerMinute(n int64) Limit { return NewLimit(SlidingWindowLog, n, time.Minute) }
+
+// PerHour returns a sliding-window-log limit of n requests per hour.
+func PerHour(n int64) Limit { return NewLimit(SlidingWindowLog, n, time.Hour) }
+
+// With returns a copy of l using algorithm a: PerMinute(100).With(TokenBucket)
+// is a bucket of capacity 100 refilled at 100 per minute.
+func (l Limit) With(a Algorithm) Limit {
+	l.Algorithm = a
+	return l
+}
+
+// RefillTokens returns the tokens added per Window: Refill, or Quota when
+// Refill is zero.
+func (l Limit) RefillTokens() int64 {
+	if l.Refill == 0 {
+		return l.Quota
+	}
+	return l.Refill
+}
+
+// String describes the limit, such as "100 per 1m0s (sliding_window_log)" or
+// "capacity 100, 10 per 1s (token_bucket)".
+func (l Limit) String() string {
+	if l.Algorithm == TokenBucket {
+		return fmt.Sprintf("capacity %d, %d per %s (%s)", l.Quota, l.RefillTokens(), l.Window, l.Algorithm)
+	}
+	return fmt.Sprintf("%d per %s (%s)", l.Quota, l.Window, l.Algorithm)
+}
+
+// LimitError reports an invalid Limit field. It matches [ErrInvalidLimit]
+// with [errors.Is].
+type LimitError struct {
+	Field  string // the field's name, such as "Window"
+	Value  string // the bad value, formatted
+	Reason string // what is wrong, such as "must be at least 1ms"
+}
+
+// Error implements error.
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("floodgate: invalid limit: %s %s %s", e.Field, e.Value, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidLimit.
+func (e *LimitError) Is(target error) bool { return target == ErrInvalidLimit }
+
+// Validate reports whether l is usable: a known algorithm, a quota of at
+// least 1, a window of whole microseconds between MinWindow and MaxWindow,
+// and parameters small enough for exact arithmetic in every store. The error
+// is a *LimitError naming the field and the value.
+func (l Limit) Validate() error {
+	bad := func(field, value, reason string) error {
+		return &LimitError{Field: field, Value: value, Reason: reason}
+	}
+	if !l.Algorithm.valid() {
+		return bad("Algorithm", strconv.Itoa(int(l.Algorithm)), "is not a known algorithm")
+	}
+	q := strconv.FormatInt(l.Quota, 10)
+	switch {
+	case l.Quota < 1:
+		return bad("Quota", q, "must be at least 1")
+	case l.Quota > MaxQuota:
+		return bad("Quota", q, fmt.Sprintf("must be at most %d", int64(MaxQuota)))
+	case l.Algorithm == SlidingWindowLog && l.Quota > MaxLogQuota:
+		return bad("Quota", q, fmt.Sprintf("must be at most %d for sliding_window_log (one entry per request)", MaxLogQuota))
+	}
+	w := l.Window.String()
+	switch {
+	case l.Window < MinWindow:
+		return bad("Window", w, "must be at least 1ms")
+	case l.Window > MaxWindow:
+		return bad("Window", w, "must be at most 366 days")
+	case l.Window%time.Microsecond != 0:
+		return bad("Window", w, "must be a whole number of microseconds")
+	}
+	if l.Algorithm != TokenBucket {
+		if l.Refill != 0 {
+			return bad("Refill", strconv.FormatInt(l.Refill, 10), "applies to token_bucket only")
+		}
+		return nil
+	}
+	r := strconv.FormatInt(l.Refill, 10)
+	switch {
+	case l.Refill < 0:
+		return bad("Refill", r, "must not be negative")
+	case l.Refill > MaxQuota:
+		return bad("Refill", r, fmt.Sprintf("must be at most %d", int64(MaxQuota)))
+	}
+	if _, hi := bits64Mul(uint64(l.Quota), uint64(BucketUnit(l))); hi || l.Quota*BucketUnit(l) > maxExact {
+		return bad("Quota", q, fmt.Sprintf("times the refill period (%s per token) is too large for exact token arithmetic; use a smaller capacity or a faster refill", l.Window))
+	}
+	return nil
+}
+
+// BucketUnit returns the number of fixed-point units in one token of a
+// TokenBucket limit: tokens are counted in units of 1/BucketUnit so that a
+// refill of RefillTokens per Window adds exactly RefillTokens()/g units per
+// microsecond-scaled step, where g reduces the fraction. Stores keep bucket
+// levels in these units, which keeps fractional rates exact.
+//
+// Concretely, one microsecond adds BucketRefillPerMicro(l) units and one
+// token is BucketUnit(l) units.
+func BucketUnit(l Limit) int64 {
+	w := l.Window.Microseconds()
+	return w / gcd(w, l.RefillTokens())
+}
+
+// BucketRefillPerMicro returns the fixed-point units a TokenBucket limit adds
+// per microsecond (see BucketUnit).
+func BucketRefillPerMicro(l Limit) int64 {
+	w := l.Window.Microseconds()
+	return l.RefillTokens() / gcd(w, l.RefillTokens())
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	if a == 0 {
+		return 1
+	}
+	return a
+}
+
+func bits64Mul(a, b uint64) (uint64, bool) {
+	if a == 0 || b == 0 {
+		return 0, false
+	}
+	p := a * b
+	return p, p/b != a
+}
+
+// CheckCost returns nil if a request of cost n can ever fit limit l, and
+// otherwise an error matching [ErrInvalidCost] (n < 1) or
+// [ErrCostExceedsLimit] (n > Quota). Stores call it before touching state.
+func (l Limit) CheckCost(n int64) error {
+	if n < 1 {
+		return fmt.Errorf("%w: cost %d must be at least 1", ErrInvalidCost, n)
+	}
+	if n > l.Quota {
+		return fmt.Errorf("%w: cost %d is more than the limit's quota %d, so it can never be admitted", ErrCostExceedsLimit, n, l.Quota)
+	}
+	return nil
+}
+
+// ParseRate parses a refill rate such as "10/s", "100/m", "5000/h", "0.5/s"
+// or "1/500ms" into a number of tokens per period, both exact integers:
+// "0.5/s" is 1 per 2s. Units are s, m, h, or any Go duration ("1/7s").
+func ParseRate(s string) (tokens int64, per time.Duration, err error) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("rate %q: want N/unit such as 10/s, 100/m, 5/h or 1/500ms", s)
+	}
+	switch unit {
+	case "s":
+		per = time.Second
+	case "m":
+		per = time.Minute
+	case "h":
+		per = time.Hour
+	default:
+		if per, err = time.ParseDuration(unit); err != nil {
+			return 0, 0, fmt.Errorf("rate %q: unit %q is not s, m, h or a duration such as 500ms", s, unit)
+		}
+	}
+	if per <= 0 {
+		return 0, 0, fmt.Errorf("rate %q: period must be positive", s)
+	}
+	// Scale a decimal count to an integer: 0.5/s is 5 per 10s, then reduced.
+	intPart, frac, _ := strings.Cut(num, ".")
+	digits := intPart + frac
+	if digits == "" || strings.ContainsAny(digits, "+-") {
+		return 0, 0, fmt.Errorf("rate %q: count %q is not a positive number", s, num)
+	}
+	n, perr := strconv.ParseInt(digits, 10, 64)
+	if perr != nil || n <= 0 {
+		return 0, 0, fmt.Errorf("rate %q: count %q is not a positive number", s, num)
+	}
+	scale := int64(1)
+	for range len(frac) {
+		if scale > math.MaxInt64/10 || int64(per) > math.MaxInt64/(scale*10) {
+			return 0, 0, fmt.Errorf("rate %q: count %q has too many decimals", s, num)
+		}
+		scale *= 10
+	}
+	periodNs := int64(per) * scale
+	g := gcd(n, periodNs)
+	return n / g, time.Duration(periodNs / g), nil
+}
+
+// Sentinel errors, matched with [errors.Is].
+var (
+	// ErrInvalidLimit means a Limit failed Validate; the error is a
+	// *LimitError naming the field.
+	ErrInvalidLimit = errors.New("floodgate: invalid limit")
+	// ErrInvalidCost means a cost below 1 was requested.
+	ErrInvalidCost = errors.New("floodgate: invalid cost")
+	// ErrCostExceedsLimit means a cost above the limit's quota was
+	// requested: such a request can never be admitted, so the store says so
+	// instead of admitting it or reporting a retry time.
+	ErrCostExceedsLimit = errors.New("floodgate: cost exceeds limit")
+	// ErrStoreUnavailable means the store could not decide in time (Redis
+	// down, slow or unreachable). Front ends apply the rule's failure mode.
+	ErrStoreUnavailable = errors.New("floodgate: store unavailable")
+)

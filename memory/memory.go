@@ -1,0 +1,229 @@
+// Package memory is floodgate's embedded store: rate limits decided in
+// process, with no Redis. It implements every algorithm with exactly the
+// semantics of the Redis store, so a service can start on it and move to
+// Redis when several instances must share limits.
+//
+// The store is sharded (no global lock) and evicts keys once they are fully
+// replenished, so memory stays proportional to the keys active within their
+// windows even under millions of distinct keys.
+package memory
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"unsafe"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+const (
+	shardCount = 64
+	// minSweep is the table size below which a shard never sweeps.
+	minSweep = 1024
+)
+
+// Store is the in-process store. Create it with New; it is safe for
+// concurrent use. It needs no Close: eviction runs inline, amortised over
+// inserts, with no background goroutine.
+type Store struct {
+	clock  floodgate.Clock
+	seed   maphash.Seed
+	shards [shardCount]shard
+}
+
+var _ floodgate.Store = (*Store)(nil)
+
+type shard struct {
+	mu       sync.Mutex
+	buckets  table[algorithm.Bucket]
+	fixed    table[algorithm.Window]
+	counters table[algorithm.Window]
+	logs     table[*algorithm.Log]
+	_        [64]byte // keep shards on separate cache lines
+}
+
+// table maps keys to states with their expiry time.
+type table[S any] struct {
+	items   map[string]item[S]
+	sweepAt int
+}
+
+type item[S any] struct {
+	state   S
+	expires int64 // microseconds; at or after it, the key is fully replenished
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the store read time from c instead of the system clock.
+// Tests use it to move time by hand.
+func WithClock(c floodgate.Clock) Option {
+	return func(s *Store) { s.clock = c }
+}
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{clock: floodgate.SystemClock{}, seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(s)
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.buckets.items = map[string]item[algorithm.Bucket]{}
+		sh.fixed.items = map[string]item[algorithm.Window]{}
+		sh.counters.items = map[string]item[algorithm.Window]{}
+		sh.logs.items = map[string]item[*algorithm.Log]{}
+	}
+	return s
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%shardCount]
+}
+
+// Allow is AllowN with a cost of 1.
+func (s *Store) Allow(ctx context.Context, key string, limit floodgate.Limit) (floodgate.Decision, error) {
+	return s.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN decides whether a request of cost n fits limit for key at the
+// store's current time, and records it if so. See floodgate.Store.
+func (s *Store) AllowN(_ context.Context, key string, limit floodgate.Limit, n int64) (floodgate.Decision, error) {
+	if d, err := floodgate.Check(limit, n); err != nil {
+		return d, err
+	}
+	return s.decide(key, limit, s.clock.Now().UnixMicro(), n), nil
+}
+
+func (s *Store) decide(key string, l floodgate.Limit, now, n int64) floodgate.Decision {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch l.Algorithm {
+	case floodgate.TokenBucket:
+		return step(&sh.buckets, key, now, func() algorithm.Bucket { return algorithm.NewBucket(l, now) },
+			func(b *algorithm.Bucket) floodgate.Decision { return b.Take(l, now, n) })
+	case floodgate.FixedWindow:
+		return step(&sh.fixed, key, now, func() algorithm.Window { return algorithm.Window{} },
+			func(w *algorithm.Window) floodgate.Decision { return w.FixedWindow(l, now, n) })
+	case floodgate.SlidingWindowCounter:
+		return step(&sh.counters, key, now, func() algorithm.Window { return algorithm.Window{} },
+			func(w *algorithm.Window) floodgate.Decision { return w.SlidingWindowCounter(l, now, n) })
+	default: // floodgate.SlidingWindowLog; Check rejected anything else.
+		return step(&sh.logs, key, now, func() *algorithm.Log { return new(algorithm.Log) },
+			func(g **algorithm.Log) floodgate.Decision {
+				d := (*g).Add(l, now, n)
+				(*g).Shrink()
+				return d
+			})
+	}
+}
+
+// step runs one decision on the state of key, creating it if absent or
+// expired, and keeps the state only while it is not fully replenished.
+func step[S any](t *table[S], key string, now int64, fresh func() S, decide func(*S) floodgate.Decision) floodgate.Decision {
+	it, ok := t.items[key]
+	if !ok || it.expires <= now {
+		it = item[S]{state: fresh()}
+	}
+	d := decide(&it.state)
+	if d.ResetAfter <= 0 {
+		// Nothing to remember: the key is in its initial state.
+		if ok {
+			delete(t.items, key)
+		}
+		return d
+	}
+	it.expires = now + d.ResetAfter.Microseconds()
+	if !ok {
+		t.sweep(now)
+	}
+	t.items[key] = it
+	return d
+}
+
+// sweep deletes expired items once the table has doubled since the last
+// sweep, so the cost is amortised O(1) per insert and the table holds at most
+// about twice the live keys.
+func (t *table[S]) sweep(now int64) {
+	if len(t.items) < max(minSweep, t.sweepAt) {
+		return
+	}
+	for k, it := range t.items {
+		if it.expires <= now {
+			delete(t.items, k)
+		}
+	}
+	t.sweepAt = 2 * len(t.items)
+}
+
+// Reset clears key's state under limit's algorithm.
+func (s *Store) Reset(_ context.Context, key string, limit floodgate.Limit) error {
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch limit.Algorithm {
+	case floodgate.TokenBucket:
+		delete(sh.buckets.items, key)
+	case floodgate.FixedWindow:
+		delete(sh.fixed.items, key)
+	case floodgate.SlidingWindowCounter:
+		delete(sh.counters.items, key)
+	default:
+		delete(sh.logs.items, key)
+	}
+	return nil
+}
+
+// Len returns the number of keys the store holds state for, expired or not
+// yet swept. It is meant for tests and metrics.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.buckets.items) + len(sh.fixed.items) + len(sh.counters.items) + len(sh.logs.items)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// mapEntryOverhead approximates the bytes a Go map spends per entry beyond
+// the key's bytes and the value: the key's string header, control bytes and
+// load-factor slack.
+const mapEntryOverhead = 16 + 8
+
+// MemoryUsage returns an estimate of the bytes the store spends on key under
+// limit's algorithm, or 0 if it holds no state for it: the key's bytes, the
+// map entry and the algorithm's state (for the log, its ring buffer).
+func (s *Store) MemoryUsage(key string, limit floodgate.Limit) int {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	base := len(key) + mapEntryOverhead
+	switch limit.Algorithm {
+	case floodgate.TokenBucket:
+		if it, ok := sh.buckets.items[key]; ok {
+			return base + int(unsafe.Sizeof(it))
+		}
+	case floodgate.FixedWindow:
+		if it, ok := sh.fixed.items[key]; ok {
+			return base + int(unsafe.Sizeof(it))
+		}
+	case floodgate.SlidingWindowCounter:
+		if it, ok := sh.counters.items[key]; ok {
+			return base + int(unsafe.Sizeof(it))
+		}
+	case floodgate.SlidingWindowLog:
+		if it, ok := sh.logs.items[key]; ok {
+			return base + int(unsafe.Sizeof(it)) + int(unsafe.Sizeof(*it.state)) + 8*it.state.Cap()
+		}
+	}
+	return 0
+}

@@ -1,0 +1,105 @@
+package floodgate
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Decision is the outcome of one rate-limit check.
+type Decision struct {
+	// Allowed reports whether the request was admitted. A denied request
+	// consumed nothing.
+	Allowed bool
+	// Limit is the limit's Quota: requests per window, or bucket capacity.
+	Limit int64
+	// Remaining is how many more requests of cost 1 would be admitted right
+	// now, after this one. Never negative.
+	Remaining int64
+	// RetryAfter is 0 when Allowed. Otherwise it is the exact time until a
+	// retry of the same cost would be admitted, if nothing else is admitted
+	// meanwhile: for the sliding-window log, the moment enough of the oldest
+	// entries leave the window.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the key is fully replenished (the whole
+	// quota available again) if no further request is admitted.
+	ResetAfter time.Duration
+}
+
+// Store decides rate limits for keys. Implementations: the memory store
+// (in-process) and the Redis store (shared between instances).
+//
+// Keys are arbitrary byte strings (an IP, an API key, a user id); the same
+// key under limits of different algorithms is kept apart. Limits with the
+// same algorithm and key share state, so a changed Quota applies to the
+// existing history.
+//
+// All methods are safe for concurrent use. A store returns an error matching
+// ErrInvalidLimit, ErrInvalidCost or ErrCostExceedsLimit for bad arguments
+// (with Decision.Limit set and Allowed false), and one matching
+// ErrStoreUnavailable when it cannot reach its backend in time.
+type Store interface {
+	// Allow is AllowN with a cost of 1.
+	Allow(ctx context.Context, key string, limit Limit) (Decision, error)
+	// AllowN decides whether a request of cost n fits the limit for key, and
+	// if so records it. n must be between 1 and limit.Quota.
+	AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error)
+	// Reset clears the state of key under limit's algorithm: the whole quota
+	// is available again.
+	Reset(ctx context.Context, key string, limit Limit) error
+}
+
+// Clock tells the current time. Stores take one so tests can move time by
+// hand; the zero choice is the system clock.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the Clock that reads time.Now.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Check validates limit and cost n together, as every store does before it
+// touches state, and returns the Decision to report alongside the error.
+func Check(limit Limit, n int64) (Decision, error) {
+	if err := limit.Validate(); err != nil {
+		return Decision{}, err
+	}
+	if err := limit.CheckCost(n); err != nil {
+		return Decision{Limit: limit.Quota}, err
+	}
+	return Decision{}, nil
+}
+
+// ManualClock is a Clock moved by hand, for tests and simulations. The zero
+// value reads the Unix epoch. It is safe for concurrent use.
+type ManualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewManualClock returns a clock reading t.
+func NewManualClock(t time.Time) *ManualClock { return &ManualClock{now: t} }
+
+// Now returns the clock's time.
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Set moves the clock to t.
+func (c *ManualClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// Advance moves the clock forward by d.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
