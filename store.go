@@ -44,6 +44,15 @@ type Store interface {
 	// AllowN decides whether a request of cost n fits the limit for key, and
 	// if so records it. n must be between 1 and limit.Quota.
 	AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error)
+	// RefundN gives back n units of quota that an admitted request of cost n
+	// took from key moments ago, as if it had not been made. Front ends use
+	// it when a request passes one rule but another denies it, so the denied
+	// request consumes nothing anywhere. A refund never raises a key above
+	// its full quota: the sliding-window log drops its n newest entries, the
+	// bucket gets n tokens back (up to its capacity), and the window counters
+	// are decreased in the window that is current (a refund after the window
+	// has moved on changes nothing).
+	RefundN(ctx context.Context, key string, limit Limit, n int64) error
 	// Reset clears the state of key under limit's algorithm: the whole quota
 	// is available again.
 	Reset(ctx context.Context, key string, limit Limit) error

@@ -67,6 +67,23 @@ func (b *Bucket) Take(l floodgate.Limit, now, n int64) floodgate.Decision {
 	return d
 }
 
+// Refund puts n tokens back, as if a request of cost n admitted just now had
+// not been made: the bucket is refilled up to now, then raised by n tokens,
+// never above its capacity.
+func (b *Bucket) Refund(l floodgate.Limit, now, n int64) {
+	unit := floodgate.BucketUnit(l)
+	full := l.Quota * unit
+	if now > b.Last {
+		if elapsed := now - b.Last; elapsed >= ceilDiv(full-b.Level, floodgate.BucketRefillPerMicro(l)) {
+			b.Level = full
+		} else {
+			b.Level += elapsed * floodgate.BucketRefillPerMicro(l)
+		}
+		b.Last = now
+	}
+	b.Level = min(full, b.Level+n*unit)
+}
+
 // Window is the state of a fixed window or a sliding-window counter: the
 // start of the current clock-aligned window and the counts of the current and
 // previous windows (Previous is unused by the fixed window).
@@ -92,6 +109,21 @@ func (s *Window) roll(w, now int64) (elapsed int64) {
 		s.Start, s.Previous, s.Current = start, 0, 0
 	}
 	return now - start
+}
+
+// Refund takes n back from the count of the window containing now (never
+// below zero). For the sliding-window counter, a request counted in the
+// window that has just become the previous one is taken from that count.
+func (s *Window) Refund(l floodgate.Limit, now, n int64) {
+	w := l.Window.Microseconds()
+	before := s.Start
+	s.roll(w, now)
+	switch {
+	case s.Start == before:
+		s.Current = max(0, s.Current-n)
+	case s.Start == before+w:
+		s.Previous = max(0, s.Previous-n)
+	}
 }
 
 // FixedWindow counts n against the clock-aligned window containing now.
@@ -249,6 +281,15 @@ func (g *Log) Add(l floodgate.Limit, now, n int64) floodgate.Decision {
 	d.Remaining = max(0, l.Quota-count)
 	d.ResetAfter = micros(g.Newest() + w - now)
 	return d
+}
+
+// Refund drops the n newest entries (or all, if fewer), as if the request
+// that added them had not been made.
+func (g *Log) Refund(n int64) {
+	g.count -= int(min(n, int64(g.count)))
+	if g.count == 0 {
+		g.head = 0
+	}
 }
 
 // Shrink releases ring memory when the log holds far fewer entries than its

@@ -160,6 +160,41 @@ func (t *table[S]) sweep(now int64) {
 	t.sweepAt = 2 * len(t.items)
 }
 
+// RefundN gives back n units of quota to key under limit. See
+// floodgate.Store.
+func (s *Store) RefundN(_ context.Context, key string, limit floodgate.Limit, n int64) error {
+	if _, err := floodgate.Check(limit, n); err != nil {
+		return err
+	}
+	now := s.clock.Now().UnixMicro()
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch limit.Algorithm {
+	case floodgate.TokenBucket:
+		refund(&sh.buckets, key, now, func(b *algorithm.Bucket) { b.Refund(limit, now, n) })
+	case floodgate.FixedWindow:
+		refund(&sh.fixed, key, now, func(w *algorithm.Window) { w.Refund(limit, now, n) })
+	case floodgate.SlidingWindowCounter:
+		refund(&sh.counters, key, now, func(w *algorithm.Window) { w.Refund(limit, now, n) })
+	default:
+		refund(&sh.logs, key, now, func(g **algorithm.Log) { (*g).Refund(n) })
+	}
+	return nil
+}
+
+// refund applies f to the live state of key, if any. The expiry stays: a
+// refund only brings full replenishment closer, and an expired item reads as
+// fresh whatever it holds.
+func refund[S any](t *table[S], key string, now int64, f func(*S)) {
+	it, ok := t.items[key]
+	if !ok || it.expires <= now {
+		return
+	}
+	f(&it.state)
+	t.items[key] = it
+}
+
 // Reset clears key's state under limit's algorithm.
 func (s *Store) Reset(_ context.Context, key string, limit floodgate.Limit) error {
 	if err := limit.Validate(); err != nil {

@@ -112,6 +112,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"FractionalRefill", testFractionalRefill},
 		{"KeyIsolation", testKeyIsolation},
 		{"HostileKeys", testHostileKeys},
+		{"Refund", testRefund},
 		{"Reset", testReset},
 		{"InvalidLimits", testInvalidLimits},
 		{"InvalidCosts", testInvalidCosts},
@@ -475,6 +476,46 @@ func testHostileKeys(t *testing.T, newStore NewStore) {
 				if got := e.admit(k, l, 2, 1); got != 1 {
 					t.Errorf("bare hostile key #%d (%d bytes): cost 2 on a reset key denied", i, len(k))
 				}
+			}
+		})
+	}
+}
+
+// testRefund: a refunded admission gives its quota back, never more than
+// the full quota.
+func testRefund(t *testing.T, newStore NewStore) {
+	for _, l := range limits(5, time.Hour) {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			e := newEnv(t, newStore)
+			key := e.key("k")
+			e.clock.Set(Epoch.Add(time.Minute))
+			e.allowN(key, l, 2)
+			if d := e.allowN(key, l, 3); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("filling the quota got %+v", d)
+			}
+			if err := e.store.RefundN(e.ctx, key, l, 3); err != nil {
+				t.Fatalf("RefundN: %v", err)
+			}
+			if d := e.allowN(key, l, 3); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("after refunding 3, cost 3 got %+v, want allowed with Remaining 0", d)
+			}
+			if d := e.allowN(key, l, 1); d.Allowed {
+				t.Fatalf("refund gave back more than it took: %+v", d)
+			}
+			// Refunds never raise a key above its quota.
+			fresh := e.key("fresh")
+			if err := e.store.RefundN(e.ctx, fresh, l, 5); err != nil {
+				t.Fatalf("RefundN on an unknown key: %v", err)
+			}
+			e.allowN(fresh, l, 1)
+			if err := e.store.RefundN(e.ctx, fresh, l, 5); err != nil {
+				t.Fatalf("RefundN: %v", err)
+			}
+			if got := e.admit(fresh, l, 1, 7); got != 5 {
+				t.Fatalf("after over-refunding, admitted %d, want the quota 5", got)
+			}
+			if err := e.store.RefundN(e.ctx, key, l, 6); !errors.Is(err, floodgate.ErrCostExceedsLimit) {
+				t.Fatalf("RefundN beyond the quota = %v, want ErrCostExceedsLimit", err)
 			}
 		})
 	}
