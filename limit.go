@@ -218,45 +218,48 @@ func (e *LimitError) Is(target error) bool { return target == ErrInvalidLimit }
 // and parameters small enough for exact arithmetic in every store. The error
 // is a *LimitError naming the field and the value.
 func (l Limit) Validate() error {
-	bad := func(field, value, reason string) error {
-		return &LimitError{Field: field, Value: value, Reason: reason}
-	}
 	if !l.Algorithm.valid() {
-		return bad("Algorithm", strconv.Itoa(int(l.Algorithm)), "is not a known algorithm")
+		return &LimitError{Field: "Algorithm", Value: strconv.Itoa(int(l.Algorithm)), Reason: "is not a known algorithm"}
 	}
-	q := strconv.FormatInt(l.Quota, 10)
+	badQuota := func(reason string) error {
+		return &LimitError{Field: "Quota", Value: strconv.FormatInt(l.Quota, 10), Reason: reason}
+	}
 	switch {
 	case l.Quota < 1:
-		return bad("Quota", q, "must be at least 1")
+		return badQuota("must be at least 1")
 	case l.Quota > MaxQuota:
-		return bad("Quota", q, fmt.Sprintf("must be at most %d", int64(MaxQuota)))
+		return badQuota(fmt.Sprintf("must be at most %d", int64(MaxQuota)))
 	case l.Algorithm == SlidingWindowLog && l.Quota > MaxLogQuota:
-		return bad("Quota", q, fmt.Sprintf("must be at most %d for sliding_window_log (one entry per request)", MaxLogQuota))
+		return badQuota(fmt.Sprintf("must be at most %d for sliding_window_log (one entry per request)", MaxLogQuota))
 	}
-	w := l.Window.String()
+	badWindow := func(reason string) error {
+		return &LimitError{Field: "Window", Value: l.Window.String(), Reason: reason}
+	}
 	switch {
 	case l.Window < MinWindow:
-		return bad("Window", w, "must be at least 1ms")
+		return badWindow("must be at least 1ms")
 	case l.Window > MaxWindow:
-		return bad("Window", w, "must be at most 366 days")
+		return badWindow("must be at most 366 days")
 	case l.Window%time.Microsecond != 0:
-		return bad("Window", w, "must be a whole number of microseconds")
+		return badWindow("must be a whole number of microseconds")
+	}
+	badRefill := func(reason string) error {
+		return &LimitError{Field: "Refill", Value: strconv.FormatInt(l.Refill, 10), Reason: reason}
 	}
 	if l.Algorithm != TokenBucket {
 		if l.Refill != 0 {
-			return bad("Refill", strconv.FormatInt(l.Refill, 10), "applies to token_bucket only")
+			return badRefill("applies to token_bucket only")
 		}
 		return nil
 	}
-	r := strconv.FormatInt(l.Refill, 10)
 	switch {
 	case l.Refill < 0:
-		return bad("Refill", r, "must not be negative")
+		return badRefill("must not be negative")
 	case l.Refill > MaxQuota:
-		return bad("Refill", r, fmt.Sprintf("must be at most %d", int64(MaxQuota)))
+		return badRefill(fmt.Sprintf("must be at most %d", int64(MaxQuota)))
 	}
-	if _, hi := bits64Mul(uint64(l.Quota), uint64(BucketUnit(l))); hi || l.Quota*BucketUnit(l) > maxExact {
-		return bad("Quota", q, fmt.Sprintf("times the refill period (%s per token) is too large for exact token arithmetic; use a smaller capacity or a faster refill", l.Window))
+	if unit := BucketUnit(l); unit > maxExact/l.Quota {
+		return badQuota(fmt.Sprintf("times the refill period (%s per %d tokens) is too large for exact token arithmetic; use a smaller capacity or a faster refill", l.Window, l.RefillTokens()))
 	}
 	return nil
 }
@@ -289,14 +292,6 @@ func gcd(a, b int64) int64 {
 		return 1
 	}
 	return a
-}
-
-func bits64Mul(a, b uint64) (uint64, bool) {
-	if a == 0 || b == 0 {
-		return 0, false
-	}
-	p := a * b
-	return p, p/b != a
 }
 
 // CheckCost returns nil if a request of cost n can ever fit limit l, and

@@ -40,19 +40,61 @@ type shard struct {
 	buckets  table[algorithm.Bucket]
 	fixed    table[algorithm.Window]
 	counters table[algorithm.Window]
-	logs     table[*algorithm.Log]
+	logs     table[algorithm.Log]
 	_        [64]byte // keep shards on separate cache lines
 }
 
 // table maps keys to states with their expiry time.
 type table[S any] struct {
-	items   map[string]item[S]
+	items   map[string]*item[S]
 	sweepAt int
 }
 
 type item[S any] struct {
 	state   S
 	expires int64 // microseconds; at or after it, the key is fully replenished
+}
+
+// get returns the item for key and whether it is in the table. fresh reports
+// that its state must be initialised: the key is new, or its item expired
+// (fully replenished, so it reads as new).
+func (t *table[S]) get(key string, now int64) (it *item[S], present, fresh bool) {
+	it, present = t.items[key]
+	if !present {
+		return new(item[S]), false, true
+	}
+	return it, true, it.expires <= now
+}
+
+// keep records it after a decision d at now: the item stays until the key is
+// fully replenished, and goes as soon as it is (nothing to remember).
+func (t *table[S]) keep(key string, it *item[S], present bool, d floodgate.Decision, now int64) {
+	if d.ResetAfter <= 0 {
+		if present {
+			delete(t.items, key)
+		}
+		return
+	}
+	it.expires = now + d.ResetAfter.Microseconds()
+	if !present {
+		t.sweep(now)
+		t.items[key] = it
+	}
+}
+
+// sweep deletes expired items once the table has doubled since the last
+// sweep, so the cost is amortised O(1) per insert and the table holds at most
+// about twice the live keys.
+func (t *table[S]) sweep(now int64) {
+	if len(t.items) < max(minSweep, t.sweepAt) {
+		return
+	}
+	for k, it := range t.items {
+		if it.expires <= now {
+			delete(t.items, k)
+		}
+	}
+	t.sweepAt = 2 * len(t.items)
 }
 
 // Option configures a Store.
@@ -72,10 +114,10 @@ func New(opts ...Option) *Store {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.buckets.items = map[string]item[algorithm.Bucket]{}
-		sh.fixed.items = map[string]item[algorithm.Window]{}
-		sh.counters.items = map[string]item[algorithm.Window]{}
-		sh.logs.items = map[string]item[*algorithm.Log]{}
+		sh.buckets.items = map[string]*item[algorithm.Bucket]{}
+		sh.fixed.items = map[string]*item[algorithm.Window]{}
+		sh.counters.items = map[string]*item[algorithm.Window]{}
+		sh.logs.items = map[string]*item[algorithm.Log]{}
 	}
 	return s
 }
@@ -102,62 +144,37 @@ func (s *Store) decide(key string, l floodgate.Limit, now, n int64) floodgate.De
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	var d floodgate.Decision
 	switch l.Algorithm {
 	case floodgate.TokenBucket:
-		return step(&sh.buckets, key, now, func() algorithm.Bucket { return algorithm.NewBucket(l, now) },
-			func(b *algorithm.Bucket) floodgate.Decision { return b.Take(l, now, n) })
+		it, present, fresh := sh.buckets.get(key, now)
+		if fresh {
+			it.state = algorithm.NewBucket(l, now)
+		}
+		d = it.state.Take(l, now, n)
+		sh.buckets.keep(key, it, present, d, now)
 	case floodgate.FixedWindow:
-		return step(&sh.fixed, key, now, func() algorithm.Window { return algorithm.Window{} },
-			func(w *algorithm.Window) floodgate.Decision { return w.FixedWindow(l, now, n) })
+		it, present, fresh := sh.fixed.get(key, now)
+		if fresh {
+			it.state = algorithm.Window{}
+		}
+		d = it.state.FixedWindow(l, now, n)
+		sh.fixed.keep(key, it, present, d, now)
 	case floodgate.SlidingWindowCounter:
-		return step(&sh.counters, key, now, func() algorithm.Window { return algorithm.Window{} },
-			func(w *algorithm.Window) floodgate.Decision { return w.SlidingWindowCounter(l, now, n) })
+		it, present, fresh := sh.counters.get(key, now)
+		if fresh {
+			it.state = algorithm.Window{}
+		}
+		d = it.state.SlidingWindowCounter(l, now, n)
+		sh.counters.keep(key, it, present, d, now)
 	default: // floodgate.SlidingWindowLog; Check rejected anything else.
-		return step(&sh.logs, key, now, func() *algorithm.Log { return new(algorithm.Log) },
-			func(g **algorithm.Log) floodgate.Decision {
-				d := (*g).Add(l, now, n)
-				(*g).Shrink()
-				return d
-			})
+		it, present, _ := sh.logs.get(key, now)
+		// An expired log empties itself: every entry is out of the window.
+		d = it.state.Add(l, now, n)
+		it.state.Shrink()
+		sh.logs.keep(key, it, present, d, now)
 	}
-}
-
-// step runs one decision on the state of key, creating it if absent or
-// expired, and keeps the state only while it is not fully replenished.
-func step[S any](t *table[S], key string, now int64, fresh func() S, decide func(*S) floodgate.Decision) floodgate.Decision {
-	it, ok := t.items[key]
-	if !ok || it.expires <= now {
-		it = item[S]{state: fresh()}
-	}
-	d := decide(&it.state)
-	if d.ResetAfter <= 0 {
-		// Nothing to remember: the key is in its initial state.
-		if ok {
-			delete(t.items, key)
-		}
-		return d
-	}
-	it.expires = now + d.ResetAfter.Microseconds()
-	if !ok {
-		t.sweep(now)
-	}
-	t.items[key] = it
 	return d
-}
-
-// sweep deletes expired items once the table has doubled since the last
-// sweep, so the cost is amortised O(1) per insert and the table holds at most
-// about twice the live keys.
-func (t *table[S]) sweep(now int64) {
-	if len(t.items) < max(minSweep, t.sweepAt) {
-		return
-	}
-	for k, it := range t.items {
-		if it.expires <= now {
-			delete(t.items, k)
-		}
-	}
-	t.sweepAt = 2 * len(t.items)
 }
 
 // RefundN gives back n units of quota to key under limit. See
@@ -170,29 +187,26 @@ func (s *Store) RefundN(_ context.Context, key string, limit floodgate.Limit, n 
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	// A missing or expired key is fully replenished: nothing to give back.
 	switch limit.Algorithm {
 	case floodgate.TokenBucket:
-		refund(&sh.buckets, key, now, func(b *algorithm.Bucket) { b.Refund(limit, now, n) })
+		if it, _, fresh := sh.buckets.get(key, now); !fresh {
+			it.state.Refund(limit, now, n)
+		}
 	case floodgate.FixedWindow:
-		refund(&sh.fixed, key, now, func(w *algorithm.Window) { w.Refund(limit, now, n) })
+		if it, _, fresh := sh.fixed.get(key, now); !fresh {
+			it.state.Refund(limit, now, n)
+		}
 	case floodgate.SlidingWindowCounter:
-		refund(&sh.counters, key, now, func(w *algorithm.Window) { w.Refund(limit, now, n) })
+		if it, _, fresh := sh.counters.get(key, now); !fresh {
+			it.state.Refund(limit, now, n)
+		}
 	default:
-		refund(&sh.logs, key, now, func(g **algorithm.Log) { (*g).Refund(n) })
+		if it, _, fresh := sh.logs.get(key, now); !fresh {
+			it.state.Refund(n)
+		}
 	}
 	return nil
-}
-
-// refund applies f to the live state of key, if any. The expiry stays: a
-// refund only brings full replenishment closer, and an expired item reads as
-// fresh whatever it holds.
-func refund[S any](t *table[S], key string, now int64, f func(*S)) {
-	it, ok := t.items[key]
-	if !ok || it.expires <= now {
-		return
-	}
-	f(&it.state)
-	t.items[key] = it
 }
 
 // Reset clears key's state under limit's algorithm.
@@ -245,19 +259,19 @@ func (s *Store) MemoryUsage(key string, limit floodgate.Limit) int {
 	switch limit.Algorithm {
 	case floodgate.TokenBucket:
 		if it, ok := sh.buckets.items[key]; ok {
-			return base + int(unsafe.Sizeof(it))
+			return base + int(unsafe.Sizeof(*it))
 		}
 	case floodgate.FixedWindow:
 		if it, ok := sh.fixed.items[key]; ok {
-			return base + int(unsafe.Sizeof(it))
+			return base + int(unsafe.Sizeof(*it))
 		}
 	case floodgate.SlidingWindowCounter:
 		if it, ok := sh.counters.items[key]; ok {
-			return base + int(unsafe.Sizeof(it))
+			return base + int(unsafe.Sizeof(*it))
 		}
 	case floodgate.SlidingWindowLog:
 		if it, ok := sh.logs.items[key]; ok {
-			return base + int(unsafe.Sizeof(it)) + int(unsafe.Sizeof(*it.state)) + 8*it.state.Cap()
+			return base + int(unsafe.Sizeof(*it)) + 8*it.state.Cap()
 		}
 	}
 	return 0

@@ -1,0 +1,90 @@
+package memory
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// TestEvictionBoundsMemory drives a million distinct keys through the store
+// in waves one window apart: expired keys are swept, so the table never holds
+// much more than the keys live within one window.
+func TestEvictionBoundsMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million keys")
+	}
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	const waves, perWave = 10, 100_000
+	for _, alg := range floodgate.Algorithms() {
+		s := New(WithClock(clock))
+		limit := floodgate.NewLimit(alg, 5, time.Second)
+		most := 0
+		for w := range waves {
+			for i := range perWave {
+				if _, err := s.Allow(ctx, strconv.Itoa(w*perWave+i), limit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			most = max(most, s.Len())
+			clock.Advance(3 * time.Second) // every key of this wave is now fully replenished
+		}
+		// Live keys never exceed one wave; sweeping lets the table reach at
+		// most about twice that before it is cleaned.
+		if bound := 2*perWave + shardCount*minSweep; most > bound {
+			t.Errorf("%s: the store held %d keys after %d distinct, want at most %d", alg, most, waves*perWave, bound)
+		}
+	}
+}
+
+// TestClockBackwards: time running backwards neither panics nor creates
+// quota.
+func TestClockBackwards(t *testing.T) {
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	s := New(WithClock(clock))
+	for _, alg := range floodgate.Algorithms() {
+		limit := floodgate.NewLimit(alg, 3, time.Minute)
+		admitted := 0
+		for range 3 {
+			if d, _ := s.Allow(ctx, "k", limit); d.Allowed {
+				admitted++
+			}
+		}
+		clock.Advance(-30 * time.Second)
+		for range 3 {
+			d, err := s.Allow(ctx, "k", limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+			if d.RetryAfter < 0 || d.ResetAfter < 0 || d.Remaining < 0 {
+				t.Errorf("%s: negative figure after the clock went back: %+v", alg, d)
+			}
+		}
+		clock.Advance(30 * time.Second)
+		if admitted != 3 {
+			t.Errorf("%s: admitted %d with the clock going back, want 3", alg, admitted)
+		}
+	}
+}
+
+func TestMemoryUsage(t *testing.T) {
+	ctx := context.Background()
+	s := New()
+	for _, alg := range floodgate.Algorithms() {
+		limit := floodgate.NewLimit(alg, 100, time.Minute)
+		if got := s.MemoryUsage("k", limit); got != 0 {
+			t.Errorf("%s: MemoryUsage of an unknown key = %d, want 0", alg, got)
+		}
+		_, _ = s.AllowN(ctx, "k", limit, 50)
+		if got := s.MemoryUsage("k", limit); got <= len("k") {
+			t.Errorf("%s: MemoryUsage = %d, want more than the key's bytes", alg, got)
+		}
+	}
+}
