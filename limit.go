@@ -309,7 +309,7 @@ func (l Limit) CheckCost(n int64) error {
 
 // ParseRate parses a refill rate such as "10/s", "100/m", "5000/h", "0.5/s"
 // or "1/500ms" into a number of tokens per period, both exact integers:
-// "0.5/s" is 1 per 2s. Units are s, m, h, or any Go duration ("1/7s").
+// "0.5/s" is 1 per 2s and "2.5/m" is 5 per 2m. Units are s, m, h, or any Go duration ("1/7s").
 func ParseRate(s string) (tokens int64, per time.Duration, err error) {
 	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
@@ -347,9 +347,9 @@ func ParseRate(s string) (tokens int64, per time.Duration, err error) {
 		}
 		scale *= 10
 	}
-	periodNs := int64(per) * scale
-	g := gcd(n, periodNs)
-	return n / g, time.Duration(periodNs / g), nil
+	// Undo only the decimal scaling, so "100/m" stays 100 per minute.
+	g := gcd(n, scale)
+	return n / g, per * time.Duration(scale/g), nil
 }
 
 // Sentinel errors, matched with [errors.Is].
