@@ -49,6 +49,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"version": {"print the version", runVersion},
+		"serve":   {"run the rate-limit server (HTTP API, metrics)", runServe},
 	}
 }
 

@@ -1,0 +1,51 @@
+// Package problem writes RFC 9457 problem details (application/problem+json)
+// for floodgate's HTTP front ends.
+package problem
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// ContentType is the media type of problem details.
+const ContentType = "application/problem+json"
+
+// QuotaExceeded is the problem type of a request over its rate limit, from
+// the IETF RateLimit header fields draft.
+const QuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// Details is an RFC 9457 problem. Type defaults to "about:blank" and Title to
+// the status text.
+type Details struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail,omitempty"`
+	Instance         string   `json:"instance,omitempty"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// Write sends p with its status. Headers already set on w (such as
+// Retry-After) are kept.
+func Write(w http.ResponseWriter, p Details) {
+	if p.Type == "" {
+		p.Type = "about:blank"
+	}
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen: every field marshals
+		body = []byte(`{"type":"about:blank","status":` + strconv.Itoa(p.Status) + `}`)
+	}
+	w.Header().Set("Content-Type", ContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// Error writes a problem with the given status and detail.
+func Error(w http.ResponseWriter, status int, detail string) {
+	Write(w, Details{Status: status, Detail: detail})
+}

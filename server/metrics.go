@@ -1,0 +1,58 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the server's Prometheus collectors, registered on the
+// registry the caller passes (no global state).
+type metrics struct {
+	decisions    *prometheus.CounterVec
+	storeLatency *prometheus.HistogramVec
+	storeErrors  *prometheus.CounterVec
+	failureMode  *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+}
+
+// Decision outcomes, the "outcome" label of floodgate_decisions_total.
+const (
+	outcomeAllowed      = "allowed"
+	outcomeDenied       = "denied"
+	outcomeShadowDenied = "shadow_denied"
+	outcomeFailOpen     = "fail_open"
+	outcomeFailClosed   = "fail_closed"
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_decisions_total",
+			Help: "Rate-limit decisions by rule and outcome (allowed, denied, shadow_denied, fail_open, fail_closed).",
+		}, []string{"rule", "outcome"}),
+		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_store_latency_seconds",
+			Help:    "Time spent in store calls, by operation.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"op"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_store_errors_total",
+			Help: "Store calls that failed, by rule.",
+		}, []string{"rule"}),
+		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_failure_mode_activations_total",
+			Help: "Requests decided by a rule's failure mode because the store was unavailable, by rule and mode (open, closed).",
+		}, []string{"rule", "mode"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_config_reloads_total",
+			Help: "Configuration reloads, by result (ok, error).",
+		}, []string{"result"}),
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.storeErrors, m.failureMode, m.reloads} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}

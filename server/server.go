@@ -1,0 +1,440 @@
+// Package server is floodgate's standalone rate-limit service over HTTP: a
+// JSON decision API, forward auth for reverse proxies, rule listing, health,
+// readiness and Prometheus metrics. It is stateless: every instance shares
+// the same store, so any number can run behind a load balancer.
+//
+// The server's rules can be replaced at run time with Reload (the CLI does so
+// on SIGHUP); requests in flight finish under the rules they started with.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/problem"
+)
+
+// MaxBodyBytes bounds request bodies; larger ones are answered 413.
+const MaxBodyBytes = 16 << 10
+
+// Options are the server's dependencies. The zero value of each field picks
+// a default.
+type Options struct {
+	// Logger receives structured logs. Default: discard.
+	Logger *slog.Logger
+	// Registry receives the server's metrics and is served on /metrics.
+	// Default: a new registry of the server's own.
+	Registry *prometheus.Registry
+	// MaxInFlight bounds concurrent API requests; more are answered 503.
+	// Default 4096.
+	MaxInFlight int
+}
+
+// Server is the HTTP API. Create it with New; it is safe for concurrent use.
+type Server struct {
+	store    floodgate.Store
+	logger   *slog.Logger
+	registry *prometheus.Registry
+	metrics  *metrics
+	policy   atomic.Pointer[policy]
+	inFlight chan struct{}
+	storeLog *rateLimitedLog
+}
+
+// New returns a server deciding with store under cfg's rules.
+func New(cfg *config.Config, store floodgate.Store, opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 4096
+	}
+	m, err := newMetrics(opts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		store:    store,
+		logger:   opts.Logger,
+		registry: opts.Registry,
+		metrics:  m,
+		inFlight: make(chan struct{}, opts.MaxInFlight),
+		storeLog: newRateLimitedLog(opts.Logger, 10*time.Second),
+	}
+	p, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.policy.Store(p)
+	return s, nil
+}
+
+// Reload replaces the rules, client-IP and forward-auth settings with cfg's.
+// Store and listen settings need a restart; Reload reports whether they
+// differ so the caller can say so.
+func (s *Server) Reload(cfg *config.Config) (needsRestart bool, err error) {
+	p, err := newPolicy(cfg)
+	if err != nil {
+		s.metrics.reloads.WithLabelValues("error").Inc()
+		return false, err
+	}
+	old := s.policy.Swap(p)
+	s.metrics.reloads.WithLabelValues("ok").Inc()
+	return !sameStore(old.cfg.Store, cfg.Store) || old.cfg.Listen != cfg.Listen || old.cfg.GRPCListen != cfg.GRPCListen, nil
+}
+
+func sameStore(a, b config.Store) bool {
+	return a.Type == b.Type && fmt.Sprint(a.Addrs) == fmt.Sprint(b.Addrs) && a.MasterName == b.MasterName &&
+		a.Username == b.Username && a.PasswordValue() == b.PasswordValue() && a.TLS == b.TLS && a.DB == b.DB &&
+		a.Timeout == b.Timeout && a.KeyPrefix == b.KeyPrefix
+}
+
+// Config returns the configuration currently in force.
+func (s *Server) Config() *config.Config { return s.policy.Load().cfg }
+
+// Handler returns the HTTP API:
+//
+//	POST /v1/check          one decision: {"rule","key","cost"}
+//	POST /v1/reset          clear one key under one rule: {"rule","key"}
+//	GET  /v1/rules          the active rules
+//	GET  /v1/forward-auth   forward auth keyed on the client's address
+//	GET  /healthz           the process is up
+//	GET  /readyz            the store answers
+//	GET  /metrics           Prometheus metrics
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	mux.HandleFunc("POST /v1/reset", s.handleReset)
+	mux.HandleFunc("GET /v1/rules", s.handleRules)
+	mux.HandleFunc("GET /v1/forward-auth", s.handleForwardAuth)
+	mux.HandleFunc("HEAD /v1/forward-auth", s.handleForwardAuth)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem.Error(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s; see GET /v1/rules, POST /v1/check", r.Method, r.URL.Path))
+	})
+	return s.limitInFlight(mux)
+}
+
+// limitInFlight answers 503 when MaxInFlight requests are already running,
+// so a flood cannot pile up goroutines waiting on a slow store.
+func (s *Server) limitInFlight(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case s.inFlight <- struct{}{}:
+			defer func() { <-s.inFlight }()
+			next.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Retry-After", "1")
+			problem.Error(w, http.StatusServiceUnavailable, "the server is at its limit of concurrent requests")
+		}
+	})
+}
+
+// checkRequest is the body of POST /v1/check and POST /v1/reset.
+type checkRequest struct {
+	Rule string  `json:"rule"`
+	Key  *string `json:"key"`
+	Cost *int64  `json:"cost"`
+}
+
+// CheckResponse is the body of a POST /v1/check answer.
+type CheckResponse struct {
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+	Rule         string `json:"rule"`
+	// Shadow is set when the rule is in shadow mode; ShadowDenied then
+	// says the request would have been denied.
+	Shadow       bool `json:"shadow,omitempty"`
+	ShadowDenied bool `json:"shadow_denied,omitempty"`
+	// StoreUnavailable is set when the store could not decide and the
+	// rule's fail-open mode admitted the request.
+	StoreUnavailable bool `json:"store_unavailable,omitempty"`
+}
+
+// ceilMillis rounds a duration up to whole milliseconds, so a client that
+// waits that long is never early.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// decodeBody reads a JSON body strictly; on failure it has answered.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
+		} else {
+			problem.Error(w, http.StatusBadRequest, "the body is not valid JSON of the expected shape: "+err.Error())
+		}
+		return false
+	}
+	if dec.More() {
+		problem.Error(w, http.StatusBadRequest, "the body has data after the JSON object")
+		return false
+	}
+	return true
+}
+
+// ruleFor finds the named rule; on failure it has answered.
+func (p *policy) ruleFor(w http.ResponseWriter, name string) (*rule, bool) {
+	if name == "" {
+		problem.Error(w, http.StatusBadRequest, `"rule" is required`)
+		return nil, false
+	}
+	r, ok := p.rules[name]
+	if !ok {
+		problem.Write(w, problem.Details{Status: http.StatusNotFound, Title: "Unknown rule",
+			Detail: fmt.Sprintf("no rule named %q; GET /v1/rules lists them", name)})
+		return nil, false
+	}
+	return r, true
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	var req checkRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	p := s.policy.Load()
+	rl, ok := p.ruleFor(w, req.Rule)
+	if !ok {
+		return
+	}
+	if req.Key == nil {
+		problem.Error(w, http.StatusBadRequest, `"key" is required`)
+		return
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	if cost < 1 || cost > rl.limit.Quota {
+		problem.Error(w, http.StatusBadRequest, fmt.Sprintf("cost %d must be between 1 and the rule's limit %d", cost, rl.limit.Quota))
+		return
+	}
+	out := s.decide(r.Context(), rl, *req.Key, cost)
+	if out.err != nil {
+		problem.Error(w, http.StatusInternalServerError, out.err.Error())
+		return
+	}
+	if out.unavailable && !rl.failOpen {
+		w.Header().Set("Retry-After", "1")
+		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("the rate-limit store is unavailable and rule %q fails closed", rl.name))
+		return
+	}
+	resp := CheckResponse{
+		Allowed:          out.allowed,
+		Limit:            out.d.Limit,
+		Remaining:        out.d.Remaining,
+		RetryAfterMs:     ceilMillis(out.d.RetryAfter),
+		ResetAfterMs:     ceilMillis(out.d.ResetAfter),
+		Rule:             rl.name,
+		Shadow:           rl.shadow,
+		ShadowDenied:     rl.shadow && !out.d.Allowed && !out.unavailable,
+		StoreUnavailable: out.unavailable,
+	}
+	if !out.unavailable {
+		writeRateLimitHeaders(w.Header(), rl, out.d)
+	}
+	status := http.StatusOK
+	if !out.allowed {
+		status = http.StatusTooManyRequests
+		w.Header().Set("Retry-After", retryAfterSeconds(out.d.RetryAfter))
+	}
+	writeJSON(w, status, resp)
+}
+
+// outcome is one decision as the API reports it.
+type outcome struct {
+	d           floodgate.Decision
+	allowed     bool // what the caller is told: shadow rules and fail-open admit
+	unavailable bool // the store could not decide
+	err         error
+}
+
+// decide asks the store and applies the rule's shadow and failure modes.
+func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64) outcome {
+	start := time.Now()
+	d, err := s.store.AllowN(ctx, rl.storeKey(key), rl.limit, cost)
+	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
+	if err != nil {
+		if !errors.Is(err, floodgate.ErrStoreUnavailable) {
+			return outcome{err: err}
+		}
+		s.metrics.storeErrors.WithLabelValues(rl.name).Inc()
+		mode, result := config.FailClosed, outcomeFailClosed
+		if rl.failOpen {
+			mode, result = config.FailOpen, outcomeFailOpen
+		}
+		s.metrics.failureMode.WithLabelValues(rl.name, mode).Inc()
+		s.metrics.decisions.WithLabelValues(rl.name, result).Inc()
+		s.storeLog.log("rate-limit store unavailable; applying the rule's failure mode", "rule", rl.name, "failure_mode", mode, "err", err)
+		return outcome{d: floodgate.Decision{Limit: rl.limit.Quota}, allowed: rl.failOpen, unavailable: true}
+	}
+	result := outcomeAllowed
+	switch {
+	case !d.Allowed && rl.shadow:
+		result = outcomeShadowDenied
+	case !d.Allowed:
+		result = outcomeDenied
+	}
+	s.metrics.decisions.WithLabelValues(rl.name, result).Inc()
+	return outcome{d: d, allowed: d.Allowed || rl.shadow}
+}
+
+// retryAfterSeconds formats a Retry-After value: whole seconds, rounded up,
+// at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	s := int64(math.Ceil(d.Seconds()))
+	return strconv.FormatInt(max(1, s), 10)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		problem.Error(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	var req checkRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	p := s.policy.Load()
+	rl, ok := p.ruleFor(w, req.Rule)
+	if !ok {
+		return
+	}
+	if req.Key == nil {
+		problem.Error(w, http.StatusBadRequest, `"key" is required`)
+		return
+	}
+	if req.Cost != nil {
+		problem.Error(w, http.StatusBadRequest, `"cost" does not apply to a reset`)
+		return
+	}
+	start := time.Now()
+	err := s.store.Reset(r.Context(), rl.storeKey(*req.Key), rl.limit)
+	s.metrics.storeLatency.WithLabelValues("reset").Observe(time.Since(start).Seconds())
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, floodgate.ErrStoreUnavailable) {
+			status = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", "1")
+		}
+		problem.Error(w, status, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": rl.name})
+}
+
+// RuleInfo describes one rule in GET /v1/rules.
+type RuleInfo struct {
+	Name        string `json:"name"`
+	Algorithm   string `json:"algorithm"`
+	Limit       int64  `json:"limit"`
+	WindowMs    int64  `json:"window_ms"`
+	Refill      int64  `json:"refill,omitempty"`
+	FailureMode string `json:"failure_mode"`
+	Shadow      bool   `json:"shadow"`
+	Description string `json:"description"`
+}
+
+func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
+	p := s.policy.Load()
+	out := struct {
+		Rules []RuleInfo `json:"rules"`
+	}{Rules: []RuleInfo{}}
+	for _, rl := range p.ordered {
+		info := RuleInfo{
+			Name: rl.name, Algorithm: rl.limit.Algorithm.String(), Limit: rl.limit.Quota,
+			WindowMs: rl.limit.Window.Milliseconds(), FailureMode: config.FailClosed, Shadow: rl.shadow,
+			Description: rl.limit.String(),
+		}
+		if rl.limit.Algorithm == floodgate.TokenBucket {
+			info.Refill = rl.limit.RefillTokens()
+		}
+		if rl.failOpen {
+			info.FailureMode = config.FailOpen
+		}
+		out.Rules = append(out.Rules, info)
+	}
+	sort.Slice(out.Rules, func(i, j int) bool { return out.Rules[i].Name < out.Rules[j].Name })
+	writeJSON(w, http.StatusOK, out)
+}
+
+// readyLimit is the limit readiness probes reset a key under: a Reset is one
+// harmless round trip to the store.
+var readyLimit = floodgate.PerSecond(1)
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	err := s.store.Reset(r.Context(), "\x00floodgate-readyz", readyLimit)
+	s.metrics.storeLatency.WithLabelValues("ready").Observe(time.Since(start).Seconds())
+	if err != nil {
+		problem.Error(w, http.StatusServiceUnavailable, "the store is not reachable: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// rateLimitedLog logs a message at most once per interval, counting what it
+// suppressed, so a store outage does not write a line per request.
+type rateLimitedLog struct {
+	logger     *slog.Logger
+	interval   time.Duration
+	next       atomic.Int64 // unix nanos before which nothing is logged
+	suppressed atomic.Int64
+}
+
+func newRateLimitedLog(l *slog.Logger, interval time.Duration) *rateLimitedLog {
+	return &rateLimitedLog{logger: l, interval: interval}
+}
+
+func (l *rateLimitedLog) log(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	next := l.next.Load()
+	if now < next || !l.next.CompareAndSwap(next, now+int64(l.interval)) {
+		l.suppressed.Add(1)
+		return
+	}
+	if n := l.suppressed.Swap(0); n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	l.logger.Warn(msg, args...)
+}
