@@ -1,0 +1,138 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	c := Default()
+	if len(c.Rules) != 2 || c.Store.Type != StoreMemory || c.Listen != DefaultListen {
+		t.Fatalf("Default() = %+v", c)
+	}
+	login, ok := c.Rule("login")
+	if !ok || login.RateLimit() != floodgate.NewLimit(floodgate.SlidingWindowLog, 5, time.Minute) || login.FailOpen() {
+		t.Fatalf("login rule = %+v", login)
+	}
+	api, _ := c.Rule("api")
+	if api.RateLimit() != floodgate.NewTokenBucket(100, 10, time.Second) || !api.FailOpen() {
+		t.Fatalf("api rule = %+v", api)
+	}
+}
+
+// The issue's example file, verbatim apart from the password comment.
+const issueExample = `listen: 127.0.0.1:8080        # HTTP API, metrics, health
+store:
+  type: memory                # memory | redis | redis-cluster | redis-sentinel
+  addrs: [127.0.0.1:6379]
+  username: ""                # ACL, optional
+  password: ""
+  tls: false
+  timeout: 50ms
+  key_prefix: "fg:"
+rules:
+  - name: login
+    algorithm: sliding_window_log   # sliding_window_log | token_bucket | sliding_window_counter | fixed_window
+    limit: 5
+    window: 1m
+    failure_mode: closed            # open | closed
+  - name: api
+    algorithm: token_bucket
+    capacity: 100
+    refill: 10/s                    # N/s, N/m, N/h, or N per duration: 1/500ms
+    failure_mode: open
+client_ip:                    # how forward-auth finds the client (same rules as the middleware)
+  trusted_proxies: [10.0.0.0/8]   # forwarding headers are trusted only from these peers
+  ipv6_prefix: 64
+`
+
+func TestParseIssueExample(t *testing.T) {
+	c, err := Parse([]byte(issueExample), "example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Timeout != 50*time.Millisecond || c.Store.KeyPrefix != "fg:" || len(c.Rules) != 2 {
+		t.Fatalf("parsed %+v", c)
+	}
+	if got := c.ClientIP.TrustedProxies; len(got) != 1 || got[0] != "10.0.0.0/8" {
+		t.Fatalf("trusted proxies %v", got)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		want []string // substrings of the error: line, field, value
+	}{
+		{"unknown top-level key", "listen: x\nlistn: y\n", []string{"line 2", `unknown key "listn"`}},
+		{"unknown store key", "store:\n  type: memory\n  timout: 5ms\n", []string{"line 3", `unknown key "timout"`}},
+		{"unknown rule key", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n    burst: 3\n", []string{"line 6", `unknown key "burst"`}},
+		{"bad algorithm", "rules:\n  - name: a\n    algorithm: leaky_bucket\n", []string{"line 3", "rules[0].algorithm", "leaky_bucket"}},
+		{"zero limit", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 0\n    window: 1s\n", []string{"line 4", "rules[0].limit", "0", "at least 1"}},
+		{"short window", "rules:\n  - name: a\n    algorithm: sliding_window_log\n    limit: 3\n    window: 500us\n", []string{"line 5", "rules[0].window", "500µs", "1ms"}},
+		{"bad duration", "rules:\n  - name: a\n    algorithm: sliding_window_log\n    limit: 3\n    window: soon\n", []string{"line 5", "soon"}},
+		{"bad refill", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: 3\n    refill: fast\n", []string{"line 5", "rules[0].refill", "fast"}},
+		{"bucket with window", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: 3\n    window: 1s\n", []string{"rules[0].limit", "token_bucket"}},
+		{"negative capacity", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: -3\n    refill: 1/s\n", []string{"line 4", "rules[0].capacity", "-3"}},
+		{"duplicate name", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n  - name: a\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n", []string{"line 6", "rules[1].name", "already"}},
+		{"bad name", "rules:\n  - name: a/b\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n", []string{"line 2", "rules[0].name", "a/b"}},
+		{"bad failure mode", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n    failure_mode: maybe\n", []string{"line 6", "failure_mode", "maybe"}},
+		{"bad store type", "store:\n  type: memcached\n", []string{"line 2", "store.type", "memcached"}},
+		{"redis without addrs", "store:\n  type: redis\n", []string{"store.addrs", "at least one"}},
+		{"bad addr", "store:\n  type: redis\n  addrs: [localhost]\n", []string{"line 3", "store.addrs[0]", "localhost"}},
+		{"sentinel without master", "store:\n  type: redis-sentinel\n  addrs: [127.0.0.1:26379]\n", []string{"store.master_name"}},
+		{"brace in prefix", "store:\n  key_prefix: \"a{b\"\n", []string{"line 2", "store.key_prefix", "a{b"}},
+		{"timeout too long", "store:\n  timeout: 2h\n", []string{"line 2", "store.timeout", "2h0m0s"}},
+		{"unset password env", "store:\n  password_env: FLOODGATE_TEST_SURELY_UNSET\n", []string{"line 2", "FLOODGATE_TEST_SURELY_UNSET"}},
+		{"bad proxy", "client_ip:\n  trusted_proxies: [10.0.0.0/8, banana]\n", []string{"line 2", "client_ip.trusted_proxies[1]", "banana"}},
+		{"bad prefix", "client_ip:\n  ipv6_prefix: 200\n", []string{"line 2", "client_ip.ipv6_prefix", "200"}},
+		{"bad deny status", "forward_auth:\n  deny_status: 200\n", []string{"line 2", "forward_auth.deny_status", "200"}},
+		{"bad log format", "log:\n  format: xml\n", []string{"line 2", "log.format", "xml"}},
+		{"not a mapping", "rules:\n  - just-a-string\n", []string{"line 2"}},
+		{"empty", "", []string{"empty"}},
+		{"two errors reported", "rules:\n  - name: a\n    algorithm: nope\n  - name: b\n    algorithm: nope2\n", []string{"nope", "nope2"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.yaml), "f.yaml")
+			if err == nil {
+				t.Fatalf("Parse accepted:\n%s", c.yaml)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if !strings.HasPrefix(err.Error(), "f.yaml: ") {
+				t.Errorf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestFieldErrorIsStructured(t *testing.T) {
+	_, err := Parse([]byte("store:\n  type: nope\n"), "f.yaml")
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Line != 2 || fe.Field != "store.type" || fe.Value != "nope" {
+		t.Fatalf("error %v is not FieldError{Line: 2, Field: store.type, Value: nope}", err)
+	}
+}
+
+func TestPasswordFromEnv(t *testing.T) {
+	t.Setenv("FLOODGATE_TEST_PW", "s3cret")
+	c, err := Parse([]byte("store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  password_env: FLOODGATE_TEST_PW\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.PasswordValue() != "s3cret" {
+		t.Fatalf("password %q", c.Store.PasswordValue())
+	}
+	if strings.Contains(c.Store.String(), "s3cret") {
+		t.Fatal("Store.String leaks the password")
+	}
+}
