@@ -132,11 +132,36 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Error(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s; see GET /v1/rules, POST /v1/check", r.Method, r.URL.Path))
-	})
-	return s.limitInFlight(mux)
+	return s.limitInFlight(problemsForUnrouted(mux))
 }
+
+// problemsForUnrouted answers requests the mux has no route for (404, or 405
+// with its Allow header) with problem details instead of plain text.
+func problemsForUnrouted(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		probe := &statusProbe{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		if allow := probe.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		problem.Error(w, probe.status, fmt.Sprintf("no endpoint %s %s; see GET /v1/rules and POST /v1/check", r.Method, r.URL.Path))
+	})
+}
+
+// statusProbe records the status and headers a handler writes.
+type statusProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header         { return p.header }
+func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *statusProbe) WriteHeader(status int)      { p.status = status }
 
 // limitInFlight answers 503 when MaxInFlight requests are already running,
 // so a flood cannot pile up goroutines waiting on a slow store.

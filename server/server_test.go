@@ -1,0 +1,376 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+const testConfig = `
+rules:
+  - name: login
+    algorithm: sliding_window_log
+    limit: 3
+    window: 1m
+    failure_mode: closed
+  - name: api
+    algorithm: token_bucket
+    capacity: 10
+    refill: 1/s
+    failure_mode: open
+  - name: shadowed
+    algorithm: fixed_window
+    limit: 1
+    window: 1m
+    shadow: true
+client_ip:
+  trusted_proxies: [10.0.0.0/8]
+forward_auth:
+  deny_status: 403
+`
+
+type fixture struct {
+	t     *testing.T
+	srv   *server.Server
+	h     http.Handler
+	clock *floodgate.ManualClock
+}
+
+func newFixture(t *testing.T, yaml string, store func(floodgate.Clock) floodgate.Store) *fixture {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := floodgate.NewManualClock(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC))
+	if store == nil {
+		store = func(c floodgate.Clock) floodgate.Store { return memory.New(memory.WithClock(c)) }
+	}
+	srv, err := server.New(cfg, store(clock), server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, srv: srv, h: srv.Handler(), clock: clock}
+}
+
+func (f *fixture) do(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
+	f.t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	return rec
+}
+
+func decode[T any](t *testing.T, rec *httptest.ResponseRecorder) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		t.Fatalf("body %q: %v", rec.Body, err)
+	}
+	return v
+}
+
+func TestCheckDecisions(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	for i, want := range []struct {
+		status    int
+		remaining int64
+	}{{200, 2}, {200, 1}, {200, 0}, {429, 0}} {
+		rec := f.do("POST", "/v1/check", `{"rule":"login","key":"user-42"}`)
+		if rec.Code != want.status {
+			t.Fatalf("request %d: status %d, want %d: %s", i+1, rec.Code, want.status, rec.Body)
+		}
+		got := decode[server.CheckResponse](t, rec)
+		if got.Remaining != want.remaining || got.Limit != 3 || got.Allowed != (want.status == 200) {
+			t.Fatalf("request %d: %+v", i+1, got)
+		}
+		if want.status == 429 {
+			if got.RetryAfterMs != 60000 || rec.Header().Get("Retry-After") != "60" {
+				t.Fatalf("denied: retry_after_ms %d, Retry-After %q", got.RetryAfterMs, rec.Header().Get("Retry-After"))
+			}
+		} else if got.ResetAfterMs < 60000 || got.ResetAfterMs > 60001 {
+			// Log entries of one key sit at distinct microseconds, so the
+			// newest may end a microsecond later (rounded up to 1ms).
+			t.Fatalf("reset_after_ms = %d, want 60000 or 60001", got.ResetAfterMs)
+		}
+	}
+	// Another key is untouched; a cost of 3 fits it exactly.
+	rec := f.do("POST", "/v1/check", `{"rule":"login","key":"user-43","cost":3}`)
+	if got := decode[server.CheckResponse](t, rec); rec.Code != 200 || got.Remaining != 0 {
+		t.Fatalf("cost 3 on a fresh key: %d %+v", rec.Code, got)
+	}
+	// The retry time is honoured.
+	f.clock.Advance(time.Minute)
+	if rec := f.do("POST", "/v1/check", `{"rule":"login","key":"user-42"}`); rec.Code != 200 {
+		t.Fatalf("after retry_after: status %d", rec.Code)
+	}
+}
+
+func TestCheckErrors(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	cases := []struct {
+		name, body string
+		status     int
+		detail     string
+	}{
+		{"unknown rule", `{"rule":"nope","key":"k"}`, 404, "nope"},
+		{"missing rule", `{"key":"k"}`, 400, "rule"},
+		{"missing key", `{"rule":"login"}`, 400, "key"},
+		{"malformed json", `{"rule":"login",`, 400, "JSON"},
+		{"not an object", `[1,2]`, 400, "JSON"},
+		{"unknown field", `{"rule":"login","key":"k","kost":1}`, 400, "kost"},
+		{"trailing data", `{"rule":"login","key":"k"} {}`, 400, "after"},
+		{"zero cost", `{"rule":"login","key":"k","cost":0}`, 400, "cost 0"},
+		{"negative cost", `{"rule":"login","key":"k","cost":-5}`, 400, "cost -5"},
+		{"cost above limit", `{"rule":"login","key":"k","cost":4}`, 400, "cost 4"},
+		{"absurd cost", `{"rule":"login","key":"k","cost":1e30}`, 400, "JSON"},
+		{"fractional cost", `{"rule":"login","key":"k","cost":1.5}`, 400, "JSON"},
+		{"key not a string", `{"rule":"login","key":42}`, 400, "JSON"},
+		{"huge body", `{"rule":"login","key":"` + strings.Repeat("x", server.MaxBodyBytes) + `"}`, 413, "bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := f.do("POST", "/v1/check", c.body)
+			if rec.Code != c.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, c.status, rec.Body)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("Content-Type %q", ct)
+			}
+			p := decode[map[string]any](t, rec)
+			if p["status"] != float64(c.status) || !strings.Contains(fmt.Sprint(p["detail"]), c.detail) {
+				t.Fatalf("problem %v, want status %d and detail mentioning %q", p, c.status, c.detail)
+			}
+		})
+	}
+	// Wrong method and unknown path are problems too.
+	if rec := f.do("GET", "/v1/check", ""); rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "POST" ||
+		rec.Header().Get("Content-Type") != "application/problem+json" {
+		t.Errorf("GET /v1/check: %d %v", rec.Code, rec.Header())
+	}
+	if rec := f.do("GET", "/v2/nothing", ""); rec.Code != 404 || rec.Header().Get("Content-Type") != "application/problem+json" {
+		t.Errorf("unknown path: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+}
+
+func TestHostileKeysAreDistinct(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	keys := []string{"", "{", "}", "{}", "}{", "\x00", "a\nb", "\xff", strings.Repeat("k", 8<<10)}
+	for i, k := range keys {
+		body, _ := json.Marshal(map[string]any{"rule": "login", "key": k, "cost": 3})
+		if rec := f.do("POST", "/v1/check", string(body)); rec.Code != 200 {
+			t.Errorf("key #%d: status %d (shares state with another key?): %s", i, rec.Code, rec.Body)
+		}
+	}
+}
+
+func TestShadowRuleNeverDenies(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	f.do("POST", "/v1/check", `{"rule":"shadowed","key":"k"}`)
+	rec := f.do("POST", "/v1/check", `{"rule":"shadowed","key":"k"}`)
+	got := decode[server.CheckResponse](t, rec)
+	if rec.Code != 200 || !got.Allowed || !got.Shadow || !got.ShadowDenied {
+		t.Fatalf("shadow rule over its limit: %d %+v", rec.Code, got)
+	}
+}
+
+func TestResetAndRules(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	f.do("POST", "/v1/check", `{"rule":"login","key":"k","cost":3}`)
+	if rec := f.do("POST", "/v1/reset", `{"rule":"login","key":"k"}`); rec.Code != 200 {
+		t.Fatalf("reset: %d %s", rec.Code, rec.Body)
+	}
+	if rec := f.do("POST", "/v1/check", `{"rule":"login","key":"k","cost":3}`); rec.Code != 200 {
+		t.Fatalf("after reset: %d", rec.Code)
+	}
+	if rec := f.do("POST", "/v1/reset", `{"rule":"nope","key":"k"}`); rec.Code != 404 {
+		t.Fatalf("reset of unknown rule: %d", rec.Code)
+	}
+	rules := decode[struct{ Rules []server.RuleInfo }](t, f.do("GET", "/v1/rules", ""))
+	if len(rules.Rules) != 3 || rules.Rules[0].Name != "api" || rules.Rules[0].Refill != 1 || rules.Rules[1].FailureMode != "closed" {
+		t.Fatalf("rules: %+v", rules)
+	}
+}
+
+func TestForwardAuth(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	fa := func(remote, xff string) int {
+		req := httptest.NewRequest("GET", "/v1/forward-auth?rule=login", nil)
+		req.RemoteAddr = remote
+		if xff != "" {
+			req.Header.Set("X-Forwarded-For", xff)
+		}
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	// Through a trusted proxy, the client is the address the proxy saw.
+	for range 3 {
+		if got := fa("10.1.2.3:5555", "198.51.100.7"); got != 200 {
+			t.Fatalf("forward auth: %d", got)
+		}
+	}
+	if got := fa("10.1.2.3:5555", "198.51.100.7"); got != 403 {
+		t.Fatalf("4th request: %d, want the configured 403", got)
+	}
+	// A client spoofing the victim's address directly is keyed on its own.
+	if got := fa("203.0.113.9:1234", "198.51.100.7"); got != 200 {
+		t.Fatalf("spoofed X-Forwarded-For from an untrusted peer: %d", got)
+	}
+	// Spoofing through the proxy: the rightmost untrusted entry is the client.
+	if got := fa("10.1.2.3:5555", "198.51.100.7, 203.0.113.10"); got != 200 {
+		t.Fatalf("spoofed leftmost entry: %d", got)
+	}
+	// The rule may come from a header.
+	rec := f.do("GET", "/v1/forward-auth", "", "X-Floodgate-Rule", "api")
+	if rec.Code != 200 {
+		t.Fatalf("rule from header: %d", rec.Code)
+	}
+	if rec := f.do("GET", "/v1/forward-auth", ""); rec.Code != 400 {
+		t.Fatalf("no rule: %d", rec.Code)
+	}
+}
+
+func TestHealthReadyMetrics(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	if rec := f.do("GET", "/healthz", ""); rec.Code != 200 {
+		t.Fatalf("healthz %d", rec.Code)
+	}
+	if rec := f.do("GET", "/readyz", ""); rec.Code != 200 {
+		t.Fatalf("readyz %d", rec.Code)
+	}
+	for range 4 {
+		f.do("POST", "/v1/check", `{"rule":"login","key":"m"}`)
+	}
+	body := f.do("GET", "/metrics", "").Body.String()
+	for _, want := range []string{
+		`floodgate_decisions_total{outcome="allowed",rule="login"} 3`,
+		`floodgate_decisions_total{outcome="denied",rule="login"} 1`,
+		`floodgate_store_latency_seconds_count{op="allow"} 4`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// failingStore answers every call with ErrStoreUnavailable, as a store does
+// when Redis is down (the end-to-end tests use a real stopped Redis).
+type failingStore struct{ floodgate.Store }
+
+func (failingStore) AllowN(context.Context, string, floodgate.Limit, int64) (floodgate.Decision, error) {
+	return floodgate.Decision{}, fmt.Errorf("dial: %w", floodgate.ErrStoreUnavailable)
+}
+
+func (failingStore) Reset(context.Context, string, floodgate.Limit) error {
+	return fmt.Errorf("dial: %w", floodgate.ErrStoreUnavailable)
+}
+
+func TestFailureModes(t *testing.T) {
+	f := newFixture(t, testConfig, func(floodgate.Clock) floodgate.Store { return failingStore{} })
+	rec := f.do("POST", "/v1/check", `{"rule":"api","key":"k"}`)
+	got := decode[server.CheckResponse](t, rec)
+	if rec.Code != 200 || !got.Allowed || !got.StoreUnavailable {
+		t.Fatalf("fail-open rule: %d %+v", rec.Code, got)
+	}
+	rec = f.do("POST", "/v1/check", `{"rule":"login","key":"k"}`)
+	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" || rec.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("fail-closed rule: %d %v", rec.Code, rec.Header())
+	}
+	if rec := f.do("GET", "/readyz", ""); rec.Code != 503 {
+		t.Fatalf("readyz with the store down: %d", rec.Code)
+	}
+	body := f.do("GET", "/metrics", "").Body.String()
+	for _, want := range []string{
+		`floodgate_failure_mode_activations_total{mode="open",rule="api"} 1`,
+		`floodgate_failure_mode_activations_total{mode="closed",rule="login"} 1`,
+		`floodgate_store_errors_total{rule="login"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestReload(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	next, err := config.Parse([]byte(strings.Replace(testConfig, "limit: 3", "limit: 1", 1)), "next.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.srv.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	f.do("POST", "/v1/check", `{"rule":"login","key":"r"}`)
+	if rec := f.do("POST", "/v1/check", `{"rule":"login","key":"r"}`); rec.Code != 429 {
+		t.Fatalf("after reload to limit 1, second request: %d", rec.Code)
+	}
+}
+
+func TestMaxInFlight(t *testing.T) {
+	cfg := config.Default()
+	block := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	srv, err := server.New(cfg, blockingStore{block: block, entered: entered}, server.Options{MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	done := make(chan int)
+	go func() {
+		resp, err := http.Post(ts.URL+"/v1/check", "application/json", bytes.NewBufferString(`{"rule":"api","key":"k"}`))
+		if err != nil {
+			done <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-entered
+	resp, err := http.Post(ts.URL+"/v1/check", "application/json", bytes.NewBufferString(`{"rule":"api","key":"k"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("second concurrent request: %d, want 503", resp.StatusCode)
+	}
+	close(block)
+	if got := <-done; got != 200 {
+		t.Fatalf("first request: %d", got)
+	}
+}
+
+type blockingStore struct {
+	floodgate.Store
+	block   chan struct{}
+	entered chan struct{}
+}
+
+func (b blockingStore) AllowN(ctx context.Context, _ string, l floodgate.Limit, _ int64) (floodgate.Decision, error) {
+	b.entered <- struct{}{}
+	select {
+	case <-b.block:
+		return floodgate.Decision{Allowed: true, Limit: l.Quota}, nil
+	case <-ctx.Done():
+		return floodgate.Decision{}, errors.New("cancelled")
+	}
+}
