@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -19,8 +20,12 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) {
-			fmt.Fprintln(os.Stderr, "floodgate:", err)
+		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) && !errors.Is(err, errDenied) {
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "floodgate") {
+				msg = "floodgate: " + msg
+			}
+			fmt.Fprintln(os.Stderr, msg)
 		}
 		os.Exit(exitCode(err))
 	}
@@ -36,6 +41,9 @@ func exitCode(err error) int {
 	if errors.Is(err, errUsage) {
 		return 2
 	}
+	if errors.Is(err, errDenied) {
+		return 3
+	}
 	return 1
 }
 
@@ -50,6 +58,8 @@ func commands() map[string]command {
 	return map[string]command{
 		"version": {"print the version", runVersion},
 		"serve":   {"run the rate-limit server (HTTP API, metrics)", runServe},
+		"check":   {"decide one request from the command line against a config's store", runCheck},
+		"config":  {"validate a config file, or print the example", runConfig},
 	}
 }
 
