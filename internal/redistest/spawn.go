@@ -1,0 +1,278 @@
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// SpawnedServer is a throwaway redis-server process that belongs to one
+// test: Spawn starts it on a free loopback port, and the test's cleanup kills
+// it. Tests may stop (SIGSTOP), resume and kill it at will, which they must
+// never do to the shared harness servers.
+type SpawnedServer struct {
+	// Addr is the server's 127.0.0.1:port address.
+	Addr string
+	// Port is the server's port; a cluster node's bus port is Port+10000.
+	Port int
+
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	once sync.Once
+}
+
+// syncBuffer collects a process's output for failure messages.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// redisServerPath returns the redis-server binary, or skips t (fails it
+// under CI, where a missing server is a broken setup, not a choice).
+func redisServerPath(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("redis-server not found (%v): scripts/redis-harness.sh installs it", err)
+		}
+		t.Skipf("redis-server not found (%v): install it (scripts/redis-harness.sh does) to run this test", err)
+	}
+	return path
+}
+
+// freePort returns a loopback port that is free, and whose cluster bus port
+// (port+10000) is free too. Another process may still take it before the
+// server binds it; Spawn retries then.
+func freePort() (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free loopback port pair found")
+}
+
+// Spawn starts a redis-server of its own for t on a free loopback port, with
+// no persistence, plus any extra "--name value" arguments, and waits until it
+// answers PING. t's cleanup kills exactly this process. It skips t if
+// redis-server is not installed (and fails it under CI).
+func Spawn(t testing.TB, args ...string) *SpawnedServer {
+	t.Helper()
+	path := redisServerPath(t)
+	var lastErr error
+	for range 5 {
+		s, err := spawn(t, path, args)
+		if err == nil {
+			return s
+		}
+		lastErr = err
+	}
+	t.Fatalf("redistest: spawning redis-server: %v", lastErr)
+	return nil
+}
+
+func spawn(t testing.TB, path string, extra []string) (*SpawnedServer, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir := t.TempDir()
+	args := []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir, "--logfile", "",
+	}
+	s := &SpawnedServer{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, log: &syncBuffer{}}
+	s.cmd = exec.Command(path, append(args, extra...)...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = s.cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() { s.Kill(); <-exited })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := ping(s.Addr); err == nil {
+			return s, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, strings.TrimSpace(s.log.String()))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Kill()
+			return nil, fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", port, s.log.String())
+		}
+	}
+}
+
+// ping sends PING over a fresh connection and expects +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	buf := make([]byte, 7)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if string(buf[:n]) != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", buf[:n])
+	}
+	return nil
+}
+
+// Stop suspends the server with SIGSTOP: it keeps its connections open but
+// answers nothing, like a hung host. Resume it with Cont; cleanup kills it
+// either way.
+func (s *SpawnedServer) Stop(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %s: %v", s.Addr, err)
+	}
+}
+
+// Cont resumes a server suspended by Stop.
+func (s *SpawnedServer) Cont(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT %s: %v", s.Addr, err)
+	}
+}
+
+// Kill ends the server with SIGKILL (a stopped one too). It is safe to call
+// more than once; cleanup calls it.
+func (s *SpawnedServer) Kill() {
+	s.once.Do(func() { _ = s.cmd.Process.Kill() })
+}
+
+// Log returns what the server printed so far.
+func (s *SpawnedServer) Log() string { return s.log.String() }
+
+// Do sends one command to the server over a fresh connection and returns
+// the reply, failing t on a connection error (not on a Redis error reply,
+// which is returned in the result).
+func (s *SpawnedServer) Do(t testing.TB, args ...string) rueidis.RedisResult {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: []string{s.Addr}, ForceSingleClient: true, DisableCache: true, DisableRetry: true,
+	})
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", s.Addr, err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Do(ctx, c.B().Arbitrary(args...).Build())
+}
+
+// SpawnedCluster is a throwaway Redis Cluster of primaries without replicas,
+// each a SpawnedServer of its own.
+type SpawnedCluster struct {
+	// Nodes are the primaries; Nodes[i] serves slots
+	// i*16384/len(Nodes) to (i+1)*16384/len(Nodes)-1.
+	Nodes []*SpawnedServer
+}
+
+// Addrs returns the nodes' addresses.
+func (c *SpawnedCluster) Addrs() []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr
+	}
+	return addrs
+}
+
+// NodeForSlot returns the node serving slot.
+func (c *SpawnedCluster) NodeForSlot(slot int) *SpawnedServer {
+	n := len(c.Nodes)
+	for i := n - 1; i > 0; i-- {
+		if slot >= i*16384/n {
+			return c.Nodes[i]
+		}
+	}
+	return c.Nodes[0]
+}
+
+// SpawnCluster starts a cluster of n primaries (no replicas) for t, assigns
+// the slots evenly, and waits until every node reports cluster_state:ok and
+// knows every other. t's cleanup kills exactly these processes.
+func SpawnCluster(t testing.TB, n int) *SpawnedCluster {
+	t.Helper()
+	c := &SpawnedCluster{}
+	for range n {
+		c.Nodes = append(c.Nodes, Spawn(t, "--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"))
+	}
+	for i, node := range c.Nodes {
+		lo, hi := i*16384/n, (i+1)*16384/n-1
+		if err := node.Do(t, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)).Error(); err != nil {
+			t.Fatalf("CLUSTER ADDSLOTSRANGE on %s: %v", node.Addr, err)
+		}
+		if i > 0 {
+			if err := c.Nodes[0].Do(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(node.Port)).Error(); err != nil {
+				t.Fatalf("CLUSTER MEET %s: %v", node.Addr, err)
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, node := range c.Nodes {
+		for {
+			info, err := node.Do(t, "CLUSTER", "INFO").ToString()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)+"\r\n") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s not ready after 30s: %q %v", node.Addr, info, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
