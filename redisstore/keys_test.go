@@ -1,0 +1,138 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/storetest"
+)
+
+// crc16 is CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
+func crc16(b string) uint16 {
+	var crc uint16
+	for i := 0; i < len(b); i++ {
+		crc ^= uint16(b[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// hashTag returns the part of key Redis Cluster hashes: the text between the
+// first '{' and the first '}' after it, if not empty; otherwise the key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// keySlot computes CLUSTER KEYSLOT key.
+func keySlot(key string) int { return int(crc16(hashTag(key)) % 16384) }
+
+func TestKeySlotFunction(t *testing.T) {
+	// Vectors from the Redis Cluster specification and CLUSTER KEYSLOT.
+	if got := crc16("123456789"); got != 0x31C3 {
+		t.Fatalf("crc16(123456789) = %#x, want 0x31c3", got)
+	}
+	cases := map[string]int{"foo": 12182, "{user1000}.following": 3443, "{user1000}.followers": 3443, "123456789": 12739, "foo{}{bar}": 8363, "foo{{bar}}zap": 4015}
+	for k, want := range cases {
+		if got := keySlot(k); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", k, got, want)
+		}
+	}
+}
+
+// identities returns the hostile identities plus a few more shapes.
+func identities() []string {
+	ids := append(storetest.HostileKeys(),
+		"%", "%7B", "{", "%25", "=", "#", "#abc", "=x", "a%b{c}d", "192.0.2.1", "2001:db8::1",
+		strings.Repeat("x", maxPlainIdentity), strings.Repeat("x", maxPlainIdentity+1),
+		strings.Repeat("{", maxPlainIdentity), strings.Repeat("%", maxPlainIdentity+1))
+	return ids
+}
+
+func TestKeyLayout(t *testing.T) {
+	long := strings.Repeat("k", maxPlainIdentity+1)
+	sum := sha256.Sum256([]byte(long))
+	cases := []struct {
+		prefix, id string
+		alg        floodgate.Algorithm
+		want       string
+	}{
+		{"fg:", "", floodgate.SlidingWindowLog, "fg:{=}:swl"},
+		{"fg:", "user42", floodgate.TokenBucket, "fg:{=user42}:tb"},
+		{"", "{a}", floodgate.SlidingWindowCounter, "{=%7Ba%7D}:swc"},
+		{"x", "50%", floodgate.FixedWindow, "x{=50%25}:fw"},
+		{"fg:", "a\x00\n\xff", floodgate.FixedWindow, "fg:{=a\x00\n\xff}:fw"},
+		{"fg:", strings.Repeat("k", maxPlainIdentity), floodgate.FixedWindow, "fg:{=" + strings.Repeat("k", maxPlainIdentity) + "}:fw"},
+		{"fg:", long, floodgate.TokenBucket, "fg:{#" + hex.EncodeToString(sum[:]) + "}:tb"},
+	}
+	for _, c := range cases {
+		if got := Key(c.prefix, c.id, c.alg); got != c.want {
+			t.Errorf("Key(%q, %q, %s) = %q, want %q", c.prefix, c.id, c.alg, got, c.want)
+		}
+	}
+	s := &Store{prefix: "p:"}
+	if got, want := s.Key("id", floodgate.TokenBucket), "p:{=id}:tb"; got != want {
+		t.Errorf("Store.Key = %q, want %q", got, want)
+	}
+}
+
+// TestKeyProperties: for every identity, all keys share one non-empty,
+// brace-free hash tag; distinct identities never share a key; keys stay
+// bounded.
+func TestKeyProperties(t *testing.T) {
+	ids := identities()
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, r.IntN(300))
+		for i := range b {
+			b[i] = "{}%=#ab\x00\xff"[r.IntN(9)]
+		}
+		ids = append(ids, string(b))
+	}
+	seen := map[string]string{}
+	for _, id := range ids {
+		var tag string
+		for _, alg := range floodgate.Algorithms() {
+			k := Key("app:", id, alg)
+			if len(k) > len("app:")+391 {
+				t.Errorf("key for a %d-byte identity is %d bytes, want at most %d", len(id), len(k), len("app:")+391)
+			}
+			ht := hashTag(k)
+			if ht == k || ht == "" || strings.ContainsAny(ht, "{}") {
+				t.Fatalf("key %q: hash tag %q is not a proper tag", k, ht)
+			}
+			if tag == "" {
+				tag = ht
+			} else if ht != tag {
+				t.Fatalf("identity %q: keys carry tags %q and %q", id, tag, ht)
+			}
+			if other, dup := seen[k]; dup && other != id {
+				t.Fatalf("identities %q and %q share key %q", other, id, k)
+			}
+			seen[k] = id
+		}
+	}
+}
+
+func ExampleKey() {
+	fmt.Println(Key("api:", "203.0.113.7", floodgate.SlidingWindowLog))
+	fmt.Println(Key("api:", "{tenant}", floodgate.TokenBucket))
+	// Output:
+	// api:{=203.0.113.7}:swl
+	// api:{=%7Btenant%7D}:tb
+}
