@@ -1,0 +1,624 @@
+// Package httplimit is floodgate's net/http middleware: it applies rate-limit
+// rules to requests before they reach a handler, over any [floodgate.Store].
+//
+//	lim, err := httplimit.New(httplimit.Config{
+//		Store: memory.New(),
+//		Rules: []httplimit.Rule{
+//			{Name: "per-ip", Limit: floodgate.PerMinute(100)},
+//			{Name: "per-key", Limit: floodgate.PerHour(1000), Key: httplimit.Header("X-API-Key")},
+//		},
+//	})
+//	...
+//	http.ListenAndServe(addr, lim.Handler(mux))
+//
+// # Rules
+//
+// Each [Rule] names a limit, the requests it applies to (methods and
+// net/http ServeMux path patterns) and how to key them (the client's
+// address by default; a header, a request-context value or a combination).
+// A request passes only if every rule that applies to it allows it. Rules are
+// checked in order; when one denies, the rules that had already admitted the
+// request are refunded ([floodgate.Store.RefundN]), so a denied request uses
+// up no quota anywhere, and the rules after it are not consulted.
+//
+// # Responses
+//
+// Responses carry the IETF draft RateLimit-Policy and RateLimit fields
+// (draft-ietf-httpapi-ratelimit-headers-11, Structured Fields) and the
+// common X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset; see
+// [HeaderMode]. A denied request gets 429 Too Many Requests, Retry-After in
+// whole seconds and an RFC 9457 problem (application/problem+json) of type
+// quota-exceeded listing the violated policy, unless a [Config.DenyHandler]
+// answers instead.
+//
+// # Failures
+//
+// When the store fails or times out ([Config.Timeout] bounds each call), or
+// a rule's key cannot be found, the rule's [FailureMode] decides: FailOpen
+// lets the request through, FailClosed answers 503 Service Unavailable with
+// Retry-After. Every failure is counted ([Limiter.Stats]), reported to
+// [Config.OnStoreError] and logged, at most once per [Config.LogInterval].
+package httplimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clientip"
+)
+
+// Defaults for the zero fields of a Config.
+const (
+	// DefaultTimeout bounds each store call.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultUnavailableRetryAfter is the Retry-After of a 503 answered
+	// because a fail-closed rule could not decide.
+	DefaultUnavailableRetryAfter = 5 * time.Second
+	// DefaultLogInterval is the least time between two log lines about
+	// failures.
+	DefaultLogInterval = 30 * time.Second
+)
+
+// maxKeyLen is the longest key stored as it is; longer keys (a huge header
+// value) are stored as their SHA-256, so a client cannot make the store hold
+// arbitrarily long keys.
+const maxKeyLen = 256
+
+// FailureMode says what a rule does when it cannot decide: its store call
+// failed or timed out, or its key function returned an error.
+type FailureMode uint8
+
+const (
+	// FailOpen lets the request through as if the rule did not exist (the
+	// zero value): availability first, for public APIs.
+	FailOpen FailureMode = iota
+	// FailClosed answers 503 Service Unavailable with Retry-After: for
+	// routes where an unlimited client is worse than an outage, such as
+	// login or payment endpoints.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailureMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("FailureMode(%d)", m)
+}
+
+// Rule is one rate limit and the requests it applies to.
+type Rule struct {
+	// Name identifies the rule in response headers, problem details, logs
+	// and store keys. Required, unique within a Config, printable ASCII.
+	Name string
+	// Limit is the rate limit, as a valid [floodgate.Limit].
+	Limit floodgate.Limit
+	// Methods lists the request methods the rule applies to, such as
+	// "POST". Empty: every method. "GET" also matches HEAD, as in ServeMux.
+	Methods []string
+	// Paths lists net/http ServeMux patterns ("/api/", "/login",
+	// "GET /users/{id}", "api.example.com/"): the rule applies to a request
+	// that any of them would route, with ServeMux's rules for trailing
+	// slashes, wildcards, methods and hosts. Paths are matched after
+	// ServeMux's cleaning, so "/api/../login" matches "/login". Empty: every
+	// path.
+	Paths []string
+	// Key returns the key the rule counts the request under. Nil: the
+	// client's address, from Config.ClientIP. See [KeyFunc].
+	Key KeyFunc
+	// Failure says what to do when the rule cannot decide.
+	Failure FailureMode
+	// Shadow makes the rule decide and report (Stats.ShadowDenied,
+	// Config.OnShadowDeny) but never deny: for trying a limit out on real
+	// traffic. A shadow rule that cannot decide always fails open, and it
+	// does not appear in response headers.
+	Shadow bool
+}
+
+// Denial describes a request that a rule denied, for a DenyHandler.
+type Denial struct {
+	// Rule is the name of the rule that denied the request.
+	Rule string
+	// Limit is that rule's limit.
+	Limit floodgate.Limit
+	// Decision is the store's decision; Decision.RetryAfter says when a
+	// retry would be admitted.
+	Decision floodgate.Decision
+}
+
+// RetryAfterSeconds returns d.Decision.RetryAfter in whole seconds as the
+// Retry-After header states it: rounded up, and never below 1.
+func (d Denial) RetryAfterSeconds() int64 { return retryAfterSeconds(d.Decision.RetryAfter) }
+
+// Config configures a Limiter. Store and Rules are required; every other
+// zero field has a documented default.
+type Config struct {
+	// Store decides the limits; required.
+	Store floodgate.Store
+	// Rules are the limits, checked in order; at least one.
+	Rules []Rule
+	// ClientIP finds the client's address for rules keyed by it. Nil: a
+	// clientip.Resolver zero value, which trusts no proxy (the key is the
+	// connection's peer) and groups IPv6 by /64.
+	ClientIP *clientip.Extractor
+	// KeyPrefix is put before every store key, so several Limiters (or
+	// applications) can share one store. Store keys are
+	// KeyPrefix + rule name + ":" + key.
+	KeyPrefix string
+	// Headers selects the rate-limit response headers; the zero value sends
+	// both the IETF and the X-RateLimit ones.
+	Headers HeaderMode
+	// Timeout bounds each store call (the context passed to the store has
+	// this deadline). Zero: DefaultTimeout. Negative: no deadline beyond the
+	// request's own, for in-process stores only.
+	Timeout time.Duration
+	// UnavailableRetryAfter is the Retry-After of a 503 from a fail-closed
+	// rule. Zero: DefaultUnavailableRetryAfter. Rounded up to whole seconds.
+	UnavailableRetryAfter time.Duration
+	// Skip, if set, exempts the requests for which it returns true (health
+	// checks, metrics scrapes): they pass with no rule checked and no
+	// headers added.
+	Skip func(*http.Request) bool
+	// DenyHandler, if set, answers denied requests instead of the default
+	// 429 problem. When it runs, the rate-limit headers and Retry-After are
+	// already set on w; it writes the status and body.
+	DenyHandler func(w http.ResponseWriter, r *http.Request, d Denial)
+	// OnStoreError, if set, is called for every failure: a store call that
+	// failed or timed out (err wraps the store's error, often
+	// floodgate.ErrStoreUnavailable or context.DeadlineExceeded), a refund
+	// that failed, or a key function's error (err matches ErrKey). It runs on
+	// the request's goroutine and must be quick and safe for concurrent use:
+	// increment a metric.
+	OnStoreError func(r *http.Request, rule string, err error)
+	// OnShadowDeny, if set, is called when a shadow rule would have denied
+	// a request. Same constraints as OnStoreError.
+	OnShadowDeny func(r *http.Request, rule string, d floodgate.Decision)
+	// Logger receives a warning about failures, at most one line per
+	// LogInterval, counting the failures it did not log. Nil:
+	// slog.Default().
+	Logger *slog.Logger
+	// LogInterval is the least time between two failure log lines. Zero:
+	// DefaultLogInterval.
+	LogInterval time.Duration
+	// Clock tells the time for X-RateLimit-Reset (an absolute time) and log
+	// throttling. Nil: the system clock. Decisions take the store's time.
+	Clock floodgate.Clock
+}
+
+// ErrKey marks a key function's failure, as passed to OnStoreError.
+var ErrKey = errors.New("httplimit: no key for the request")
+
+// ConfigError reports a bad Config field, naming the field and its value.
+type ConfigError struct {
+	Field  string // such as "Rules[1].Name"
+	Value  string // the bad value, formatted
+	Reason string
+	Err    error // the underlying error, if any
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("httplimit: %s %s %s", e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Stats counts what a Limiter has done since it was created.
+type Stats struct {
+	// Denied counts requests answered 429 (or by the DenyHandler).
+	Denied uint64
+	// ShadowDenied counts shadow-rule decisions that would have denied.
+	ShadowDenied uint64
+	// Unavailable counts requests answered 503 by a fail-closed rule.
+	Unavailable uint64
+	// StoreErrors counts store calls that failed or timed out, refunds
+	// included.
+	StoreErrors uint64
+	// KeyErrors counts key functions that returned an error.
+	KeyErrors uint64
+}
+
+// Limiter is the middleware. Create it with New; it is safe for concurrent
+// use, and holds no goroutines or resources.
+type Limiter struct {
+	store            floodgate.Store
+	rules            []rule
+	headers          HeaderMode
+	timeout          time.Duration
+	unavailableAfter string
+	skip             func(*http.Request) bool
+	deny             func(http.ResponseWriter, *http.Request, Denial)
+	onStoreError     func(*http.Request, string, error)
+	onShadowDeny     func(*http.Request, string, floodgate.Decision)
+	logger           *slog.Logger
+	logEvery         int64 // nanoseconds
+	clock            floodgate.Clock
+
+	nextLog    atomic.Int64 // Unix nanoseconds before which failures are not logged
+	suppressed atomic.Uint64
+	denied     atomic.Uint64
+	shadowed   atomic.Uint64
+	unavail    atomic.Uint64
+	storeErrs  atomic.Uint64
+	keyErrs    atomic.Uint64
+}
+
+// New checks cfg and returns its Limiter. The error is a *ConfigError naming
+// the bad field.
+func New(cfg Config) (*Limiter, error) {
+	if cfg.Store == nil {
+		return nil, &ConfigError{Field: "Store", Value: "<nil>", Reason: "is required"}
+	}
+	if len(cfg.Rules) == 0 {
+		return nil, &ConfigError{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"}
+	}
+	if cfg.Headers > HeadersNone {
+		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
+	}
+	l := &Limiter{
+		store:        cfg.Store,
+		headers:      cfg.Headers,
+		timeout:      cfg.Timeout,
+		skip:         cfg.Skip,
+		deny:         cfg.DenyHandler,
+		onStoreError: cfg.OnStoreError,
+		onShadowDeny: cfg.OnShadowDeny,
+		logger:       cfg.Logger,
+		logEvery:     int64(cfg.LogInterval),
+		clock:        cfg.Clock,
+	}
+	if l.timeout == 0 {
+		l.timeout = DefaultTimeout
+	}
+	if l.logger == nil {
+		l.logger = slog.Default()
+	}
+	if l.logEvery == 0 {
+		l.logEvery = int64(DefaultLogInterval)
+	}
+	if l.clock == nil {
+		l.clock = floodgate.SystemClock{}
+	}
+	ra := cfg.UnavailableRetryAfter
+	if ra == 0 {
+		ra = DefaultUnavailableRetryAfter
+	}
+	if ra < 0 {
+		return nil, &ConfigError{Field: "UnavailableRetryAfter", Value: ra.String(), Reason: "must not be negative"}
+	}
+	if cfg.LogInterval < 0 {
+		return nil, &ConfigError{Field: "LogInterval", Value: cfg.LogInterval.String(), Reason: "must not be negative"}
+	}
+	l.unavailableAfter = formatSeconds(retryAfterSeconds(ra))
+	clientKey := ClientIP(cfg.ClientIP)
+	seen := map[string]bool{}
+	for i, r := range cfg.Rules {
+		cr, err := compileRule(i, r, cfg.KeyPrefix, clientKey)
+		if err != nil {
+			return nil, err
+		}
+		if seen[r.Name] {
+			return nil, &ConfigError{Field: fmt.Sprintf("Rules[%d].Name", i), Value: fmt.Sprintf("%q", r.Name), Reason: "is used by an earlier rule"}
+		}
+		seen[r.Name] = true
+		l.rules = append(l.rules, cr)
+	}
+	return l, nil
+}
+
+// Stats returns the Limiter's counters.
+func (l *Limiter) Stats() Stats {
+	return Stats{
+		Denied:       l.denied.Load(),
+		ShadowDenied: l.shadowed.Load(),
+		Unavailable:  l.unavail.Load(),
+		StoreErrors:  l.storeErrs.Load(),
+		KeyErrors:    l.keyErrs.Load(),
+	}
+}
+
+// Handler returns next behind the Limiter's rules. Its method value,
+// lim.Handler, is the func(http.Handler) http.Handler that routers such as
+// chi and gorilla/mux take as middleware.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l.skip != nil && l.skip(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if l.check(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// outcome is one applicable rule's part in a request.
+type outcome struct {
+	rule     *rule
+	key      string // the store key
+	d        floodgate.Decision
+	decided  bool // the store answered and the rule allowed (d is valid)
+	admitted bool // the request took quota that a denial must give back
+}
+
+// check applies the rules to r. It returns true to pass the request on,
+// having set the rate-limit headers; otherwise it has answered r.
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
+	var buf [8]outcome
+	out := buf[:0]
+	// First find the rules that apply and their keys, so the policy header
+	// can list them all even if one denies before the others are asked.
+	for i := range l.rules {
+		ru := &l.rules[i]
+		if !ru.matches(r) {
+			continue
+		}
+		key, err := ru.key(r)
+		if err != nil {
+			l.keyErrs.Add(1)
+			l.failure(r, ru, fmt.Errorf("%w: %w", ErrKey, err))
+			if ru.closed() {
+				l.unavailable(w, r)
+				return false
+			}
+			continue
+		}
+		if key == "" {
+			continue // the rule does not apply to this request
+		}
+		out = append(out, outcome{rule: ru, key: ru.storeKey(key)})
+	}
+	for i := range out {
+		o := &out[i]
+		d, err := l.allow(r.Context(), o.rule, o.key)
+		if err != nil {
+			if r.Context().Err() == nil { // not the client going away
+				l.storeErrs.Add(1)
+				l.failure(r, o.rule, err)
+			}
+			if o.rule.closed() {
+				l.refund(r, out[:i])
+				l.unavailable(w, r)
+				return false
+			}
+			continue
+		}
+		if !d.Allowed {
+			if o.rule.shadow {
+				l.shadowed.Add(1)
+				if l.onShadowDeny != nil {
+					l.onShadowDeny(r, o.rule.name, d)
+				}
+				continue
+			}
+			l.refund(r, out[:i])
+			l.denied.Add(1)
+			l.writeHeaders(w.Header(), out, o.rule, d)
+			w.Header()["Retry-After"] = []string{formatSeconds(retryAfterSeconds(d.RetryAfter))}
+			dn := Denial{Rule: o.rule.name, Limit: o.rule.limit, Decision: d}
+			if l.deny != nil {
+				l.deny(w, r, dn)
+			} else {
+				o.rule.writeProblem(w)
+			}
+			return false
+		}
+		o.d, o.decided, o.admitted = d, true, true
+	}
+	var most *outcome
+	for i := range out {
+		o := &out[i]
+		if !o.decided || o.rule.shadow {
+			continue
+		}
+		if most == nil || o.d.Remaining < most.d.Remaining ||
+			o.d.Remaining == most.d.Remaining && o.d.ResetAfter > most.d.ResetAfter {
+			most = o
+		}
+	}
+	if most != nil {
+		l.writeHeaders(w.Header(), out, most.rule, most.d)
+	} else {
+		l.writeHeaders(w.Header(), out, nil, floodgate.Decision{})
+	}
+	return true
+}
+
+// allow asks the store about one rule, within the timeout.
+func (l *Limiter) allow(ctx context.Context, ru *rule, key string) (floodgate.Decision, error) {
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	d, err := l.store.Allow(ctx, key, ru.limit)
+	if err != nil {
+		return d, fmt.Errorf("httplimit: rule %q: store: %w", ru.name, err)
+	}
+	return d, nil
+}
+
+// refund gives back what the outcomes admitted, newest first. It runs even
+// if the client has gone away, within the timeout.
+func (l *Limiter) refund(r *http.Request, out []outcome) {
+	for i := len(out) - 1; i >= 0; i-- {
+		o := &out[i]
+		if !o.admitted {
+			continue
+		}
+		ctx := context.WithoutCancel(r.Context())
+		var cancel context.CancelFunc = func() {}
+		if l.timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		}
+		err := l.store.RefundN(ctx, o.key, o.rule.limit, 1)
+		cancel()
+		if err != nil {
+			l.storeErrs.Add(1)
+			l.failure(r, o.rule, fmt.Errorf("httplimit: rule %q: refund: %w", o.rule.name, err))
+		}
+		o.admitted = false
+	}
+}
+
+// unavailable answers 503 for a fail-closed rule that could not decide.
+func (l *Limiter) unavailable(w http.ResponseWriter, r *http.Request) {
+	l.unavail.Add(1)
+	w.Header()["Retry-After"] = []string{l.unavailableAfter}
+	writeUnavailable(w)
+}
+
+// failure reports a rule's failure to the hook, and to the log unless a
+// line was written less than LogInterval ago.
+func (l *Limiter) failure(r *http.Request, ru *rule, err error) {
+	if l.onStoreError != nil {
+		l.onStoreError(r, ru.name, err)
+	}
+	now := l.clock.Now().UnixNano()
+	next := l.nextLog.Load()
+	if now < next || !l.nextLog.CompareAndSwap(next, now+l.logEvery) {
+		l.suppressed.Add(1)
+		return
+	}
+	l.logger.LogAttrs(r.Context(), slog.LevelWarn, "floodgate: rate-limit rule cannot decide",
+		slog.String("rule", ru.name),
+		slog.String("failure_mode", ru.failureMode().String()),
+		slog.String("error", err.Error()),
+		slog.Uint64("suppressed", l.suppressed.Swap(0)),
+	)
+}
+
+// storeKey returns the key the store keeps the rule's state for key under.
+func (ru *rule) storeKey(key string) string {
+	if len(key) > maxKeyLen {
+		sum := sha256.Sum256([]byte(key))
+		key = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return ru.prefix + key
+}
+
+// rule is a Rule checked and prepared for serving.
+type rule struct {
+	name    string
+	limit   floodgate.Limit
+	methods []string
+	mux     *http.ServeMux // nil: every path
+	key     KeyFunc
+	failure FailureMode
+	shadow  bool
+	prefix  string // Config.KeyPrefix + name + ":"
+	sfName  string // the name serialized as a Structured Fields String
+	policy  string // the rule's RateLimit-Policy list member
+	problem []byte // the default 429 body
+}
+
+func (ru *rule) closed() bool { return ru.failureMode() == FailClosed }
+
+// failureMode returns the mode that applies: shadow rules always fail open.
+func (ru *rule) failureMode() FailureMode {
+	if ru.shadow {
+		return FailOpen
+	}
+	return ru.failure
+}
+
+func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, error) {
+	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
+	if r.Name == "" {
+		return rule{}, &ConfigError{Field: field("Name"), Value: `""`, Reason: "is required"}
+	}
+	for j := 0; j < len(r.Name); j++ {
+		if c := r.Name[j]; c < 0x20 || c > 0x7e {
+			return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "must be printable ASCII"}
+		}
+	}
+	if err := r.Limit.Validate(); err != nil {
+		return rule{}, &ConfigError{Field: field("Limit"), Value: r.Limit.String(), Reason: "is invalid", Err: err}
+	}
+	if r.Failure > FailClosed {
+		return rule{}, &ConfigError{Field: field("Failure"), Value: r.Failure.String(), Reason: "must be FailOpen or FailClosed"}
+	}
+	cr := rule{
+		name:    r.Name,
+		limit:   r.Limit,
+		key:     r.Key,
+		failure: r.Failure,
+		shadow:  r.Shadow,
+		prefix:  keyPrefix + r.Name + ":",
+	}
+	for j, m := range r.Methods {
+		if m == "" || strings.IndexFunc(m, func(c rune) bool { return !isTchar(c) }) >= 0 {
+			return rule{}, &ConfigError{Field: field(fmt.Sprintf("Methods[%d]", j)), Value: fmt.Sprintf("%q", m), Reason: "is not an HTTP method"}
+		}
+		cr.methods = append(cr.methods, m)
+	}
+	if len(r.Paths) > 0 {
+		cr.mux = http.NewServeMux()
+		for j, p := range r.Paths {
+			if err := register(cr.mux, p); err != nil {
+				return rule{}, &ConfigError{Field: field(fmt.Sprintf("Paths[%d]", j)), Value: fmt.Sprintf("%q", p), Reason: "is not a valid ServeMux pattern: " + err.Error()}
+			}
+		}
+	}
+	if cr.key == nil {
+		cr.key = clientKey
+	}
+	var err error
+	if cr.sfName, cr.policy, err = policyItem(r.Name, r.Limit); err != nil {
+		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be serialized", Err: err}
+	}
+	cr.problem = quotaProblem(r.Name, r.Limit)
+	return cr, nil
+}
+
+// register adds pattern to mux, turning ServeMux's panic on a bad or
+// conflicting pattern into an error.
+func register(mux *http.ServeMux, pattern string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%v", v)
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return nil
+}
+
+// matches reports whether the rule applies to r by method and path.
+func (ru *rule) matches(r *http.Request) bool {
+	if len(ru.methods) > 0 {
+		ok := false
+		for _, m := range ru.methods {
+			if m == r.Method || m == http.MethodGet && r.Method == http.MethodHead {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if ru.mux != nil {
+		if _, pattern := ru.mux.Handler(r); pattern == "" {
+			return false
+		}
+	}
+	return true
+}
+
+func isTchar(c rune) bool {
+	return c < 0x80 && (c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' ||
+		strings.ContainsRune("!#$%&'*+-.^_`|~", c))
+}
