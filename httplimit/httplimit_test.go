@@ -21,7 +21,7 @@ import (
 
 func TestSpoofedXFFFromUntrustedPeer(t *testing.T) {
 	for _, resolver := range []clientip.Resolver{
-		{}, // trust nobody
+		{},                                       // trust nobody
 		{TrustedProxies: []string{"10.0.0.0/8"}}, // trust a proxy the attacker is not
 	} {
 		t.Run(fmt.Sprint(resolver.TrustedProxies), func(t *testing.T) {
@@ -345,16 +345,32 @@ func TestMultiRuleRefund(t *testing.T) {
 // rule and then a narrow one: exactly the narrow quota passes, and the wide
 // rule is charged for exactly those, whatever the interleaving.
 func TestMultiRuleRefundConcurrent(t *testing.T) {
+	testRefundConcurrent(t, nil)
+}
+
+// testRefundConcurrent runs the concurrent refund test on the memory store,
+// or on the store newStore returns for the env's clock.
+func testRefundConcurrent(t *testing.T, newStore func(t *testing.T, c floodgate.Clock) floodgate.Store) {
 	const requests, narrow, wide = 200, 10, 1000
 	for _, alg := range floodgate.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
 			wideLimit := floodgate.NewLimit(alg, wide, time.Minute)
 			midLimit := floodgate.NewLimit(alg, wide, time.Hour)
-			e := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{
+			cfg := httplimit.Config{Rules: []httplimit.Rule{
 				{Name: "wide", Limit: wideLimit},
 				{Name: "mid", Limit: midLimit, Key: httplimit.Header("X-API-Key")},
 				{Name: "narrow", Limit: floodgate.NewLimit(alg, narrow, time.Minute), Key: constKey("all")},
-			}})
+			}}
+			clock := floodgate.NewManualClock(epoch)
+			var store floodgate.Store
+			if newStore != nil {
+				store = newStore(t, clock)
+				cfg.Store, cfg.Clock = store, clock
+			}
+			e := newEnv(t, cfg)
+			if store == nil {
+				store = e.store
+			}
 			var wg sync.WaitGroup
 			for i := range requests {
 				wg.Go(func() {
@@ -367,12 +383,12 @@ func TestMultiRuleRefundConcurrent(t *testing.T) {
 			}
 			var charged int64
 			for i := range 4 {
-				charged += wide - remainingIn(t, e.store, fmt.Sprintf("wide:192.0.2.%d", i), wideLimit)
+				charged += wide - remainingIn(t, store, fmt.Sprintf("wide:192.0.2.%d", i), wideLimit)
 			}
 			if charged != narrow {
 				t.Errorf("wide rule charged %d, want %d", charged, narrow)
 			}
-			if got := wide - remainingIn(t, e.store, "mid:k", midLimit); got != narrow {
+			if got := wide - remainingIn(t, store, "mid:k", midLimit); got != narrow {
 				t.Errorf("mid rule charged %d, want %d", got, narrow)
 			}
 			if got := e.lim.Stats().Denied; got != requests-narrow {
