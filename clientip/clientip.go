@@ -294,30 +294,45 @@ func (e *Extractor) walkForwarded(peer netip.Addr, lines []string) netip.Addr {
 
 // parseNode parses an address as proxies write it in X-Forwarded-For and
 // as net/http writes RemoteAddr: "192.0.2.1", "2001:db8::1",
-// "192.0.2.1:8080" or "[2001:db8::1]:8080". The address is unmapped. A zone
-// ("fe80::1%eth0") is dropped if allowZone, as for a link-local peer, and
-// otherwise makes s invalid: a proxy has no use for one in a header. The
+// "192.0.2.1:8080" or "[2001:db8::1]:8080". The address is unmapped. A peer
+// (remote true) usually has a port, so that form is tried first, and its
+// zone ("fe80::1%eth0") is dropped; a header entry usually has none, and a
+// zone makes it invalid: a proxy has no use for one in a header. The
 // unspecified addresses (0.0.0.0, ::) are never a client.
-func parseNode(s string, allowZone bool) (netip.Addr, bool) {
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		ap, perr := netip.ParseAddrPort(s)
-		switch {
-		case perr == nil:
-			a = ap.Addr()
-		case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
-			// "[2001:db8::1]" without a port.
-			if a, err = netip.ParseAddr(s[1 : len(s)-1]); err != nil || !a.Is6() {
-				return netip.Addr{}, false
-			}
-		default:
+func parseNode(s string, remote bool) (netip.Addr, bool) {
+	var a netip.Addr
+	ok := false
+	if remote {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			a, ok = ap.Addr(), true
+		}
+	}
+	if !ok {
+		if a, ok = parseAddrMaybePort(s); !ok {
 			return netip.Addr{}, false
 		}
 	}
-	if a.Zone() != "" && !allowZone || a.IsUnspecified() {
+	if a.Zone() != "" && !remote || a.IsUnspecified() {
 		return netip.Addr{}, false
 	}
 	return a.Unmap().WithZone(""), true
+}
+
+// parseAddrMaybePort parses an address with or without a port, the IPv6
+// form of which may be bracketed.
+func parseAddrMaybePort(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr(), true
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // parseForwardedNode parses an RFC 7239 node (section 6): an IPv4 address or

@@ -125,26 +125,59 @@ func (l *Limiter) writeHeaders(h http.Header, out []outcome, most *rule, d flood
 	if l.headers == HeadersNone {
 		return
 	}
-	// One backing array for every value: one allocation, not five.
-	vals := make([]string, 5)
-	n := 0
+	ietf, legacy := l.headers != HeadersLegacy, l.headers != HeadersIETF
+	policy := ""
+	if ietf {
+		policy = policyList(out)
+	}
+	if most == nil {
+		if policy != "" {
+			h[hPolicy] = []string{policy}
+		}
+		return
+	}
+	// Every value is cut from one string, and every header's []string from
+	// one array: three allocations in all.
+	var arr [160]byte
+	b := arr[:0]
+	var ends [5]int
+	if ietf {
+		// RateLimit: the name was serialized by the Structured Fields
+		// library; the parameters are Integers, which serialize as their
+		// decimal digits (RFC 9651 4.1.4), in range since quotas are below
+		// 2^41 and windows below 367 days.
+		b = append(b, most.sfName...)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	}
+	ends[0] = len(b)
+	if legacy {
+		b = strconv.AppendInt(b, d.Limit, 10)
+		ends[1] = len(b)
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		ends[2] = len(b)
+		b = strconv.AppendInt(b, l.resetAt(d), 10)
+		ends[3] = len(b)
+	}
+	all := string(b)
+	vals := make([]string, 0, 5)
 	set := func(key, v string) {
-		vals[n] = v
-		h[key] = vals[n : n+1 : n+1]
-		n++
+		vals = append(vals, v)
+		n := len(vals)
+		h[key] = vals[n-1 : n : n]
 	}
-	if l.headers != HeadersLegacy {
-		if p := policyList(out); p != "" {
-			set(hPolicy, p)
+	if ietf {
+		if policy != "" {
+			set(hPolicy, policy)
 		}
-		if most != nil {
-			set(hRateLimit, rateLimitValue(most.sfName, d))
-		}
+		set(hRateLimit, all[:ends[0]])
 	}
-	if l.headers != HeadersIETF && most != nil {
-		set(hLimit, strconv.FormatInt(d.Limit, 10))
-		set(hRemaining, strconv.FormatInt(d.Remaining, 10))
-		set(hReset, strconv.FormatInt(l.resetAt(d), 10))
+	if legacy {
+		set(hLimit, all[ends[0]:ends[1]])
+		set(hRemaining, all[ends[1]:ends[2]])
+		set(hReset, all[ends[2]:ends[3]])
 	}
 }
 
@@ -174,20 +207,6 @@ func policyList(out []outcome) string {
 		}
 	}
 	return b.String()
-}
-
-// rateLimitValue is the RateLimit field for one decision. The name was
-// serialized by the Structured Fields library; the parameters are Integers,
-// which serialize as their decimal digits (RFC 9651 4.1.4), in range since
-// quotas are below 2^41 and windows below 367 days.
-func rateLimitValue(sfName string, d floodgate.Decision) string {
-	b := make([]byte, 0, len(sfName)+40)
-	b = append(b, sfName...)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, d.Remaining, 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
-	return string(b)
 }
 
 // resetAt returns when d's quota is whole again, in Unix seconds rounded up.

@@ -1,0 +1,102 @@
+package httplimit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/memory"
+)
+
+// benchWriter is a ResponseWriter that keeps nothing, so benchmarks count
+// the middleware's allocations, not a recorder's.
+type benchWriter struct{ h http.Header }
+
+func (w *benchWriter) Header() http.Header         { return w.h }
+func (w *benchWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *benchWriter) WriteHeader(int)             {}
+
+// benchLimit never runs out during a benchmark: a fixed window of 2^40 per
+// hour is O(1) per decision in every store.
+var benchLimit = floodgate.NewLimit(floodgate.FixedWindow, 1<<40, time.Hour)
+
+// BenchmarkMiddleware measures the middleware's own cost per request with
+// the memory store, against the same handler bare, in one run:
+//
+//	go test -run '^$' -bench Middleware -benchmem ./httplimit
+//
+// The store call alone is measured too (store-only), so the middleware's
+// overhead is the difference between a limited case and bare, of which
+// store-only is the store's part.
+func BenchmarkMiddleware(b *testing.B) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	newLim := func(b *testing.B, cfg httplimit.Config) http.Handler {
+		cfg.Store = memory.New()
+		lim, err := httplimit.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return lim.Handler(handler)
+	}
+	oneRule := []httplimit.Rule{{Name: "per-ip", Limit: benchLimit}}
+	threeRules := []httplimit.Rule{
+		{Name: "per-ip", Limit: benchLimit},
+		{Name: "per-key", Limit: benchLimit, Key: httplimit.Header("X-API-Key")},
+		{Name: "api", Limit: benchLimit, Paths: []string{"/api/"}, Methods: []string{"GET"}},
+	}
+	cases := []struct {
+		name string
+		h    http.Handler
+	}{
+		{"bare", handler},
+		{"skipped", newLim(b, httplimit.Config{Rules: oneRule, Skip: func(*http.Request) bool { return true }})},
+		{"1-rule", newLim(b, httplimit.Config{Rules: oneRule})},
+		{"1-rule-no-timeout", newLim(b, httplimit.Config{Rules: oneRule, Timeout: -1})},
+		{"1-rule-no-headers", newLim(b, httplimit.Config{Rules: oneRule, Headers: httplimit.HeadersNone})},
+		{"3-rules", newLim(b, httplimit.Config{Rules: threeRules})},
+		{"denied", newLim(b, httplimit.Config{Rules: []httplimit.Rule{{Name: "none", Limit: floodgate.PerHour(1)}}})},
+	}
+	newReq := func() *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "http://api.example/api/items", nil)
+		r.RemoteAddr = "203.0.113.7:51234"
+		r.Header.Set("X-API-Key", "key-0123456789")
+		return r
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			r := newReq()
+			w := &benchWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				c.h.ServeHTTP(w, r)
+			}
+		})
+	}
+	b.Run("1-rule-parallel", func(b *testing.B) {
+		h := newLim(b, httplimit.Config{Rules: oneRule})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			r := newReq()
+			w := &benchWriter{h: http.Header{}}
+			for pb.Next() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+		})
+	})
+	b.Run("store-only", func(b *testing.B) {
+		s := memory.New()
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Allow(ctx, "per-ip:203.0.113.7", benchLimit); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
