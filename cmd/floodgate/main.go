@@ -56,10 +56,11 @@ type command struct {
 // commands lists the subcommands. Each lives in a file of its own.
 func commands() map[string]command {
 	return map[string]command{
-		"version": {"print the version", runVersion},
-		"serve":   {"run the rate-limit server (HTTP API, metrics)", runServe},
-		"check":   {"decide one request from the command line against a config's store", runCheck},
-		"config":  {"validate a config file, or print the example", runConfig},
+		"version":  {"print the version", runVersion},
+		"serve":    {"run the rate-limit server (HTTP API, metrics)", runServe},
+		"check":    {"decide one request from the command line against a config's store", runCheck},
+		"config":   {"validate a config file, or print the example", runConfig},
+		"simulate": {"run traffic patterns against every algorithm on a virtual clock", runSimulate},
 	}
 }
 
