@@ -252,7 +252,7 @@ func quotaProblem(name string, l floodgate.Limit) []byte {
 		Type:             problem.QuotaExceeded,
 		Title:            quotaTitle,
 		Status:           http.StatusTooManyRequests,
-		Detail:           fmt.Sprintf("The request exceeds the quota of policy %q (%s). Retry after the number of seconds in Retry-After.", name, l),
+		Detail:           fmt.Sprintf("The request exceeds the quota of policy %q: %s. Retry after the number of seconds in Retry-After.", name, l),
 		ViolatedPolicies: []string{name},
 	})
 	if err != nil { // cannot happen: every field marshals
