@@ -20,6 +20,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/httplimit"
 )
 
 // Config is the whole server configuration.
@@ -40,6 +41,9 @@ type Config struct {
 	ForwardAuth ForwardAuth `yaml:"forward_auth"`
 	// Log configures structured logging.
 	Log Log `yaml:"log"`
+	// Headers selects the rate-limit response headers: both (default),
+	// ietf (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*) or none.
+	Headers string `yaml:"headers"`
 
 	// Source names where the config came from (a path, or "built-in").
 	Source string `yaml:"-"`
@@ -109,6 +113,19 @@ type ClientIP struct {
 	IPv6Prefix int `yaml:"ipv6_prefix"`
 
 	line lines
+}
+
+// HeaderMode returns the rate-limit header mode the config selects.
+func (c *Config) HeaderMode() httplimit.HeaderMode {
+	switch c.Headers {
+	case "ietf":
+		return httplimit.HeadersIETF
+	case "legacy":
+		return httplimit.HeadersLegacy
+	case "none":
+		return httplimit.HeadersNone
+	}
+	return httplimit.HeadersBoth
 }
 
 // Resolver returns the clientip settings this section describes.
@@ -496,6 +513,13 @@ func (c *Config) validate() error {
 		fa.RuleHeader = DefaultRuleHeader
 	}
 
+	switch c.Headers {
+	case "":
+		c.Headers = "both"
+	case "both", "ietf", "legacy", "none":
+	default:
+		bad(0, "headers", c.Headers, "is not both, ietf, legacy or none")
+	}
 	switch c.Log.Format {
 	case "":
 		c.Log.Format = "text"

@@ -7,6 +7,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 )
 
@@ -19,6 +20,7 @@ type policy struct {
 	clientIP  *clientip.Extractor
 	denyCode  int
 	ruleField string
+	headers   httplimit.HeaderMode
 }
 
 // rule is a config rule compiled for deciding.
@@ -44,6 +46,7 @@ func newPolicy(cfg *config.Config) (*policy, error) {
 		clientIP:  ex,
 		denyCode:  cfg.ForwardAuth.DenyStatus,
 		ruleField: cfg.ForwardAuth.RuleHeader,
+		headers:   cfg.HeaderMode(),
 	}
 	for _, r := range cfg.Rules {
 		if err := r.RateLimit().Validate(); err != nil {
@@ -90,12 +93,11 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("the rate-limit store is unavailable and rule %q fails closed", rl.name))
 		return
 	}
-	writeRateLimitHeaders(w.Header(), rl, out.d)
+	p.writeRateLimitHeaders(w.Header(), rl, out.d)
 	if out.allowed {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	w.Header().Set("Retry-After", retryAfterSeconds(out.d.RetryAfter))
 	problem.Write(w, problem.Details{
 		Type:             problem.QuotaExceeded,
 		Title:            "Too Many Requests",

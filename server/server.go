@@ -14,10 +14,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"sort"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -288,12 +286,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		StoreUnavailable: out.unavailable,
 	}
 	if !out.unavailable {
-		writeRateLimitHeaders(w.Header(), rl, out.d)
+		p.writeRateLimitHeaders(w.Header(), rl, out.d)
 	}
 	status := http.StatusOK
 	if !out.allowed {
 		status = http.StatusTooManyRequests
-		w.Header().Set("Retry-After", retryAfterSeconds(out.d.RetryAfter))
 	}
 	writeJSON(w, status, resp)
 }
@@ -334,13 +331,6 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64) o
 	}
 	s.metrics.decisions.WithLabelValues(rl.name, result).Inc()
 	return outcome{d: d, allowed: d.Allowed || rl.shadow}
-}
-
-// retryAfterSeconds formats a Retry-After value: whole seconds, rounded up,
-// at least 1.
-func retryAfterSeconds(d time.Duration) string {
-	s := int64(math.Ceil(d.Seconds()))
-	return strconv.FormatInt(max(1, s), 10)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dunglas/httpsfv"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/memory"
@@ -372,5 +374,37 @@ func (b blockingStore) AllowN(ctx context.Context, _ string, l floodgate.Limit, 
 		return floodgate.Decision{Allowed: true, Limit: l.Quota}, nil
 	case <-ctx.Done():
 		return floodgate.Decision{}, errors.New("cancelled")
+	}
+}
+
+func TestCheckHeaders(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	rec := f.do("POST", "/v1/check", `{"rule":"login","key":"h"}`)
+	h := rec.Header()
+	policy, err := httpsfv.UnmarshalList(h.Values("RateLimit-Policy"))
+	if err != nil || len(policy) != 1 {
+		t.Fatalf("RateLimit-Policy %q: %v", h.Values("RateLimit-Policy"), err)
+	}
+	item := policy[0].(httpsfv.Item)
+	if q, _ := item.Params.Get("q"); item.Value != "login" || q != int64(3) {
+		t.Fatalf("RateLimit-Policy item %+v", item)
+	}
+	if w, _ := item.Params.Get("w"); w != int64(60) {
+		t.Fatalf("RateLimit-Policy w = %v, want 60", w)
+	}
+	rl, err := httpsfv.UnmarshalList(h.Values("RateLimit"))
+	if err != nil || len(rl) != 1 {
+		t.Fatalf("RateLimit %q: %v", h.Values("RateLimit"), err)
+	}
+	if r, _ := rl[0].(httpsfv.Item).Params.Get("r"); r != int64(2) {
+		t.Fatalf("RateLimit r = %v, want 2", r)
+	}
+	if h.Get("X-RateLimit-Limit") != "3" || h.Get("X-RateLimit-Remaining") != "2" || h.Get("X-RateLimit-Reset") == "" {
+		t.Fatalf("X-RateLimit headers: %v", h)
+	}
+	f.do("POST", "/v1/check", `{"rule":"login","key":"h","cost":2}`)
+	rec = f.do("POST", "/v1/check", `{"rule":"login","key":"h"}`)
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "60" || rec.Header().Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("denied: %d %v", rec.Code, rec.Header())
 	}
 }
