@@ -1,0 +1,48 @@
+package envoy
+
+import (
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// ServiceName is the RLS v3 service's full name, as gRPC health checks and
+// reflection name it.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// Register registers s as the RateLimitService of a gRPC server.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+}
+
+// RegisterHealth registers the standard gRPC health service
+// (grpc.health.v1.Health) on g, reporting SERVING for the server as a whole
+// ("") and for ServiceName. Call Shutdown on the result before a graceful
+// stop, so health checkers move traffic away first.
+func RegisterHealth(g grpc.ServiceRegistrar) *health.Server {
+	h := health.NewServer()
+	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, h)
+	return h
+}
+
+// RegisterReflection registers the standard gRPC reflection service (v1 and
+// v1alpha) on g, so grpcurl and grpc_cli can list and call the services
+// without the .proto files.
+func RegisterReflection(g reflection.GRPCServer) {
+	reflection.Register(g)
+}
+
+// NewGRPCServer returns a gRPC server with s, the health service and
+// reflection registered, and the health server to shut down before
+// stopping. opts are passed to grpc.NewServer.
+func NewGRPCServer(s *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	g := grpc.NewServer(opts...)
+	s.Register(g)
+	h := RegisterHealth(g)
+	RegisterReflection(g)
+	return g, h
+}
