@@ -314,25 +314,31 @@ func (s *Store) AllowN(ctx context.Context, key string, limit floodgate.Limit, n
 	if d, err := floodgate.Check(limit, n); err != nil {
 		return d, err
 	}
-	d := floodgate.Decision{Limit: limit.Quota}
 	reply, err := s.run(ctx, key, limit, opAllow, n)
 	if err != nil {
-		return d, err
+		return floodgate.Decision{Limit: limit.Quota}, err
 	}
+	return decode(limit, reply)
+}
+
+// decode checks an "allow" reply against the scripts' contract and turns it
+// into a Decision.
+func decode(limit floodgate.Limit, reply rueidis.RedisMessage) (floodgate.Decision, error) {
+	d := floodgate.Decision{Limit: limit.Quota}
 	vals, err := reply.ToArray()
 	if err != nil || len(vals) != 4 {
-		return d, s.replyError(limit, reply, "an array of 4 integers")
+		return d, replyError(limit, reply, "an array of 4 integers")
 	}
 	var v [4]int64
 	for i := range vals {
 		if !vals[i].IsInt64() {
-			return d, s.replyError(limit, reply, "an array of 4 integers")
+			return d, replyError(limit, reply, "an array of 4 integers")
 		}
 		v[i], _ = vals[i].ToInt64()
 	}
 	allowed, remaining, retry, reset := v[0], v[1], v[2], v[3]
 	if allowed != 0 && allowed != 1 || remaining < 0 || remaining > limit.Quota || retry < 0 || reset < 0 || (allowed == 1) != (retry == 0) {
-		return d, s.replyError(limit, reply, "{allowed 0|1, 0 <= remaining <= quota, retry_after_us >= 0 (0 exactly when allowed), reset_after_us >= 0}")
+		return d, replyError(limit, reply, "{allowed 0|1, 0 <= remaining <= quota, retry_after_us >= 0 (0 exactly when allowed), reset_after_us >= 0}")
 	}
 	d.Allowed = allowed == 1
 	d.Remaining = remaining
@@ -352,7 +358,7 @@ func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, 
 		return err
 	}
 	if v, err := reply.ToInt64(); err != nil || v != 0 && v != 1 {
-		return s.replyError(limit, reply, "the integer 0 or 1")
+		return replyError(limit, reply, "the integer 0 or 1")
 	}
 	return nil
 }
@@ -403,7 +409,7 @@ func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op s
 	return msg, nil
 }
 
-func (s *Store) replyError(limit floodgate.Limit, reply rueidis.RedisMessage, want string) error {
+func replyError(limit floodgate.Limit, reply rueidis.RedisMessage, want string) error {
 	return fmt.Errorf("%w: %s answered %s, want %s", ErrReply, scripts[limit.Algorithm].file, describe(reply), want)
 }
 
