@@ -33,9 +33,11 @@ const (
 	// RateLimit-Policy lists every rule that applies to the request; q is
 	// the quota and w the window in seconds (for a token bucket, q is the
 	// capacity and w the time to refill it from empty, so q/w is the
-	// refill rate). RateLimit describes the most restrictive rule: r is
-	// what remains and t the seconds until the rule's quota is whole again.
-	// Windows below a second are rounded up to w=1.
+	// refill rate). Windows below a second are rounded up to w=1.
+	// RateLimit describes the most restrictive rule: r is what remains, and
+	// t is, on an admitted request, the seconds until the rule's quota is
+	// whole again and, on a denied one, the Retry-After delay (the draft
+	// asks that Retry-After not point earlier than the end of t).
 	HeadersIETF
 	// HeadersLegacy sends X-RateLimit-Limit (the quota), X-RateLimit-Remaining
 	// and X-RateLimit-Reset (when the quota is whole again, in Unix epoch
@@ -150,7 +152,7 @@ func (l *Limiter) writeHeaders(h http.Header, out []outcome, most *rule, d flood
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+		b = strconv.AppendInt(b, effectiveWindow(d), 10)
 	}
 	ends[0] = len(b)
 	if legacy {
@@ -207,6 +209,19 @@ func policyList(out []outcome) string {
 		}
 	}
 	return b.String()
+}
+
+// effectiveWindow returns the RateLimit t parameter: the draft's effective
+// window, within which the client can use no more than r. For an admitted
+// request it is the time until the quota is whole again (exact for a fixed
+// window, an upper bound for the others, which replenish gradually); for a
+// denied one it is the Retry-After delay, since the draft asks that
+// Retry-After not point earlier than the end of the effective window.
+func effectiveWindow(d floodgate.Decision) int64 {
+	if d.Allowed {
+		return ceilSeconds(d.ResetAfter)
+	}
+	return retryAfterSeconds(d.RetryAfter)
 }
 
 // resetAt returns when d's quota is whole again, in Unix seconds rounded up.

@@ -294,6 +294,31 @@ func TestDeniedResponse(t *testing.T) {
 	}
 }
 
+// TestDeniedEffectiveWindow checks that on a denial RateLimit's t is the
+// Retry-After delay, not the later time at which the quota is whole again,
+// since Retry-After must not point earlier than the end of t.
+func TestDeniedEffectiveWindow(t *testing.T) {
+	e := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(2)}}})
+	e.do(req{})
+	e.clock.Advance(30 * time.Second)
+	e.do(req{})
+	e.clock.Advance(10 * time.Second)
+	w := e.do(req{})
+	if w.Code != http.StatusTooManyRequests {
+		t.Fatalf("code %d", w.Code)
+	}
+	// The first entry leaves in 20s, the second in 50s.
+	if got := w.Header().Get("Retry-After"); got != "20" {
+		t.Errorf("Retry-After %q, want 20", got)
+	}
+	if rl := parseSF(t, w.Header(), "RateLimit"); len(rl) != 1 || rl[0].params["r"] != 0 || rl[0].params["t"] != 20 {
+		t.Errorf("RateLimit %v, want r=0;t=20", rl)
+	}
+	if got, want := headerInt(t, w.Header(), "X-RateLimit-Reset"), epoch.Add(90*time.Second).Unix(); got != want {
+		t.Errorf("X-RateLimit-Reset %d, want %d (when the quota is whole)", got, want)
+	}
+}
+
 func TestCustomDenyHandler(t *testing.T) {
 	var got []httplimit.Denial
 	e := newEnv(t, httplimit.Config{
@@ -692,7 +717,7 @@ func TestWriteHeaders(t *testing.T) {
 	if p := parseSF(t, h, "RateLimit-Policy"); fmt.Sprint(p) != fmt.Sprint([]rateLimit{{"fa", map[string]int64{"q": 10, "w": 60}}}) {
 		t.Errorf("policy %v", p)
 	}
-	if rl := parseSF(t, h, "RateLimit"); fmt.Sprint(rl) != fmt.Sprint([]rateLimit{{"fa", map[string]int64{"r": 0, "t": 30}}}) {
+	if rl := parseSF(t, h, "RateLimit"); fmt.Sprint(rl) != fmt.Sprint([]rateLimit{{"fa", map[string]int64{"r": 0, "t": 3}}}) { // t is Retry-After on a denial
 		t.Errorf("RateLimit %v", rl)
 	}
 	if h.Get("Retry-After") != "3" || h.Get("X-RateLimit-Reset") != fmt.Sprint(epoch.Unix()+30) {
