@@ -1,0 +1,64 @@
+# floodgate's developer and CI entry points. `make test` is what .ci/run runs.
+#
+#   make test       go vet, then the whole suite (-race) against the Redis harness
+#   make bench      the benchmarks, against the Redis harness
+#   make redis-up   start the Redis harness (scripts/redis-harness.sh)
+#   make redis-down stop it
+#   make run        go run ./cmd/floodgate serve
+#   make vet / fmt  go vet; list files gofmt would change (fails if any)
+#
+# test and bench start the harness, run with its addresses in the environment
+# (FLOODGATE_REQUIRE_REDIS=1: a missing Redis fails instead of skipping), and
+# stop it afterwards whatever the outcome, keeping the go test exit status.
+# A harness that was already up and healthy before they started is left
+# running: it belongs to whoever started it (`make redis-down` stops it).
+
+export PATH := /usr/local/go/bin:$(PATH)
+SHELL := /bin/bash
+
+GO      ?= go
+HARNESS := scripts/redis-harness.sh
+TESTFLAGS  ?= -race -shuffle=on -count=1 -timeout 20m
+BENCHFLAGS ?= -run '^$$' -bench . -benchmem
+PKGS    ?= ./...
+
+# with_harness runs $(1) with the harness up and its env exported, then takes
+# the harness down (unless it was already up) and exits with $(1)'s status.
+define with_harness
+	@set -uo pipefail; \
+	owned=1; \
+	if $(HARNESS) status >/dev/null 2>&1; then owned=0; echo "redis harness already up: leaving it running afterwards" >&2; fi; \
+	teardown() { if [ "$$owned" = 1 ]; then $(HARNESS) down || true; fi; }; \
+	trap 'teardown; exit 130' INT TERM; \
+	$(HARNESS) up || { rc=$$?; teardown; exit $$rc; }; \
+	eval "$$($(HARNESS) env)"; \
+	$(1); rc=$$?; \
+	trap - INT TERM; \
+	teardown; \
+	exit $$rc
+endef
+
+.PHONY: all test bench vet fmt run redis-up redis-down
+
+all: test
+
+test: vet
+	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(TESTFLAGS) $(PKGS))
+
+bench:
+	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(BENCHFLAGS) $(PKGS))
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+run:
+	$(GO) run ./cmd/floodgate serve
+
+redis-up:
+	$(HARNESS) up
+
+redis-down:
+	$(HARNESS) down
