@@ -3,7 +3,6 @@ package redisstore
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -127,12 +126,4 @@ func TestKeyProperties(t *testing.T) {
 			seen[k] = id
 		}
 	}
-}
-
-func ExampleKey() {
-	fmt.Println(Key("api:", "203.0.113.7", floodgate.SlidingWindowLog))
-	fmt.Println(Key("api:", "{tenant}", floodgate.TokenBucket))
-	// Output:
-	// api:{=203.0.113.7}:swl
-	// api:{=%7Btenant%7D}:tb
 }

@@ -1,8 +1,6 @@
 package redisstore
 
 import (
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -48,22 +46,4 @@ func TestScriptsContract(t *testing.T) {
 	if Scripts()["token_bucket.lua"] == "changed" {
 		t.Error("Scripts() returned the package's own map")
 	}
-}
-
-func ExampleScripts() {
-	all := Scripts()
-	names := make([]string, 0, len(all))
-	for name := range all {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		first, _, _ := strings.Cut(all[name], "\n")
-		fmt.Printf("%-28s %s\n", name, first)
-	}
-	// Output:
-	// fixed_window.lua             -- floodgate fixed window (https://github.com/floodgate-rl/floodgate)
-	// sliding_window_counter.lua   -- floodgate sliding-window counter (https://github.com/floodgate-rl/floodgate)
-	// sliding_window_log.lua       -- floodgate sliding-window log (https://github.com/floodgate-rl/floodgate)
-	// token_bucket.lua             -- floodgate token bucket (https://github.com/floodgate-rl/floodgate)
 }

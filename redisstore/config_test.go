@@ -1,0 +1,132 @@
+package redisstore
+
+import (
+	"crypto/tls"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+func TestConfigValidate(t *testing.T) {
+	one := []string{"127.0.0.1:6379"}
+	cases := []struct {
+		name  string
+		cfg   Config
+		field string // "" when valid
+	}{
+		{"minimal", Config{Addrs: one}, ""},
+		{"everything", Config{Addrs: one, Mode: ModeStandalone, Username: "u", Password: "p", TLS: &tls.Config{}, DB: 3, KeyPrefix: "app:", Timeout: time.Second}, ""},
+		{"sentinel inferred", Config{Addrs: []string{"a:26379", "b:26379"}, SentinelMaster: "m"}, ""},
+		{"cluster", Config{Addrs: []string{"a:1", "b:2"}, Mode: ModeCluster}, ""},
+		{"no addrs", Config{}, "Addrs"},
+		{"addr without port", Config{Addrs: []string{"127.0.0.1:6379", "localhost"}}, "Addrs[1]"},
+		{"empty addr", Config{Addrs: []string{""}}, "Addrs[0]"},
+		{"unknown mode", Config{Addrs: one, Mode: 9}, "Mode"},
+		{"sentinel without master", Config{Addrs: one, Mode: ModeSentinel}, "SentinelMaster"},
+		{"master outside sentinel mode", Config{Addrs: one, Mode: ModeCluster, SentinelMaster: "m"}, "SentinelMaster"},
+		{"standalone with two addrs", Config{Addrs: []string{"a:1", "b:2"}, Mode: ModeStandalone}, "Addrs"},
+		{"negative db", Config{Addrs: one, DB: -1}, "DB"},
+		{"db in cluster", Config{Addrs: one, Mode: ModeCluster, DB: 1}, "DB"},
+		{"open brace in prefix", Config{Addrs: one, KeyPrefix: "a{"}, "KeyPrefix"},
+		{"close brace in prefix", Config{Addrs: one, KeyPrefix: "}"}, "KeyPrefix"},
+		{"negative timeout", Config{Addrs: one, Timeout: -time.Millisecond}, "Timeout"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.cfg.Validate()
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != c.field || !strings.Contains(err.Error(), c.field) {
+				t.Fatalf("Validate() = %v, want a *ConfigError for %s", err, c.field)
+			}
+			if _, err := New(c.cfg); !errors.As(err, &ce) {
+				t.Fatalf("New = %v, want the same *ConfigError", err)
+			}
+		})
+	}
+}
+
+func TestModeString(t *testing.T) {
+	for m, want := range map[Mode]string{ModeAuto: "auto", ModeStandalone: "standalone", ModeSentinel: "sentinel", ModeCluster: "cluster", 7: "Mode(7)"} {
+		if got := m.String(); got != want {
+			t.Errorf("Mode(%d).String() = %q, want %q", m, got, want)
+		}
+	}
+}
+
+func TestNewFromClientRejectsConnectionFields(t *testing.T) {
+	if _, err := NewFromClient(nil, Config{}); err == nil {
+		t.Fatal("NewFromClient(nil) succeeded")
+	}
+	client := newClient(t, redistest.StandaloneAddr(t))
+	for _, c := range []struct {
+		field string
+		cfg   Config
+	}{
+		{"Addrs", Config{Addrs: []string{"a:1"}}},
+		{"Mode", Config{Mode: ModeCluster}},
+		{"SentinelMaster", Config{SentinelMaster: "m"}},
+		{"Password", Config{Password: "p"}},
+		{"TLS", Config{TLS: &tls.Config{}}},
+		{"DB", Config{DB: 2}},
+		{"KeyPrefix", Config{KeyPrefix: "{x}"}},
+		{"Timeout", Config{Timeout: -1}},
+	} {
+		var ce *ConfigError
+		if _, err := NewFromClient(client, c.cfg); !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("NewFromClient with %s set = %v, want a *ConfigError for it", c.field, err)
+		}
+	}
+	s, err := NewFromClient(client, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.timeout != DefaultTimeout || s.prefix != DefaultKeyPrefix {
+		t.Errorf("defaults: timeout %s, prefix %q", s.timeout, s.prefix)
+	}
+	s.Close() // does not close the caller's client
+	if _, err := s.Allow(t.Context(), "after-close-"+uniquePrefix(t), floodgate.PerSecond(1)); err != nil {
+		t.Errorf("Allow after closing a store that does not own its client: %v", err)
+	}
+}
+
+// TestNewModes: New connects in each mode, and refuses cluster mode on a
+// server that is not a cluster node.
+func TestNewModes(t *testing.T) {
+	standalone := redistest.StandaloneAddr(t)
+	cluster := redistest.ClusterAddrs(t)
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Addrs: []string{standalone}}, "standalone"},
+		{Config{Addrs: []string{standalone}, Mode: ModeStandalone}, "standalone"},
+		{Config{Addrs: cluster[:1]}, "cluster"},
+		{Config{Addrs: cluster, Mode: ModeCluster}, "cluster"},
+	} {
+		s, err := New(c.cfg)
+		if err != nil {
+			t.Fatalf("New(%+v): %v", c.cfg, err)
+		}
+		if got := string(s.client.Mode()); got != c.want {
+			t.Errorf("New(%+v) connected in mode %s, want %s", c.cfg, got, c.want)
+		}
+		if _, err := s.Allow(t.Context(), uniquePrefix(t), floodgate.PerSecond(1)); err != nil {
+			t.Errorf("New(%+v): Allow: %v", c.cfg, err)
+		}
+		s.Close()
+	}
+	var ce *ConfigError
+	if _, err := New(Config{Addrs: []string{standalone}, Mode: ModeCluster}); !errors.As(err, &ce) || ce.Field != "Mode" {
+		t.Errorf("New in cluster mode on a standalone server = %v, want a *ConfigError for Mode", err)
+	}
+}
