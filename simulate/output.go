@@ -21,8 +21,14 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteTable(w io.Writer) error {
 	ew := &errWriter{w: w}
 	fmt.Fprintf(ew, "%d requests per %s, %s per pattern, seed %d, %s store\n\n", r.Limit, r.Window, r.Duration, r.Seed, r.Store)
+	// The first two columns are text, padded here to read left-aligned;
+	// tabwriter right-aligns the numbers.
+	pw, aw := len("pattern"), len("algorithm")
+	for _, x := range r.Results {
+		pw, aw = max(pw, len(x.Pattern)), max(aw, len(x.Algorithm.String()))
+	}
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pattern\talgorithm\trequests\tadmitted\tdenied\tmax/W\texact\texcess\terror\tretry mean\tretry p99\tbytes/key\t")
+	fmt.Fprintf(tw, "%-*s  %-*s\trequests\tadmitted\tdenied\tmax/W\texact\texcess\terror\tretry mean\tretry p99\tbytes/key\t\n", pw, "pattern", aw, "algorithm")
 	last := ""
 	for _, x := range r.Results {
 		name := x.Pattern
@@ -34,8 +40,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if x.MemoryPerKey > 0 {
 			mem = fmt.Sprint(x.MemoryPerKey)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%+d\t%.1f%%\t%s\t%s\t%s\t\n",
-			name, x.Algorithm, x.Requests, x.Admitted, x.Denied, x.MaxInWindow,
+		fmt.Fprintf(tw, "%-*s  %-*s\t%d\t%d\t%d\t%d\t%d\t%+d\t%.1f%%\t%s\t%s\t%s\t\n",
+			pw, name, aw, x.Algorithm, x.Requests, x.Admitted, x.Denied, x.MaxInWindow,
 			x.ExactAdmitted, x.ExcessAdmitted, 100*x.ErrorRate,
 			shortDuration(x.RetryAfterMean), shortDuration(x.RetryAfterP99), mem)
 	}

@@ -31,6 +31,16 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return errUsage
 	}
+	// Zero means "the default" in simulate.Config; on the command line it is
+	// a mistake.
+	switch {
+	case *limit < 1:
+		return simUsageError(stderr, fs.Usage, fmt.Errorf("--limit %d must be at least 1", *limit))
+	case *window <= 0:
+		return simUsageError(stderr, fs.Usage, fmt.Errorf("--window %s must be positive", *window))
+	case *duration <= 0:
+		return simUsageError(stderr, fs.Usage, fmt.Errorf("--duration %s must be positive", *duration))
+	}
 	cfg := simulate.Config{Limit: *limit, Window: *window, Duration: *duration, Seed: *seed}
 	var err error
 	if cfg.Patterns, err = simulate.LookupPatterns(simSplitList(*patterns)...); err != nil {
