@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 func TestSimulate(t *testing.T) {
@@ -111,5 +114,65 @@ func TestSimulateJSON(t *testing.T) {
 				t.Errorf("log: max in window %d, want N = 50", r.MaxInWindow)
 			}
 		}
+	}
+}
+
+// TestSimulateRedis runs the boundary attack through the Redis stores of
+// scripts/redis-harness.sh (skipped when they do not answer).
+func TestSimulateRedis(t *testing.T) {
+	tests := []struct {
+		store string
+		flags func(testing.TB) []string
+	}{
+		{"redis", func(t testing.TB) []string { return []string{"--redis-addr", redistest.StandaloneAddr(t)} }},
+		{"redis-cluster", func(t testing.TB) []string {
+			return []string{"--redis-addrs", strings.Join(redistest.ClusterAddrs(t), ",")}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.store, func(t *testing.T) {
+			args := append([]string{"simulate", "--store", tt.store, "--pattern", "boundary-burst", "--limit", "20", "--duration", "2m", "--format", "json"}, tt.flags(t)...)
+			var stdout, stderr bytes.Buffer
+			if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+				t.Fatalf("run: %v\n%s", err, stderr.String())
+			}
+			var rep struct {
+				Store   string `json:"store"`
+				Results []struct {
+					Algorithm    string `json:"algorithm"`
+					MaxInWindow  int    `json:"max_in_window"`
+					MemoryPerKey int64  `json:"memory_per_key_bytes"`
+				} `json:"results"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+				t.Fatalf("JSON output does not parse: %v\n%s", err, stdout.String())
+			}
+			if rep.Store != tt.store || len(rep.Results) != 4 {
+				t.Fatalf("store %q, %d results; want %q, 4", rep.Store, len(rep.Results), tt.store)
+			}
+			want := map[string]int{"sliding_window_log": 20, "fixed_window": 40}
+			for _, r := range rep.Results {
+				if w, ok := want[r.Algorithm]; ok && r.MaxInWindow != w {
+					t.Errorf("%s: max in window %d, want %d", r.Algorithm, r.MaxInWindow, w)
+				}
+				if r.MemoryPerKey <= 0 {
+					t.Errorf("%s: memory per key %d, want MEMORY USAGE > 0", r.Algorithm, r.MemoryPerKey)
+				}
+			}
+		})
+	}
+}
+
+func TestSimulateRedisUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"simulate", "--store", "redis", "--redis-addr", addr}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("run against a closed port = %v, want an error naming %s", err, addr)
 	}
 }
