@@ -202,35 +202,45 @@ all_pingable() {
 	for entry in "${NODES[@]}"; do pingable "${entry##*:}" || return 1; done
 }
 
+# has_line TEXT LINE - TEXT (CRLF or LF lines) has a line that is exactly LINE.
+# Bash only: these checks run often, and forks are slow on a busy machine.
+has_line() {
+	local text=$'\n'"${1//$'\r'/}"$'\n'
+	[[ "$text" == *$'\n'"$2"$'\n'* ]]
+}
+
 # cluster_ready - every node: state ok, 16384 slots, 6 known nodes, 3 masters
 # and 3 slaves in CLUSTER NODES with no failure or handshake flags; every
 # replica's link to its primary up.
 cluster_ready() {
-	local port info nodes
+	local port info flags masters slaves
 	for port in "${CLUSTER_PORTS[@]}"; do
-		info="$(cli "$port" CLUSTER INFO | tr -d '\r')" || return 1
-		grep -qx 'cluster_state:ok' <<<"$info" || return 1
-		grep -qx 'cluster_slots_assigned:16384' <<<"$info" || return 1
-		grep -qx 'cluster_known_nodes:6' <<<"$info" || return 1
-		nodes="$(cli "$port" CLUSTER NODES)" || return 1
-		[[ "$(awk '$3 ~ /master/' <<<"$nodes" | wc -l)" == 3 ]] || return 1
-		[[ "$(awk '$3 ~ /slave/' <<<"$nodes" | wc -l)" == 3 ]] || return 1
-		! awk '{print $3}' <<<"$nodes" | grep -qE 'fail|handshake|noaddr' || return 1
-		info="$(cli "$port" INFO replication | tr -d '\r')" || return 1
-		if grep -qx 'role:slave' <<<"$info"; then
-			grep -qx 'master_link_status:up' <<<"$info" || return 1
+		info="$(cli "$port" CLUSTER INFO)" || return 1
+		has_line "$info" cluster_state:ok || return 1
+		has_line "$info" cluster_slots_assigned:16384 || return 1
+		has_line "$info" cluster_known_nodes:6 || return 1
+		masters=0 slaves=0
+		while read -r _ _ flags _; do
+			case ",$flags," in *,fail,* | *,fail\?,* | *,handshake,* | *,noaddr,*) return 1 ;; esac
+			case ",$flags," in *,master,*) masters=$((masters + 1)) ;; *,slave,*) slaves=$((slaves + 1)) ;; esac
+		done < <(cli "$port" CLUSTER NODES)
+		((masters == 3 && slaves == 3)) || return 1
+		info="$(cli "$port" INFO replication)" || return 1
+		if has_line "$info" role:slave; then
+			has_line "$info" master_link_status:up || return 1
 		fi
 	done
 }
 
 sentinel_ready() {
-	local addr info
-	addr="$(cli "$SENTINEL_PORT" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER" | tr '\n' ' ')" || return 1
-	[[ "$addr" == "$HOST $SENTINEL_PRIMARY_PORT " ]] || return 1
-	info="$(cli "$SENTINEL_REPLICA_PORT" INFO replication | tr -d '\r')" || return 1
-	grep -qx 'master_link_status:up' <<<"$info" || return 1
+	local info
+	info="$(cli "$SENTINEL_PORT" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER")" || return 1
+	[[ "$info" == "$HOST"$'\n'"$SENTINEL_PRIMARY_PORT" ]] || return 1
+	info="$(cli "$SENTINEL_REPLICA_PORT" INFO replication)" || return 1
+	has_line "$info" master_link_status:up || return 1
 	# The sentinel has found the replica too (tests may ask it for replicas).
-	[[ "$(cli "$SENTINEL_PORT" SENTINEL replicas "$SENTINEL_MASTER" | grep -c "^$HOST:$SENTINEL_REPLICA_PORT\$")" -ge 1 ]]
+	info="$(cli "$SENTINEL_PORT" SENTINEL replicas "$SENTINEL_MASTER")" || return 1
+	has_line "$info" "$HOST:$SENTINEL_REPLICA_PORT"
 }
 
 # healthy - every process is ours, alive and answering, and both the
