@@ -507,7 +507,11 @@ func (p *parser) file1(data []byte) *domain {
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		p.bad(extra.Line, "", "", "holds more than one YAML document; want one domain per file")
+		line := extra.Line
+		if len(extra.Content) > 0 {
+			line = extra.Content[0].Line
+		}
+		p.bad(line, "", "", "holds more than one YAML document; want one domain per file")
 		return nil
 	}
 	root := doc.Content[0]
@@ -562,6 +566,7 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 			hasValue            bool
 			keyLine             int
 			rateLimit, children *yaml.Node
+			rateLimitLine       int
 			shadow, detailed    bool
 		)
 		for _, kv := range p.fields(item, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric") {
@@ -576,7 +581,7 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 				hasValue = value != ""
 			case "rate_limit":
 				if !isNull(v) {
-					rateLimit = v
+					rateLimit, rateLimitLine = v, k.Line
 				}
 			case "descriptors":
 				children = v
@@ -605,7 +610,7 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 		seen[composite] = seenAt{item.Line}
 		nd := &node{line: item.Line}
 		if rateLimit != nil {
-			nd.rule = p.rateLimit(rateLimit, join(ipath, "rate_limit"), fullKey, shadow, detailed)
+			nd.rule = p.rateLimit(rateLimit, rateLimitLine, join(ipath, "rate_limit"), fullKey, shadow, detailed)
 		}
 		if children != nil {
 			nd.children = keyTable{}
@@ -631,12 +636,13 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 	}
 }
 
-// rateLimit compiles one rate_limit block.
-func (p *parser) rateLimit(n *yaml.Node, path, fullKey string, shadow, detailed bool) *Rule {
+// rateLimit compiles one rate_limit block, whose key is on line.
+func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow, detailed bool) *Rule {
 	r := &Rule{Domain: p.domain, Key: fullKey, ShadowMode: shadow, DetailedMetric: detailed,
-		FailureMode: p.failure, Source: p.file + ":" + strconv.Itoa(n.Line)}
+		FailureMode: p.failure, Source: p.file + ":" + strconv.Itoa(line)}
 	var (
 		unitNode, rpuNode, algNode, capNode *yaml.Node
+		replacesLine                        int
 		unitName                            string
 		alg                                 = p.alg
 		capacity                            uint32
@@ -658,7 +664,7 @@ func (p *parser) rateLimit(n *yaml.Node, path, fullKey string, shadow, detailed 
 		case "name":
 			r.Name, _ = p.str(v, f)
 		case "replaces":
-			r.Replaces = p.replaces(v, f)
+			r.Replaces, replacesLine = p.replaces(v, f), k.Line
 		case "algorithm":
 			algNode = v
 			alg, ok = p.algorithm(v, f)
@@ -676,7 +682,7 @@ func (p *parser) rateLimit(n *yaml.Node, path, fullKey string, shadow, detailed 
 	}
 	for _, name := range r.Replaces {
 		if name == r.Name && name != "" {
-			p.bad(n.Line, join(path, "replaces"), quote(name), "is this rule's own name: a rule cannot replace itself")
+			p.bad(replacesLine, join(path, "replaces"), quote(name), "is this rule's own name: a rule cannot replace itself")
 		}
 	}
 	info, known := units[strings.ToLower(unitName)]
@@ -692,7 +698,6 @@ func (p *parser) rateLimit(n *yaml.Node, path, fullKey string, shadow, detailed 
 		return r
 	}
 	if !known {
-		line := n.Line
 		if unitNode != nil {
 			line = unitNode.Line
 		}
@@ -701,7 +706,7 @@ func (p *parser) rateLimit(n *yaml.Node, path, fullKey string, shadow, detailed 
 	}
 	r.Unit = info.unit
 	if rpuNode == nil {
-		p.bad(n.Line, join(path, "requests_per_unit"), "", "is required (0 denies every request; unlimited: true admits every request)")
+		p.bad(line, join(path, "requests_per_unit"), "", "is required (0 denies every request; unlimited: true admits every request)")
 		return r
 	}
 	if capNode != nil && alg != floodgate.TokenBucket {
@@ -726,7 +731,7 @@ func (p *parser) rateLimit(n *yaml.Node, path, fullKey string, shadow, detailed 
 		if errors.As(err, &le) && le.Field == "Quota" && capNode != nil {
 			field, node = "capacity", capNode
 		}
-		line, value := n.Line, ""
+		value := ""
 		if node != nil {
 			line, value = node.Line, node.Value
 		}

@@ -1,0 +1,300 @@
+package envoy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string // the whole error, or a substring when it starts with "..."
+	}{
+		{"empty file", "", "f.yaml: the file is empty: want a domain and its descriptors"},
+		{"comments only", "# nothing\n", "f.yaml: the file is empty: want a domain and its descriptors"},
+		{"not yaml", "domain: [", "...f.yaml: is not valid YAML: "},
+		{"two documents", "domain: a\n---\ndomain: b\n", "f.yaml:3: holds more than one YAML document; want one domain per file"},
+		{"not a mapping", "- a\n", `f.yaml:1: a list is not a mapping`},
+		{"missing domain", "descriptors: []\n", `f.yaml:1: domain: "" is required: name the domain Envoy's rate-limit filter sends`},
+		{"unknown root key", "domain: d\nfoo: 1\n", "f.yaml:2: foo: is not a known key (known here: domain, descriptors, algorithm, failure_mode)"},
+		{"key set twice", "domain: d\ndomain: e\n", "f.yaml:2: domain: is set twice"},
+		{"descriptors not a list", "domain: d\ndescriptors: {key: a}\n", "f.yaml:2: descriptors: a mapping is not a list of descriptors"},
+		{"unknown descriptor key", "domain: d\ndescriptors:\n  - key: a\n    valeu: b\n",
+			"f.yaml:4: descriptors[0].valeu: is not a known key (known here: key, value, rate_limit, descriptors, shadow_mode, detailed_metric)"},
+		{"descriptor without key", "domain: d\ndescriptors:\n  - value: b\n", `f.yaml:3: descriptors[0].key: "" is required: every descriptor has a key`},
+		{"duplicate descriptor", "domain: d\ndescriptors:\n  - key: a\n    value: b\n  - key: a\n    value: b\n",
+			`f.yaml:5: descriptors[1]: "d.a_b" is a duplicate descriptor (same key and value as line 3)`},
+		{"duplicate nested descriptor", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: x\n      - key: x\n",
+			`f.yaml:6: descriptors[0].descriptors[1]: "d.a.x" is a duplicate descriptor (same key and value as line 5)`},
+		{"unknown rate_limit key", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burst: 3\n",
+			"f.yaml:7: descriptors[0].rate_limit.burst: is not a known key (known here: unit, requests_per_unit, unlimited, name, replaces, algorithm, capacity, failure_mode)"},
+		{"bad unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+			`f.yaml:4: descriptors[0].rate_limit.unit: "fortnight" is not one of second, minute, hour, day, week, month, year`},
+		{"missing unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      requests_per_unit: 1\n",
+			`f.yaml:4: descriptors[0].rate_limit.unit: "" is not one of second, minute, hour, day, week, month, year`},
+		{"unit with unlimited", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit: second\n",
+			`f.yaml:6: descriptors[0].rate_limit.unit: "second" must not be set when unlimited is true`},
+		{"algorithm with unlimited", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      algorithm: token_bucket\n",
+			`f.yaml:6: descriptors[0].rate_limit.algorithm: "token_bucket" does not apply when unlimited is true`},
+		{"missing requests_per_unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n",
+			"f.yaml:4: descriptors[0].rate_limit.requests_per_unit: is required (0 denies every request; unlimited: true admits every request)"},
+		{"negative requests_per_unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "-1" is not a whole number between 0 and 4294967295`},
+		{"requests_per_unit too big", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "4294967296" is not a whole number between 0 and 4294967295`},
+		{"requests_per_unit not a number", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: lots}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "lots" is not a whole number between 0 and 4294967295`},
+		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}\n",
+			`f.yaml:4: descriptors[0].rate_limit.algorithm: "gcra" is not one of sliding_window_log, sliding_window_counter, fixed_window, token_bucket`},
+		{"unknown domain algorithm", "domain: d\nalgorithm: leaky\n", `f.yaml:2: algorithm: "leaky" is not one of sliding_window_log, sliding_window_counter, fixed_window, token_bucket`},
+		{"capacity without a bucket", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, capacity: 5}\n",
+			"f.yaml:4: descriptors[0].rate_limit.capacity: 5 applies to algorithm token_bucket only (this rule's algorithm is fixed_window)"},
+		{"capacity 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, capacity: 0}\n",
+			"f.yaml:4: descriptors[0].rate_limit.capacity: 0 must be at least 1 (algorithm token_bucket, unit second)"},
+		{"log quota too large", "domain: d\nalgorithm: sliding_window_log\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: day\n      requests_per_unit: 5000000\n",
+			"f.yaml:7: descriptors[0].rate_limit.requests_per_unit: 5000000 must be at most 1048576 for sliding_window_log (one entry per request) (algorithm sliding_window_log, unit day)"},
+		{"replaces without name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: \"\"\n",
+			`f.yaml:8: descriptors[0].rate_limit.replaces[0].name: "" is required: name the rate_limit this one replaces`},
+		{"replaces itself", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      name: x\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: x}]\n",
+			`f.yaml:8: descriptors[0].rate_limit.replaces: "x" is this rule's own name: a rule cannot replace itself`},
+		{"replaces not a list", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: x}\n",
+			`f.yaml:4: descriptors[0].rate_limit.replaces: "x" is not a list of {name: ...}`},
+		{"shadow_mode not a bool", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n",
+			`f.yaml:4: descriptors[0].shadow_mode: "maybe" is not true or false`},
+		{"bad failure_mode", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: ajar}\n",
+			`f.yaml:4: descriptors[0].rate_limit.failure_mode: "ajar" is not error, open or closed`},
+		{"two errors", "domain: d\nbar: 1\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n",
+			"f.yaml:2: bar: is not a known key (known here: domain, descriptors, algorithm, failure_mode)\n" +
+				`f.yaml:5: descriptors[0].rate_limit.unit: "eon" is not one of second, minute, hour, day, week, month, year`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(Source{Name: "f.yaml", Data: []byte(tt.yaml)})
+			if err == nil {
+				t.Fatalf("no error, want %q", tt.want)
+			}
+			got := err.Error()
+			if sub, ok := strings.CutPrefix(tt.want, "..."); ok {
+				if !strings.Contains(got, sub) {
+					t.Errorf("error %q, want it to contain %q", got, sub)
+				}
+			} else if got != tt.want {
+				t.Errorf("error\n%s\nwant\n%s", got, tt.want)
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.File != "f.yaml" {
+				t.Errorf("error %v is not a *ConfigError naming the file", err)
+			}
+		})
+	}
+}
+
+func TestParseDuplicateDomain(t *testing.T) {
+	_, err := Parse(Source{Name: "a.yaml", Data: []byte("domain: d\n")}, Source{Name: "b.yaml", Data: []byte("\ndomain: d\n")})
+	if err == nil || err.Error() != "b.yaml:2: domain: d is already the domain of a.yaml" {
+		t.Fatalf("error %v", err)
+	}
+}
+
+// TestParseAccepts checks what the reference accepts loads here too.
+func TestParseAccepts(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+	}{
+		{"domain only", "domain: d\n"},
+		{"null descriptors and rate_limit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n  - key: b\n    descriptors:\n"},
+		{"yaml 1.1 booleans", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes\n    detailed_metric: on\n    rate_limit: {unit: second, requests_per_unit: 1}\n"},
+		{"numeric values", "domain: d\ndescriptors:\n  - key: port\n    value: 8080\n    rate_limit: {unit: SECOND, requests_per_unit: 1}\n"},
+		{"requests_per_unit with unlimited", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n"},
+		{"replaces unknown name", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 1, replaces: [{name: elsewhere}]}\n"},
+		{"big fixed window", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 4000000000}\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Parse(Source{Name: "f.yaml", Data: []byte(tt.yaml)}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestLoadDir(t *testing.T) {
+	rules, err := LoadDir("testdata/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"algorithms", "depth", "detailed", "edge_proxy_per_ip", "internal", "messaging", "mongo_cps", "replaces", "shadow", "units", "wildcard"}
+	if got := strings.Join(rules.Domains(), " "); got != strings.Join(want, " ") {
+		t.Errorf("domains %s, want %s", got, strings.Join(want, " "))
+	}
+	if got := len(rules.Sources()); got != 11 {
+		t.Errorf("%d sources, want 11", got)
+	}
+
+	dir := t.TempDir()
+	write := func(name, data string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "no .yaml or .yml files in") {
+		t.Errorf("empty folder: %v", err)
+	}
+	write("a.yaml", "domain: a\n")
+	write("b.yml", "domain: b\n")
+	write(".hidden.yaml", "not: [valid")
+	write("notes.txt", "not: [valid")
+	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rules, err = LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rules.Domains(), " "); got != "a b" {
+		t.Errorf("domains %q, want \"a b\"", got)
+	}
+	write("c.yaml", "domain: c\ndescriptors:\n  - key: x\n    rate_limit: {unit: eon, requests_per_unit: 1}\n")
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "c.yaml")+":4: descriptors[0].rate_limit.unit") {
+		t.Errorf("bad file: %v", err)
+	}
+	if _, err := LoadDir(filepath.Join(dir, "missing")); err == nil {
+		t.Error("missing folder: no error")
+	}
+}
+
+// TestMatch checks the lookup against the reference's documented examples
+// (testdata/rules).
+func TestMatch(t *testing.T) {
+	rules, err := LoadDir("testdata/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		domain  string
+		entries []string
+		want    string // the matched rule's key, "" for none
+	}{
+		{"mongo_cps", []string{"database=users"}, "mongo_cps.database_users"},
+		{"mongo_cps", []string{"database=default"}, "mongo_cps.database_default"},
+		{"mongo_cps", []string{"database=other"}, ""},
+		{"mongo_cps", []string{"database"}, ""},
+		{"messaging", []string{"message_type=marketing", "to_number=2061111111"}, "messaging.message_type_marketing.to_number"},
+		{"messaging", []string{"to_number=2061111111"}, "messaging.to_number"},
+		{"messaging", []string{"message_type=marketing"}, ""},
+		{"messaging", []string{"message_type=transactional", "to_number=2061111111"}, ""},
+		{"edge_proxy_per_ip", []string{"remote_address=50.0.0.1"}, "edge_proxy_per_ip.remote_address"},
+		{"edge_proxy_per_ip", []string{"remote_address=50.0.0.5"}, "edge_proxy_per_ip.remote_address_50.0.0.5"},
+		{"depth", []string{"key=value"}, "depth.key_value"},
+		{"depth", []string{"key=value", "subkey=subvalue"}, "depth.key_value.subkey"},
+		{"depth", []string{"key=value", "other=x"}, ""},
+		{"depth", []string{"key=other", "subkey=subvalue"}, ""},
+		{"depth", []string{"key=value", "subkey=subvalue", "third=x"}, ""},
+		{"internal", []string{"ldap=x"}, "internal.ldap"},
+		{"shadow", []string{"service=auth", "user=user-a"}, "shadow.service.user_user-a"},
+		{"shadow", []string{"service=auth", "user=user-c"}, ""},
+		{"replaces", []string{"group_1=one", "user=alice"}, "replaces.group_1_one.user_alice"},
+		{"wildcard", []string{"path=/api/users"}, "wildcard.path_/api/*"},
+		{"wildcard", []string{"path=/api/"}, "wildcard.path_/api/*"},
+		{"wildcard", []string{"path=/api"}, ""},
+		{"wildcard", []string{"path=/api/admin/users"}, "wildcard.path_/api/admin/*"},
+		{"wildcard", []string{"path=/api/health"}, "wildcard.path_/api/health"},
+		{"units", []string{"whitelisted=x"}, ""},
+		{"nope", []string{"database=users"}, ""},
+	}
+	for _, tt := range tests {
+		var entries []Entry
+		for _, e := range tt.entries {
+			k, v, _ := strings.Cut(e, "=")
+			entries = append(entries, Entry{k, v})
+		}
+		got := ""
+		if r := rules.Match(tt.domain, entries); r != nil {
+			got = r.Key
+		}
+		if got != tt.want {
+			t.Errorf("%s %v: matched %q, want %q", tt.domain, tt.entries, got, tt.want)
+		}
+	}
+}
+
+// TestRuleFields checks how rate_limit blocks compile: units, algorithms,
+// defaults and floodgate's additions.
+func TestRuleFields(t *testing.T) {
+	rules, err := LoadDir("testdata/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := func(domain string, entries ...string) *Rule {
+		var es []Entry
+		for _, e := range entries {
+			k, v, _ := strings.Cut(e, "=")
+			es = append(es, Entry{k, v})
+		}
+		r := rules.Match(domain, es)
+		if r == nil {
+			t.Fatalf("%s %v: no rule", domain, entries)
+		}
+		return r
+	}
+	for _, u := range []struct {
+		value string
+		unit  rlsv3.RateLimitResponse_RateLimit_Unit
+		d     time.Duration
+	}{
+		{"second", rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+		{"minute", rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+		{"hour", rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+		{"day", rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+		{"week", rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+		{"month", rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+		{"year", rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+	} {
+		r := m("units", "per="+u.value)
+		want := floodgate.NewLimit(floodgate.FixedWindow, 1, u.d)
+		if r.Unit != u.unit || r.Limit != want {
+			t.Errorf("unit %s: %s %v, want %s %v", u.value, r.Unit, r.Limit, u.unit, want)
+		}
+	}
+	tests := []struct {
+		rule    *Rule
+		limit   floodgate.Limit
+		failure FailureMode
+	}{
+		{m("algorithms", "log=x"), floodgate.NewLimit(floodgate.SlidingWindowLog, 2, time.Minute), FailureModeOpen},
+		{m("algorithms", "counter=x"), floodgate.NewLimit(floodgate.SlidingWindowCounter, 2, time.Minute), FailureModeOpen},
+		{m("algorithms", "fixed=x"), floodgate.NewLimit(floodgate.FixedWindow, 2, time.Minute), FailureModeClosed},
+		{m("algorithms", "bucket=x"), floodgate.NewTokenBucket(3, 60, time.Minute), FailureModeError},
+		{m("mongo_cps", "database=users"), floodgate.NewLimit(floodgate.FixedWindow, 5, time.Second), FailureModeDefault},
+	}
+	for _, tt := range tests {
+		if tt.rule.Limit != tt.limit || tt.rule.FailureMode != tt.failure {
+			t.Errorf("%s: %v %s, want %v %s", tt.rule.Key, tt.rule.Limit, tt.rule.FailureMode, tt.limit, tt.failure)
+		}
+	}
+	if r := m("edge_proxy_per_ip", "remote_address=50.0.0.5"); !r.blocked() || r.Limit != (floodgate.Limit{}) {
+		t.Errorf("requests_per_unit 0: blocked %v, limit %v", r.blocked(), r.Limit)
+	}
+	if r := m("internal", "ldap=x"); !r.Unlimited || r.Source != "testdata/rules/05-unlimited.yaml:6" {
+		t.Errorf("unlimited: %v, source %q", r.Unlimited, r.Source)
+	}
+	r := m("replaces", "group_2=two", "user=alice")
+	if strings.Join(r.Replaces, ",") != "specific_limit" {
+		t.Errorf("replaces %v", r.Replaces)
+	}
+	if r := m("shadow", "service=s", "user=user-a"); !r.ShadowMode {
+		t.Error("shadow_mode not set")
+	}
+	if r := m("detailed", "key1=x"); !r.DetailedMetric {
+		t.Error("detailed_metric not set")
+	}
+}

@@ -1,0 +1,310 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// failingStore wraps a store and fails every call for keys that contain
+// "down", as a store that cannot reach its backend does.
+type failingStore struct {
+	floodgate.Store
+	mu      sync.Mutex
+	refunds []string
+}
+
+var errBackend = fmt.Errorf("%w: redis: i/o timeout", floodgate.ErrStoreUnavailable)
+
+func (f *failingStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	if strings.Contains(key, "down") {
+		return floodgate.Decision{}, errBackend
+	}
+	return f.Store.AllowN(ctx, key, l, n)
+}
+
+func (f *failingStore) RefundN(ctx context.Context, key string, l floodgate.Limit, n int64) error {
+	f.mu.Lock()
+	f.refunds = append(f.refunds, key)
+	f.mu.Unlock()
+	return f.Store.RefundN(ctx, key, l, n)
+}
+
+const failureRules = `
+domain: fail
+algorithm: sliding_window_log
+descriptors:
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 5, failure_mode: open}
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 5, failure_mode: closed}
+  - key: error
+    rate_limit: {unit: hour, requests_per_unit: 5, failure_mode: error}
+  - key: default
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5, failure_mode: error}
+  - key: ok
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`
+
+func TestFailureModes(t *testing.T) {
+	const h = time.Hour
+	tests := []struct {
+		name     string
+		opts     Options
+		req      *rlsv3.RateLimitRequest
+		want     []ws       // statuses, when the call succeeds
+		wantCode codes.Code // the gRPC error, when it fails
+		refunded bool       // the ok descriptor was refunded
+	}{
+		{"open answers OK", Options{}, request("fail", desc("open=down"), desc("ok=a")),
+			[]ws{{limit: "fail.open 5/HOUR"}, ok("fail.ok 5/HOUR", 4, h)}, codes.OK, false},
+		{"closed answers OVER_LIMIT and refunds", Options{}, request("fail", desc("closed=down"), desc("ok=a")),
+			[]ws{{over: true, limit: "fail.closed 5/HOUR"}, ok("fail.ok 5/HOUR", 5, h)}, codes.OK, true},
+		{"error fails the call and refunds", Options{}, request("fail", desc("ok=a"), desc("error=down")),
+			nil, codes.Unavailable, true},
+		{"default is error", Options{}, request("fail", desc("default=down")), nil, codes.Unavailable, false},
+		{"default from options", Options{FailureMode: FailureModeClosed}, request("fail", desc("default=down")),
+			[]ws{{over: true, limit: "fail.default 5/HOUR"}}, codes.OK, false},
+		{"shadow fails open", Options{}, request("fail", desc("shadow=down")), []ws{{limit: "fail.shadow 5/HOUR"}}, codes.OK, false},
+		{"no store call, no failure", Options{}, request("fail", desc("nothing=down")), []ws{noLimit}, codes.OK, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mem, _ := memoryStore()
+			fs := &failingStore{Store: mem}
+			e := start(t, fs, true, tt.opts, failureRules)
+			resp, err := e.client.ShouldRateLimit(context.Background(), tt.req)
+			if got := status.Code(err); got != tt.wantCode {
+				t.Fatalf("code %s (%v), want %s", got, err, tt.wantCode)
+			}
+			if err == nil {
+				e.checkResponse(t, "answer", resp, tt.want)
+			} else if !strings.Contains(status.Convert(err).Message(), "store unavailable") {
+				t.Errorf("error message %q does not say the store is unavailable", status.Convert(err).Message())
+			}
+			fs.mu.Lock()
+			refunds := strings.Join(fs.refunds, ",")
+			fs.mu.Unlock()
+			if wantRefunds := map[bool]string{true: "rls|fail|ok=a", false: ""}[tt.refunded]; refunds != wantRefunds {
+				t.Errorf("refunds %q, want %q", refunds, wantRefunds)
+			}
+			if tt.refunded {
+				// The ok descriptor's quota is whole: it took nothing.
+				e.call(t, "ok after", request("fail", desc("ok=a")), ok("fail.ok 5/HOUR", 4, h))
+			}
+		})
+	}
+	t.Run("metrics and /json", func(t *testing.T) {
+		mem, _ := memoryStore()
+		e := start(t, &failingStore{Store: mem}, true, Options{}, failureRules)
+		for range 3 {
+			_, _ = e.client.ShouldRateLimit(context.Background(), request("fail", desc("open=down")))
+		}
+		code, body := postJSON(t, e.json, `{"domain":"fail","descriptors":[{"entries":[{"key":"error","value":"down"}]}]}`)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "store unavailable") {
+			t.Errorf("/json under failure mode error: %d %s", code, body)
+		}
+		if got := e.counter(t, "floodgate_envoy_store_errors_total"); got != 4 {
+			t.Errorf("store errors %v, want 4", got)
+		}
+		if got := e.counter(t, "floodgate_envoy_descriptors_total", "outcome=fail_open"); got != 3 {
+			t.Errorf("fail_open %v, want 3", got)
+		}
+		if got := e.counter(t, "floodgate_envoy_requests_total", "code=unavailable"); got != 1 {
+			t.Errorf("unavailable requests %v, want 1", got)
+		}
+	})
+}
+
+// TestInternalError checks a store error that is not an outage fails the
+// call with INTERNAL (and still refunds).
+func TestInternalError(t *testing.T) {
+	mem, _ := memoryStore()
+	e := start(t, brokenStore{mem}, true, Options{}, failureRules)
+	_, err := e.client.ShouldRateLimit(context.Background(), request("fail", desc("ok=broken")))
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("%v, want Internal", err)
+	}
+}
+
+type brokenStore struct{ floodgate.Store }
+
+func (b brokenStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	if strings.Contains(key, "broken") {
+		return floodgate.Decision{}, errors.New("store: reply of unexpected shape")
+	}
+	return b.Store.AllowN(ctx, key, l, n)
+}
+
+func TestHealthAndReflection(t *testing.T) {
+	mem, _ := memoryStore()
+	e := start(t, mem, true, Options{}, semanticsRules)
+	hc := healthpb.NewHealthClient(e.conn)
+	for _, svc := range []string{"", ServiceName} {
+		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil {
+			t.Fatalf("health %q: %v", svc, err)
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q: %s, want SERVING", svc, resp.GetStatus())
+		}
+	}
+
+	stream, err := reflectionpb.NewServerReflectionClient(e.conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.CloseSend()
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	got := strings.Join(names, " ")
+	for _, want := range []string{ServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("reflection lists %q, want %s among them", got, want)
+		}
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	const rules = `
+domain: hdr
+algorithm: sliding_window_log
+descriptors:
+  - key: a
+    rate_limit: {name: per-a, unit: minute, requests_per_unit: 10}
+  - key: b
+    rate_limit: {name: per-b, unit: hour, requests_per_unit: 2}
+  - key: bucket
+    rate_limit: {name: bucket, unit: minute, requests_per_unit: 6, algorithm: token_bucket, capacity: 12}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+`
+	headers := func(resp *rlsv3.RateLimitResponse) string {
+		var out []string
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			out = append(out, h.GetKey()+": "+h.GetValue())
+		}
+		return strings.Join(out, "\n")
+	}
+	mem, clock := memoryStore()
+	e := start(t, mem, true, Options{ResponseHeaders: true}, rules)
+	tests := []struct {
+		name    string
+		advance time.Duration // moves the clock first
+		req     *rlsv3.RateLimitRequest
+		want    string
+	}{
+		{"most restrictive is the least remaining", 0,
+			request("hdr", desc("a=x"), desc("b=x"), desc("shadow=x"), desc("free=x")),
+			`RateLimit-Policy: "per-a";q=10;w=60, "per-b";q=2;w=3600` + "\n" +
+				`RateLimit: "per-b";r=1;t=3600` + "\n" +
+				"X-RateLimit-Limit: 2\nX-RateLimit-Remaining: 1\nX-RateLimit-Reset: 3600"},
+		{"token bucket window is the time to refill", 0,
+			request("hdr", desc("bucket=x")),
+			`RateLimit-Policy: "bucket";q=12;w=120` + "\n" +
+				`RateLimit: "bucket";r=11;t=10` + "\n" +
+				"X-RateLimit-Limit: 12\nX-RateLimit-Remaining: 11\nX-RateLimit-Reset: 10"},
+		{"b spent", time.Second, request("hdr", desc("b=x")),
+			`RateLimit-Policy: "per-b";q=2;w=3600` + "\n" + `RateLimit: "per-b";r=0;t=3600` + "\n" +
+				"X-RateLimit-Limit: 2\nX-RateLimit-Remaining: 0\nX-RateLimit-Reset: 3600"},
+		// b's first request left the window a second ago.
+		{"over limit adds Retry-After", 0, request("hdr", desc("a=y"), desc("b=x")),
+			`RateLimit-Policy: "per-a";q=10;w=60, "per-b";q=2;w=3600` + "\n" + `RateLimit: "per-b";r=0;t=3599` + "\n" +
+				"X-RateLimit-Limit: 2\nX-RateLimit-Remaining: 0\nX-RateLimit-Reset: 3599\nRetry-After: 3599"},
+		{"no limited descriptor, no headers", 0, request("hdr", desc("free=x"), desc("shadow=x"), desc("nothing=x")), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock.Advance(tt.advance)
+			resp, err := e.client.ShouldRateLimit(context.Background(), tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := headers(resp); got != tt.want {
+				t.Errorf("headers\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+	// Off by default.
+	mem2, _ := memoryStore()
+	plain := start(t, mem2, true, Options{}, rules)
+	resp, err := plain.client.ShouldRateLimit(context.Background(), request("hdr", desc("a=x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetResponseHeadersToAdd()) != 0 {
+		t.Errorf("headers without ResponseHeaders: %v", resp.GetResponseHeadersToAdd())
+	}
+}
+
+// TestSetRules checks rules swap while serving.
+func TestSetRules(t *testing.T) {
+	mem, _ := memoryStore()
+	e := start(t, mem, true, Options{}, "domain: swap\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	e.call(t, "before", request("swap", desc("k=v")), ok("swap.k 1/HOUR", 0, time.Hour))
+	next, err := Parse(Source{Name: "new.yaml", Data: []byte("domain: swap\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc.SetRules(next)
+	// The same fixed-window key under a larger quota: one already counted.
+	e.call(t, "after", request("swap", desc("k=v")), ok("swap.k 3/HOUR", 1, time.Hour))
+	e.svc.SetRules(nil)
+	e.call(t, "no rules", request("swap", desc("k=v")), noLimit)
+}
+
+func TestStoreKey(t *testing.T) {
+	tests := []struct {
+		domain string
+		pairs  []string
+		want   string
+	}{
+		{"d", []string{"k=v"}, "rls|d|k=v"},
+		{"d", []string{"a=1", "b=2"}, "rls|d|a=1|b=2"},
+		{"d|x", []string{"k=v"}, `rls|d\|x|k=v`},
+		{"d", []string{"k=v|b=2"}, `rls|d|k=v\|b\=2`},
+		{"d", []string{`k=v\`}, `rls|d|k=v\\`},
+		{"d", []string{"k"}, "rls|d|k="},
+	}
+	seen := map[string]bool{}
+	for _, tt := range tests {
+		got := storeKey(tt.domain, desc(tt.pairs...))
+		if got != tt.want {
+			t.Errorf("storeKey(%q, %v) = %q, want %q", tt.domain, tt.pairs, got, tt.want)
+		}
+		if seen[got] {
+			t.Errorf("key %q produced twice", got)
+		}
+		seen[got] = true
+	}
+}
