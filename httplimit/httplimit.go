@@ -161,8 +161,13 @@ type Config struct {
 	// both the IETF and the X-RateLimit ones.
 	Headers HeaderMode
 	// Timeout bounds each store call (the context passed to the store has
-	// this deadline). Zero: DefaultTimeout. Negative: no deadline beyond the
-	// request's own, for in-process stores only.
+	// this deadline; refunds get one too). Zero: DefaultTimeout. Negative:
+	// no deadline beyond the request's own, for in-process stores that
+	// never wait (it saves a timer per call; see docs/PERFORMANCE.md).
+	//
+	// A call that times out may still have been counted by the store (the
+	// script ran, the reply came late); the middleware cannot tell, so it
+	// does not refund it.
 	Timeout time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 from a fail-closed
 	// rule. Zero: DefaultUnavailableRetryAfter. Rounded up to whole seconds.
