@@ -16,7 +16,8 @@
 set -euo pipefail
 
 STATE_DIR="${FLOODGATE_HARNESS_DIR:-/tmp/floodgate-harness}"
-STATE_DIR="${STATE_DIR%/}"
+# Absolute and free of symlinks, as /proc/PID/cwd shows it (see is_ours).
+STATE_DIR="$(realpath -m "$STATE_DIR")"
 LOCK_FILE="${STATE_DIR}.lock"
 HOST=127.0.0.1
 
