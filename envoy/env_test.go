@@ -87,8 +87,13 @@ func startRules(t testing.TB, store floodgate.Store, exact bool, opts Options, r
 // memoryStore returns a memory store on a manual clock at a whole hour (so
 // fixed windows of every unit up to an hour start now).
 func memoryStore() (*memory.Store, *floodgate.ManualClock) {
-	clock := floodgate.NewManualClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+	clock := newTestClock()
 	return memory.New(memory.WithClock(clock)), clock
+}
+
+// newTestClock returns a manual clock at midnight UTC.
+func newTestClock() *floodgate.ManualClock {
+	return floodgate.NewManualClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
 }
 
 // desc builds a descriptor from "key=value" pairs; "key" alone has an empty

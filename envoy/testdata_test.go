@@ -5,14 +5,25 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memory"
 )
 
-// TestTestdataBehaves loads testdata/rules (one file per feature the
-// reference's README documents, plus floodgate's additions) and checks each
-// file does what its comment says, through a running server on the memory
-// store and a manual clock: fixed windows (the default algorithm) then
-// start at the test's first request and durations are exact.
-func TestTestdataBehaves(t *testing.T) {
+// clockedStoreFunc returns a fresh store for one subtest that decides at
+// clock's time.
+type clockedStoreFunc func(t *testing.T, clock floodgate.Clock) floodgate.Store
+
+func TestTestdataBehavesMemory(t *testing.T) {
+	runTestdata(t, func(_ *testing.T, clock floodgate.Clock) floodgate.Store { return memory.New(memory.WithClock(clock)) })
+}
+
+// runTestdata loads testdata/rules (one file per feature the reference's
+// README documents, plus floodgate's additions) and checks each file does
+// what its comment says, through a running server on a store deciding at a
+// manual clock's time: fixed windows (the default algorithm) then start at
+// the test's first request and durations are exact.
+func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 	rules, err := LoadDir("testdata/rules")
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +183,8 @@ func TestTestdataBehaves(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			store, clock := memoryStore()
-			e := startRules(t, store, true, Options{}, rules)
+			clock := newTestClock()
+			e := startRules(t, newStore(t, clock), true, Options{}, rules)
 			tt.run(t, e, clock.Advance, clock.Now)
 		})
 	}
