@@ -27,9 +27,10 @@ type Params struct {
 }
 
 // Pattern is a named traffic pattern. Generate must return the same arrivals
-// for the same Params and the same random source; Run sorts them by time and
-// moves a client's arrivals that share a microsecond apart by one
-// microsecond each, so the arrivals need not be sorted.
+// for the same Params and the same random source. They need not be sorted:
+// Run drops those outside [0, Duration), truncates the rest to microseconds,
+// sorts them, and moves a client's arrivals that share a microsecond apart
+// by one microsecond each.
 type Pattern struct {
 	// Name identifies the pattern on the command line and in reports, such
 	// as "boundary-burst".
@@ -191,15 +192,16 @@ func many(p Params, rng *rand.Rand) []Arrival {
 	return out
 }
 
-// normalize sorts arrivals by time (then client), truncates them to whole
-// microseconds (the stores' resolution), drops any outside [0, d), and moves
-// a client's arrivals that share a microsecond one microsecond apart, so that
-// every store and the exact reference see the same distinct times.
+// normalize drops arrivals outside [0, d), truncates the rest to whole
+// microseconds (the stores' resolution), sorts them by time (then client),
+// and moves a client's arrivals that share a microsecond one microsecond
+// apart (possibly to d or a little after), so that every store and the exact
+// reference see the same distinct times.
 func normalize(arrivals []Arrival, d time.Duration) []Arrival {
 	out := make([]Arrival, 0, len(arrivals))
 	for _, a := range arrivals {
-		a.At = a.At.Truncate(time.Microsecond)
 		if a.At >= 0 && a.At < d {
+			a.At = a.At.Truncate(time.Microsecond)
 			out = append(out, a)
 		}
 	}

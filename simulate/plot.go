@@ -73,17 +73,8 @@ func (r *Report) Plot(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("simulate: plot: %w", err)
 	}
-	type figure struct {
-		name string
-		make func() (*plot.Plot, error)
-	}
-	var figs []figure
-	if slices.ContainsFunc(r.Results, func(x Result) bool { return x.Pattern == "boundary-burst" }) {
-		figs = append(figs, figure{FigureBoundary, r.boundaryPlot}, figure{FigureBoundaryZoom, r.boundaryZoomPlot})
-	}
-	figs = append(figs, figure{FigureWorstWindow, r.worstWindowPlot})
 	var files []string
-	for _, f := range figs {
+	for _, f := range r.figures() {
 		p, err := f.make()
 		if err != nil {
 			return files, fmt.Errorf("simulate: plot %s: %w", f.name, err)
@@ -99,6 +90,22 @@ func (r *Report) Plot(dir string) ([]string, error) {
 		}
 	}
 	return files, nil
+}
+
+// figure is one chart Plot writes: its file name without extension, and the
+// function that builds it.
+type figure struct {
+	name string
+	make func() (*plot.Plot, error)
+}
+
+// figures returns the charts r has the results for.
+func (r *Report) figures() []figure {
+	var figs []figure
+	if slices.ContainsFunc(r.Results, func(x Result) bool { return x.Pattern == "boundary-burst" }) {
+		figs = append(figs, figure{FigureBoundary, r.boundaryPlot}, figure{FigureBoundaryZoom, r.boundaryZoomPlot})
+	}
+	return append(figs, figure{FigureWorstWindow, r.worstWindowPlot})
 }
 
 // pngDPI makes the PNGs sharp on high-density screens: 1200x675 pixels.

@@ -19,7 +19,7 @@ import (
 // every figure but memory is equal. It also checks that the Redis backend
 // measures memory and leaves no key behind.
 func TestRedisMatchesMemory(t *testing.T) {
-	cfg := simulate.Config{Limit: 20, Window: 10 * time.Second, Duration: 30 * time.Second, Seed: 5}
+	cfg := simulate.Config{Limit: 10, Window: 10 * time.Second, Duration: 20 * time.Second, Seed: 5}
 	want := run(t, cfg)
 	tests := []struct {
 		name    string
