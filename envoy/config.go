@@ -166,6 +166,7 @@ type domain struct {
 	root    keyTable
 	alg     floodgate.Algorithm // the domain's default algorithm
 	failure FailureMode         // the domain's failure_mode
+	headers bool                // response_headers: add rate-limit headers to answers
 }
 
 // keyTable is one level of the tree: the configured descriptors by key.
@@ -517,7 +518,7 @@ func (p *parser) file1(data []byte) *domain {
 	root := doc.Content[0]
 	d := &domain{source: p.file, root: keyTable{}}
 	var descriptors *yaml.Node
-	for _, kv := range p.fields(root, "", "domain", "descriptors", "algorithm", "failure_mode") {
+	for _, kv := range p.fields(root, "", "domain", "descriptors", "algorithm", "failure_mode", "response_headers") {
 		k, v := kv[0], kv[1]
 		switch k.Value {
 		case "domain":
@@ -529,6 +530,8 @@ func (p *parser) file1(data []byte) *domain {
 			p.alg, _ = p.algorithm(v, "algorithm")
 		case "failure_mode":
 			p.failure, _ = p.failureMode(v, "failure_mode")
+		case "response_headers":
+			d.headers, _ = p.boolean(v, "response_headers")
 		}
 	}
 	if root.Kind != yaml.MappingNode {

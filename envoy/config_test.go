@@ -25,7 +25,7 @@ func TestParseErrors(t *testing.T) {
 		{"two documents", "domain: a\n---\ndomain: b\n", "f.yaml:3: holds more than one YAML document; want one domain per file"},
 		{"not a mapping", "- a\n", `f.yaml:1: a list is not a mapping`},
 		{"missing domain", "descriptors: []\n", `f.yaml:1: domain: "" is required: name the domain Envoy's rate-limit filter sends`},
-		{"unknown root key", "domain: d\nfoo: 1\n", "f.yaml:2: foo: is not a known key (known here: domain, descriptors, algorithm, failure_mode)"},
+		{"unknown root key", "domain: d\nfoo: 1\n", "f.yaml:2: foo: is not a known key (known here: domain, descriptors, algorithm, failure_mode, response_headers)"},
 		{"key set twice", "domain: d\ndomain: e\n", "f.yaml:2: domain: is set twice"},
 		{"descriptors not a list", "domain: d\ndescriptors: {key: a}\n", "f.yaml:2: descriptors: a mapping is not a list of descriptors"},
 		{"unknown descriptor key", "domain: d\ndescriptors:\n  - key: a\n    valeu: b\n",
@@ -73,7 +73,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad failure_mode", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: ajar}\n",
 			`f.yaml:4: descriptors[0].rate_limit.failure_mode: "ajar" is not error, open or closed`},
 		{"two errors", "domain: d\nbar: 1\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n",
-			"f.yaml:2: bar: is not a known key (known here: domain, descriptors, algorithm, failure_mode)\n" +
+			"f.yaml:2: bar: is not a known key (known here: domain, descriptors, algorithm, failure_mode, response_headers)\n" +
 				`f.yaml:5: descriptors[0].rate_limit.unit: "eon" is not one of second, minute, hour, day, week, month, year`},
 	}
 	for _, tt := range tests {

@@ -18,6 +18,8 @@
 //
 //	domain: messaging
 //	algorithm: sliding_window_log   # floodgate: the domain's default algorithm
+//	failure_mode: open              # floodgate: the domain's default failure mode
+//	response_headers: true          # floodgate: rate-limit headers in the answers
 //	descriptors:
 //	  - key: message_type
 //	    value: marketing

@@ -265,6 +265,19 @@ descriptors:
 	if len(resp.GetResponseHeadersToAdd()) != 0 {
 		t.Errorf("headers without ResponseHeaders: %v", resp.GetResponseHeadersToAdd())
 	}
+	// On for one domain from its file.
+	mem3, _ := memoryStore()
+	perDomain := start(t, mem3, true, Options{}, strings.Replace(rules, "domain: hdr\n", "domain: hdr\nresponse_headers: true\n", 1),
+		"domain: other\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
+	for domain, want := range map[string]int{"hdr": 5, "other": 0} {
+		resp, err := perDomain.client.ShouldRateLimit(context.Background(), request(domain, desc("a=x")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(resp.GetResponseHeadersToAdd()); got != want {
+			t.Errorf("domain %s: %d headers, want %d", domain, got, want)
+		}
+	}
 }
 
 // TestSetRules checks rules swap while serving.

@@ -39,7 +39,8 @@ type Options struct {
 	// RateLimit-Policy and RateLimit (IETF draft 11), X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset (seconds until reset, as
 	// Envoy's own x-ratelimit-reset), and Retry-After when over the limit.
-	// Off by default, as in the reference.
+	// Off by default, as in the reference; a rule file turns them on for
+	// its domain with response_headers: true.
 	ResponseHeaders bool
 }
 
@@ -246,7 +247,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	case failErr != nil:
 		return nil, status.Error(codes.Unavailable, failErr.Error())
 	}
-	if s.headers {
+	if s.headers || (dom != nil && dom.headers) {
 		resp.ResponseHeadersToAdd = responseHeaders(checks, resp)
 	}
 	return resp, nil

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -178,7 +179,16 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 			}
 			e.call(t, "bucket empty", request("algorithms", desc("bucket=x")), over("bucket 60/MINUTE", s))
 			advance(s)
-			e.call(t, "bucket refilled one", request("algorithms", desc("bucket=x")), ok("bucket 60/MINUTE", 0, 3*s))
+			resp := e.call(t, "bucket refilled one", request("algorithms", desc("bucket=x")), ok("bucket 60/MINUTE", 0, 3*s))
+			var got []string
+			for _, hv := range resp.GetResponseHeadersToAdd() {
+				got = append(got, hv.GetKey()+": "+hv.GetValue())
+			}
+			want := []string{`RateLimit-Policy: "bucket";q=3;w=3`, `RateLimit: "bucket";r=0;t=3`,
+				"X-RateLimit-Limit: 3", "X-RateLimit-Remaining: 0", "X-RateLimit-Reset: 3"}
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("response_headers: true: headers\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
 		}},
 	}
 	for _, tt := range tests {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -25,6 +27,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfgPath := fs.String("config", "", "YAML config `file`; none runs the built-in example policy on the memory store")
 	listen := fs.String("listen", "", "HTTP listen `address`, overriding the config's listen (default "+config.DefaultListen+")")
 	logFormat := fs.String("log-format", "", "log format, text or json, overriding the config's log.format")
+	grpcListen := fs.String("grpc-listen", "", "Envoy rate-limit gRPC listen `address`, overriding the config's grpc_listen (default "+config.DefaultGRPCListen+"); given alone, serves with no rules")
+	envoyConfig := fs.String("envoy-config", "", "`folder` of envoyproxy/ratelimit rule files, overriding the config's envoy_config; starts the gRPC service")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,16 +52,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeStore()
 
-	srv, err := server.New(cfg, store, server.Options{Logger: logger})
+	reg := prometheus.NewRegistry()
+	srv, err := server.New(cfg, store, server.Options{Logger: logger, Registry: reg})
 	if err != nil {
 		return err
 	}
+	rls, err := startRLS(cfg, store, logger, reg, *envoyConfig, *grpcListen)
+	if err != nil {
+		return err
+	}
+	defer rls.stop()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	httpServer := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           rls.mount(srv.Handler()),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
@@ -66,6 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	printBanner(stdout, cfg, ln.Addr().String())
+	rls.banner(stdout)
 	logger.Info("serving", "listen", ln.Addr().String(), "store", cfg.Store.String(), "rules", len(cfg.Rules), "config", cfg.Source)
 
 	served := make(chan error, 1)
