@@ -26,10 +26,10 @@ var suffixes = [...]string{
 //
 //	prefix + "{" + tag + "}:" + suffix
 //
-// where suffix is "swl", "tb", "swc" or "fw", and tag encodes the identity:
-// "=" followed by the identity with '%', '{' and '}' percent-escaped (%25,
-// %7B, %7D) for identities of up to 128 bytes, and "#" followed by the hex
-// SHA-256 of the identity for longer ones. The tag is never empty and holds
+// where suffix is "swl", "tb", "swc" or "fw" (alg must be valid), and tag
+// encodes the identity: "=" followed by the identity with '%', '{' and '}'
+// percent-escaped (%25, %7B, %7D) for identities of up to 128 bytes, and "#"
+// followed by the hex SHA-256 of the identity for longer ones. The tag is never empty and holds
 // no braces, so it is the key's Redis Cluster hash tag whatever the
 // identity: all keys of one identity share a slot. The encoding is
 // injective, so distinct identities never share a key, and a key is at most

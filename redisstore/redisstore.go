@@ -12,8 +12,8 @@
 // # Keys
 //
 // Every key of one identity shares a Redis Cluster hash tag, so all of them
-// live in one slot, and distinct identities never share a key. See
-// [Store.Key] for the layout.
+// live in one slot, and distinct identities never share a key. See [Key]
+// for the layout, which other languages can reproduce (docs/LUA.md).
 //
 // # Failures
 //
@@ -41,6 +41,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -159,8 +160,8 @@ type Store struct {
 
 var _ floodgate.Store = (*Store)(nil)
 
-// validate checks the fields New uses beyond the connection: the prefix and
-// the timeout.
+// validateStore checks the fields every store uses, whoever made its
+// connection: the key prefix and the timeout.
 func (c *Config) validateStore() error {
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return &ConfigError{Field: "KeyPrefix", Value: strconv.Quote(c.KeyPrefix), Reason: "must not contain '{' or '}' (they would break the Redis Cluster hash tags)"}
@@ -178,7 +179,7 @@ func (c *Config) Validate() error {
 		return &ConfigError{Field: "Addrs", Value: "[]", Reason: "must name at least one host:port"}
 	}
 	for i, a := range c.Addrs {
-		if _, port, ok := strings.Cut(a, ":"); !ok || a == "" || port == "" {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
 			return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: "is not host:port"}
 		}
 	}
@@ -211,7 +212,7 @@ func (c *Config) mode() Mode {
 // New connects to Redis as cfg says and returns a Store that owns the
 // connection: Close it when done. New fails with a *ConfigError for a bad
 // cfg, and with an error matching floodgate.ErrStoreUnavailable if Redis
-// cannot be reached.
+// cannot be reached within rueidis's dial timeout (5s).
 //
 // The client is created with retries disabled, so a script is never sent
 // twice.

@@ -90,6 +90,27 @@ func TestServerTime(t *testing.T) {
 		if entries[1] != strconv.FormatInt(first+1, 10) {
 			t.Errorf("entries %q: a cost of 2 must occupy two consecutive microseconds", entries)
 		}
+		// Many clients in the same millisecond: every admission is its own
+		// entry (no member collisions), so none is lost.
+		many := floodgate.NewLimit(floodgate.SlidingWindowLog, 10000, time.Hour)
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				for range 25 {
+					if d, err := s.AllowN(t.Context(), "many", many, 3); err != nil || !d.Allowed {
+						t.Errorf("AllowN = %+v, %v", d, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n, _ := doKey(t, client, "ZCARD", s.Key("many", many.Algorithm)).AsInt64(); n != 20*25*3 {
+			t.Errorf("ZCARD = %d after %d admitted requests of cost 3, want %d", n, 20*25, 20*25*3)
+		}
+		if d, err := s.Allow(t.Context(), "many", many); err != nil || d.Remaining != 10000-20*25*3-1 {
+			t.Errorf("Allow after the burst = %+v, %v; want Remaining %d", d, err, 10000-20*25*3-1)
+		}
 	})
 }
 
