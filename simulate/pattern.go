@@ -14,16 +14,16 @@ import (
 // the start of the simulation, and which client sends it. Each client is
 // limited under its own key.
 type Arrival struct {
-	At     time.Duration
-	Client int
+	At     time.Duration // from the start of the simulation
+	Client int           // the client's number; its key is distinct per client
 }
 
 // Params are the figures a pattern scales itself by: the limit it is run
 // against (Limit requests per Window) and how long it lasts.
 type Params struct {
-	Limit    int64
-	Window   time.Duration
-	Duration time.Duration
+	Limit    int64         // N: requests admitted per Window
+	Window   time.Duration // W
+	Duration time.Duration // how long the pattern sends, from 0
 }
 
 // Pattern is a named traffic pattern. Generate must return the same arrivals

@@ -14,13 +14,17 @@ import (
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
-// RedisOptions selects the Redis server or cluster a Redis backend runs on.
+// RedisOptions selects the Redis server, cluster or Sentinel-managed primary
+// a Redis backend runs on.
 type RedisOptions struct {
-	// Addrs holds one host:port for a standalone server, or any nodes of a
-	// cluster.
+	// Addrs holds one host:port for a standalone server, any nodes of a
+	// cluster, or the sentinels.
 	Addrs []string
 	// Cluster requires Addrs to be Redis Cluster nodes.
 	Cluster bool
+	// SentinelMaster, if set, makes Addrs sentinels and names the primary
+	// they monitor. It excludes Cluster.
+	SentinelMaster string
 	// KeyPrefix is prepended to every key. Empty means a prefix unique to
 	// this backend, "fgsim:" and 8 random bytes in hex, so that concurrent
 	// simulations on one server never share keys.
@@ -42,6 +46,9 @@ func NewRedisBackend(ctx context.Context, o RedisOptions) (*Backend, error) {
 	if len(o.Addrs) == 0 {
 		return nil, fmt.Errorf("simulate: RedisOptions.Addrs is empty")
 	}
+	if o.Cluster && o.SentinelMaster != "" {
+		return nil, fmt.Errorf("simulate: RedisOptions: Cluster and SentinelMaster %q exclude each other", o.SentinelMaster)
+	}
 	if o.KeyPrefix == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -54,8 +61,11 @@ func NewRedisBackend(ctx context.Context, o RedisOptions) (*Backend, error) {
 		InitAddress:       o.Addrs,
 		DisableRetry:      true,
 		DisableCache:      true,
-		ForceSingleClient: !o.Cluster,
+		ForceSingleClient: !o.Cluster && o.SentinelMaster == "",
 		ClientName:        "floodgate-simulate",
+	}
+	if o.SentinelMaster != "" {
+		opt.Sentinel = rueidis.SentinelOption{MasterSet: o.SentinelMaster}
 	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -72,8 +82,11 @@ func NewRedisBackend(ctx context.Context, o RedisOptions) (*Backend, error) {
 		return nil, fmt.Errorf("simulate: %w", err)
 	}
 	name := "redis"
-	if o.Cluster {
+	switch {
+	case o.Cluster:
 		name = "redis-cluster"
+	case o.SentinelMaster != "":
+		name = "redis-sentinel"
 	}
 	// Check the connection now rather than on the first request.
 	pctx, cancel := context.WithTimeout(ctx, o.Timeout)

@@ -14,27 +14,34 @@ import (
 )
 
 // TestRedisMatchesMemory runs the same simulation through the memory store
-// and the Redis store (standalone and cluster, from scripts/redis-harness.sh
-// up; skipped when they do not answer): every decision must be the same, so
+// and the Redis store (standalone, cluster and Sentinel, from
+// scripts/redis-harness.sh up; skipped when they do not answer): every decision must be the same, so
 // every figure but memory is equal. It also checks that the Redis backend
 // measures memory and leaves no key behind.
 func TestRedisMatchesMemory(t *testing.T) {
 	cfg := simulate.Config{Limit: 10, Window: 10 * time.Second, Duration: 20 * time.Second, Seed: 5}
 	want := run(t, cfg)
 	tests := []struct {
-		name    string
-		cluster bool
-		addrs   func(testing.TB) []string
+		store string
+		opts  func(testing.TB) simulate.RedisOptions
 	}{
-		{"standalone", false, func(t testing.TB) []string { return []string{redistest.StandaloneAddr(t)} }},
-		{"cluster", true, redistest.ClusterAddrs},
+		{"redis", func(t testing.TB) simulate.RedisOptions {
+			return simulate.RedisOptions{Addrs: []string{redistest.StandaloneAddr(t)}}
+		}},
+		{"redis-cluster", func(t testing.TB) simulate.RedisOptions {
+			return simulate.RedisOptions{Addrs: redistest.ClusterAddrs(t), Cluster: true}
+		}},
+		{"redis-sentinel", func(t testing.TB) simulate.RedisOptions {
+			sentinels, master := redistest.SentinelAddrs(t)
+			return simulate.RedisOptions{Addrs: sentinels, SentinelMaster: master}
+		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(tt.store, func(t *testing.T) {
 			ctx := context.Background()
-			addrs := tt.addrs(t)
-			prefix := "fgsim-test:" + t.Name() + ":" + time.Now().Format("150405.000000") + ":"
-			b, err := simulate.NewRedisBackend(ctx, simulate.RedisOptions{Addrs: addrs, Cluster: tt.cluster, KeyPrefix: prefix})
+			opts := tt.opts(t)
+			opts.KeyPrefix = "fgsim-test:" + t.Name() + ":" + time.Now().Format("150405.000000") + ":"
+			b, err := simulate.NewRedisBackend(ctx, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,8 +50,8 @@ func TestRedisMatchesMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Store != map[bool]string{false: "redis", true: "redis-cluster"}[tt.cluster] {
-				t.Errorf("store = %q", got.Store)
+			if got.Store != tt.store {
+				t.Errorf("store = %q, want %q", got.Store, tt.store)
 			}
 			if len(got.Results) != len(want.Results) {
 				t.Fatalf("%d results, want %d", len(got.Results), len(want.Results))
@@ -64,15 +71,20 @@ func TestRedisMatchesMemory(t *testing.T) {
 			if mem[floodgate.SlidingWindowLog] <= mem[floodgate.TokenBucket] {
 				t.Errorf("log's memory %d is not above the bucket's %d", mem[floodgate.SlidingWindowLog], mem[floodgate.TokenBucket])
 			}
-			assertNoKeys(t, addrs, tt.cluster, prefix)
+			assertNoKeys(t, opts)
 		})
 	}
 }
 
-// assertNoKeys fails t if any key starting with prefix is left on any node.
-func assertNoKeys(t *testing.T, addrs []string, cluster bool, prefix string) {
+// assertNoKeys fails t if any key starting with o.KeyPrefix is left on any
+// node.
+func assertNoKeys(t *testing.T, o simulate.RedisOptions) {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, ForceSingleClient: !cluster, DisableCache: true})
+	opt := rueidis.ClientOption{InitAddress: o.Addrs, ForceSingleClient: !o.Cluster && o.SentinelMaster == "", DisableCache: true}
+	if o.SentinelMaster != "" {
+		opt.Sentinel = rueidis.SentinelOption{MasterSet: o.SentinelMaster}
+	}
+	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +94,7 @@ func assertNoKeys(t *testing.T, addrs []string, cluster bool, prefix string) {
 	for _, node := range c.Nodes() {
 		var cursor uint64
 		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(o.KeyPrefix+"*").Count(1000).Build()).AsScanEntry()
 			if err != nil {
 				t.Fatal(err)
 			}

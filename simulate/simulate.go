@@ -184,6 +184,7 @@ type Report struct {
 
 // PatternInfo describes one pattern as it ran.
 type PatternInfo struct {
+	// Name and Description are the Pattern's.
 	Name        string `json:"name"`
 	Description string `json:"description"`
 	// Clients is the number of distinct clients (keys) that sent requests.
@@ -195,10 +196,14 @@ type PatternInfo struct {
 // Result is what one algorithm did with one pattern. See the package
 // documentation for how each figure is measured.
 type Result struct {
-	Pattern   string              `json:"pattern"`
+	// Pattern is the pattern's name.
+	Pattern string `json:"pattern"`
+	// Algorithm is the algorithm the requests were decided by; in JSON,
+	// its configuration name such as "fixed_window".
 	Algorithm floodgate.Algorithm `json:"algorithm"`
-	// Requests is Admitted + Denied.
+	// Requests is the number of requests sent: Admitted + Denied.
 	Requests int `json:"requests"`
+	// Admitted and Denied count the store's decisions.
 	Admitted int `json:"admitted"`
 	Denied   int `json:"denied"`
 	// MaxInWindow is the most requests admitted for one key in any interval

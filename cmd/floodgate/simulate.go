@@ -11,7 +11,7 @@ import (
 )
 
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("simulate", "simulate [--limit N] [--window D] [--duration D] [--seed S] [--pattern P,...] [--algorithm A,...] [--format table|json] [--plot DIR] [--store memory|redis|redis-cluster]", stderr)
+	fs := newFlagSet("simulate", "simulate [--limit N] [--window D] [--duration D] [--seed S] [--pattern P,...] [--algorithm A,...] [--format table|json] [--plot DIR] [--store memory|redis|redis-cluster|redis-sentinel]", stderr)
 	limit := fs.Int64("limit", simulate.DefaultLimit, "requests admitted per window (the token bucket's capacity)")
 	window := fs.Duration("window", simulate.DefaultWindow, "the limit's `window`")
 	duration := fs.Duration("duration", simulate.DefaultDuration, "simulated `time` per pattern (at least two windows)")
@@ -20,9 +20,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	algorithms := fs.String("algorithm", "all", "comma-separated `algorithms`: all, or of "+simAlgorithmNames())
 	format := fs.String("format", "table", "output `format`: table or json")
 	plotDir := fs.String("plot", "", "write the figures (PNG and SVG) to `dir`")
-	store := fs.String("store", "memory", "`store` to run through: memory, redis or redis-cluster")
+	store := fs.String("store", "memory", "`store` to run through: memory, redis, redis-cluster or redis-sentinel")
 	redisAddr := fs.String("redis-addr", "127.0.0.1:16379", "standalone Redis `host:port` (--store redis)")
 	redisAddrs := fs.String("redis-addrs", "127.0.0.1:17000,127.0.0.1:17001,127.0.0.1:17002", "comma-separated cluster `nodes` (--store redis-cluster)")
+	sentinelAddrs := fs.String("sentinel-addrs", "127.0.0.1:26380", "comma-separated `sentinels` (--store redis-sentinel)")
+	sentinelMaster := fs.String("sentinel-master", "floodgate", "the `name` of the primary the sentinels monitor (--store redis-sentinel)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -63,8 +65,10 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		backend, err = simulate.NewRedisBackend(ctx, simulate.RedisOptions{Addrs: []string{*redisAddr}})
 	case "redis-cluster":
 		backend, err = simulate.NewRedisBackend(ctx, simulate.RedisOptions{Addrs: simSplitList(*redisAddrs), Cluster: true})
+	case "redis-sentinel":
+		backend, err = simulate.NewRedisBackend(ctx, simulate.RedisOptions{Addrs: simSplitList(*sentinelAddrs), SentinelMaster: *sentinelMaster})
 	default:
-		return simUsageError(stderr, fs.Usage, fmt.Errorf("--store %q is not memory, redis or redis-cluster", *store))
+		return simUsageError(stderr, fs.Usage, fmt.Errorf("--store %q is not memory, redis, redis-cluster or redis-sentinel", *store))
 	}
 	if err != nil {
 		return err

@@ -128,6 +128,10 @@ func TestSimulateRedis(t *testing.T) {
 		{"redis-cluster", func(t testing.TB) []string {
 			return []string{"--redis-addrs", strings.Join(redistest.ClusterAddrs(t), ",")}
 		}},
+		{"redis-sentinel", func(t testing.TB) []string {
+			sentinels, master := redistest.SentinelAddrs(t)
+			return []string{"--sentinel-addrs", strings.Join(sentinels, ","), "--sentinel-master", master}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.store, func(t *testing.T) {
