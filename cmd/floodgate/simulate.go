@@ -12,7 +12,7 @@ import (
 
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("simulate", "simulate [--limit N] [--window D] [--duration D] [--seed S] [--pattern P,...] [--algorithm A,...] [--format table|json] [--plot DIR] [--store memory|redis|redis-cluster|redis-sentinel]", stderr)
-	limit := fs.Int64("limit", simulate.DefaultLimit, "requests admitted per window (the token bucket's capacity)")
+	limit := fs.Int64("limit", simulate.DefaultLimit, "`N`: requests admitted per window (the token bucket's capacity)")
 	window := fs.Duration("window", simulate.DefaultWindow, "the limit's `window`")
 	duration := fs.Duration("duration", simulate.DefaultDuration, "simulated `time` per pattern (at least two windows)")
 	seed := fs.Uint64("seed", 1, "`seed` for the random patterns: the same seed gives the same report")
