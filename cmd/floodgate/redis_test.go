@@ -1,0 +1,171 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// serveConfig writes a config for store type typ at addrs with a key prefix
+// unique to this test, so runs never share keys on the shared servers.
+func serveConfig(t *testing.T, typ string, addrs []string) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	quoted := make([]string, len(addrs))
+	for i, a := range addrs {
+		quoted[i] = `"` + a + `"`
+	}
+	cfg := fmt.Sprintf(`store:
+  type: %s
+  addrs: [%s]
+  timeout: 200ms
+  key_prefix: "fgtest-%s:"
+rules:
+  - name: login
+    algorithm: sliding_window_log
+    limit: 3
+    window: 1m
+    failure_mode: closed
+  - name: api
+    algorithm: token_bucket
+    capacity: 5
+    refill: 1/m
+    failure_mode: open
+  - name: counter
+    algorithm: sliding_window_counter
+    limit: 2
+    window: 1h
+  - name: fixed
+    algorithm: fixed_window
+    limit: 2
+    window: 1h
+`, typ, strings.Join(quoted, ", "), hex.EncodeToString(b[:]))
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+type checkReply struct {
+	Allowed          bool  `json:"allowed"`
+	Remaining        int64 `json:"remaining"`
+	RetryAfterMs     int64 `json:"retry_after_ms"`
+	StoreUnavailable bool  `json:"store_unavailable"`
+}
+
+func check(t *testing.T, base, rule, key string) (int, checkReply, http.Header) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"rule": rule, "key": key})
+	resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r checkReply
+	if resp.StatusCode == 200 || resp.StatusCode == 429 {
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode, r, resp.Header
+}
+
+// TestServeOnRedis drives `floodgate serve` end to end on standalone Redis
+// and the 3-primary/3-replica cluster: every algorithm's decisions, headers,
+// hostile keys, reset and readiness.
+func TestServeOnRedis(t *testing.T) {
+	stores := []struct {
+		typ   string
+		addrs func(*testing.T) []string
+	}{
+		{"redis", func(t *testing.T) []string { return []string{redistest.StandaloneAddr(t)} }},
+		{"redis-cluster", func(t *testing.T) []string { return redistest.ClusterAddrs(t) }},
+	}
+	for _, s := range stores {
+		t.Run(s.typ, func(t *testing.T) {
+			base, _, stop := startServe(t, "--config", serveConfig(t, s.typ, s.addrs(t)))
+			for _, c := range []struct {
+				rule  string
+				quota int
+			}{{"login", 3}, {"api", 5}, {"counter", 2}, {"fixed", 2}} {
+				for i := range c.quota {
+					code, r, h := check(t, base, c.rule, "user-42")
+					if code != 200 || r.Remaining != int64(c.quota-i-1) {
+						t.Fatalf("%s request %d: %d %+v", c.rule, i+1, code, r)
+					}
+					if h.Get("RateLimit-Policy") == "" || h.Get("X-RateLimit-Limit") != fmt.Sprint(c.quota) {
+						t.Fatalf("%s: headers %v", c.rule, h)
+					}
+				}
+				code, r, h := check(t, base, c.rule, "user-42")
+				if code != 429 || r.RetryAfterMs <= 0 || h.Get("Retry-After") == "" {
+					t.Fatalf("%s over the limit: %d %+v %v", c.rule, code, r, h)
+				}
+			}
+			// Hostile keys work and stay apart, on the cluster too.
+			for i, k := range []string{"", "{", "}", "{}", "}{", "\x00", "a\nb", strings.Repeat("x", 4096)} {
+				for j := range 3 {
+					if code, _, _ := check(t, base, "login", k); code != 200 {
+						t.Fatalf("hostile key #%d request %d: %d", i, j+1, code)
+					}
+				}
+			}
+			resp, err := http.Post(base+"/v1/reset", "application/json", strings.NewReader(`{"rule":"login","key":"user-42"}`))
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("reset: %v %v", resp, err)
+			}
+			resp.Body.Close()
+			if code, _, _ := check(t, base, "login", "user-42"); code != 200 {
+				t.Fatalf("after reset: %d", code)
+			}
+			resp, err = http.Get(base + "/readyz")
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("readyz: %v %v", resp, err)
+			}
+			resp.Body.Close()
+			if err := stop(); err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+		})
+	}
+}
+
+// TestServeRedisDown: with Redis stopped, fail-open rules admit (saying the
+// store was unavailable), fail-closed rules answer 503, and readiness fails.
+func TestServeRedisDown(t *testing.T) {
+	srv := redistest.Spawn(t)
+	base, logs, _ := startServe(t, "--config", serveConfig(t, "redis", []string{srv.Addr}))
+	if code, _, _ := check(t, base, "login", "k"); code != 200 {
+		t.Fatalf("with Redis up: %d", code)
+	}
+	srv.Kill()
+	code, r, _ := check(t, base, "api", "k")
+	if code != 200 || !r.Allowed || !r.StoreUnavailable {
+		t.Fatalf("fail-open rule with Redis down: %d %+v", code, r)
+	}
+	code, _, h := check(t, base, "login", "k")
+	if code != 503 || h.Get("Retry-After") == "" {
+		t.Fatalf("fail-closed rule with Redis down: %d %v", code, h)
+	}
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("readyz with Redis down: %d", resp.StatusCode)
+	}
+	if !strings.Contains(logs.String(), "store unavailable") {
+		t.Errorf("no log line about the unavailable store:\n%s", logs)
+	}
+}
