@@ -61,6 +61,7 @@ func commands() map[string]command {
 		"check":    {"decide one request from the command line against a config's store", runCheck},
 		"config":   {"validate a config file, or print the example", runConfig},
 		"simulate": {"run traffic patterns against every algorithm on a virtual clock", runSimulate},
+		"scripts":  {"print or export the Redis Lua scripts, for use from other languages", runScripts},
 	}
 }
 

@@ -169,6 +169,10 @@ func TestCommands(t *testing.T) {
 		{"config validate good", []string{"config", "validate", good}, nil, "ok"},
 		{"config validate bad", []string{"config", "validate", bad}, errAny, ""},
 		{"config example", []string{"config", "example"}, nil, "sliding_window_log"},
+		{"scripts all", []string{"scripts"}, nil, "-- ==== token_bucket.lua ===="},
+		{"scripts one", []string{"scripts", "sliding_window_log"}, nil, "KEYS[1]"},
+		{"scripts list", []string{"scripts", "--list"}, nil, "  fixed_window.lua"},
+		{"scripts unknown", []string{"scripts", "leaky"}, errUsage, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -186,6 +190,15 @@ func TestCommands(t *testing.T) {
 				t.Fatalf("stdout %q lacks %q", out.String(), c.out)
 			}
 		})
+	}
+	// --out writes files that match the embedded scripts byte for byte.
+	outDir := filepath.Join(dir, "lua")
+	if err := run(context.Background(), []string{"scripts", "--out", outDir}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	written, _ := filepath.Glob(filepath.Join(outDir, "*.lua"))
+	if len(written) != 4 {
+		t.Fatalf("scripts --out wrote %v, want 4 files", written)
 	}
 	// The bad config's error names the line, the field and the value.
 	err := run(context.Background(), []string{"config", "validate", bad}, io.Discard, io.Discard)

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/floodgate-rl/floodgate/redisstore"
+)
+
+func runScripts(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("scripts", "scripts [--out DIR] [--list] [NAME]", stderr)
+	out := fs.String("out", "", "write the .lua files into `dir` (created if missing) instead of printing them")
+	list := fs.Bool("list", false, "list the scripts with their SHA1 (the EVALSHA digest)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	scripts := redisstore.Scripts()
+	names := make([]string, 0, len(scripts))
+	for n := range scripts {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if fs.NArg() > 1 {
+		fs.Usage()
+		return errUsage
+	}
+	if fs.NArg() == 1 {
+		want := strings.TrimSuffix(fs.Arg(0), ".lua") + ".lua"
+		if _, ok := scripts[want]; !ok {
+			fmt.Fprintf(stderr, "floodgate scripts: no script %q; there are %s\n", fs.Arg(0), strings.Join(names, ", "))
+			return errUsage
+		}
+		names = []string{want}
+	}
+	switch {
+	case *list:
+		for _, n := range names {
+			sum := sha1.Sum([]byte(scripts[n]))
+			fmt.Fprintf(stdout, "%s  %s\n", hex.EncodeToString(sum[:]), n)
+		}
+	case *out != "":
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		for _, n := range names {
+			path := filepath.Join(*out, n)
+			if err := os.WriteFile(path, []byte(scripts[n]), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, path)
+		}
+	default:
+		for i, n := range names {
+			if i > 0 {
+				fmt.Fprintln(stdout)
+			}
+			fmt.Fprintf(stdout, "-- ==== %s ====\n%s", n, scripts[n])
+		}
+	}
+	return nil
+}
