@@ -113,7 +113,7 @@ func (s *Server) Config() *config.Config { return s.policy.Load().cfg }
 //	POST /v1/check          one decision: {"rule","key","cost"}
 //	POST /v1/reset          clear one key under one rule: {"rule","key"}
 //	GET  /v1/rules          the active rules
-//	GET  /v1/forward-auth   forward auth keyed on the client's address
+//	*    /v1/forward-auth   forward auth keyed on the client's address (any method)
 //	GET  /healthz           the process is up
 //	GET  /readyz            the store answers
 //	GET  /metrics           Prometheus metrics
@@ -122,8 +122,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
 	mux.HandleFunc("POST /v1/reset", s.handleReset)
 	mux.HandleFunc("GET /v1/rules", s.handleRules)
-	mux.HandleFunc("GET /v1/forward-auth", s.handleForwardAuth)
-	mux.HandleFunc("HEAD /v1/forward-auth", s.handleForwardAuth)
+	// Any method: proxies send the sub-request with the original request's
+	// method (nginx, Traefik) or GET (Caddy); the body is never read.
+	mux.HandleFunc("/v1/forward-auth", s.handleForwardAuth)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")

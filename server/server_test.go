@@ -244,6 +244,9 @@ func TestForwardAuth(t *testing.T) {
 	if rec.Code != 200 {
 		t.Fatalf("rule from header: %d", rec.Code)
 	}
+	if rec := f.do("POST", "/v1/forward-auth?rule=api", `{"ignored":true}`); rec.Code != 200 {
+		t.Fatalf("forward auth with the original request's method: %d", rec.Code)
+	}
 	if rec := f.do("GET", "/v1/forward-auth", ""); rec.Code != 400 {
 		t.Fatalf("no rule: %d", rec.Code)
 	}
