@@ -1,0 +1,119 @@
+package algorithm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+const sec = int64(time.Second / time.Microsecond)
+
+func TestBucketTake(t *testing.T) {
+	l := floodgate.NewTokenBucket(10, 2, time.Second) // 0.5s per token
+	b := NewBucket(l, 0)
+	steps := []struct {
+		at, n              int64
+		allowed            bool
+		remaining          int64
+		retry, resetMicros int64
+	}{
+		{0, 10, true, 0, 0, 5 * sec},
+		{0, 1, false, 0, sec / 2, 5 * sec},
+		{sec / 4, 1, false, 0, sec / 4, 5*sec - sec/4},
+		{sec / 2, 1, true, 0, 0, 5 * sec},
+		{3 * sec, 5, true, 0, 0, 5 * sec},
+		{100 * sec, 10, true, 0, 0, 5 * sec}, // refilled to capacity, not beyond
+		{sec, 1, false, 0, sec / 2, 5 * sec}, // time ran backwards: nothing refills
+	}
+	for i, s := range steps {
+		d := b.Take(l, s.at, s.n)
+		if d.Allowed != s.allowed || d.Remaining != s.remaining || d.RetryAfter != micros(s.retry) || d.ResetAfter != micros(s.resetMicros) {
+			t.Fatalf("step %d (t=%dµs, n=%d): got %+v, want allowed=%v remaining=%d retry=%dµs reset=%dµs",
+				i, s.at, s.n, d, s.allowed, s.remaining, s.retry, s.resetMicros)
+		}
+	}
+}
+
+func TestCounterRetryIsTheFirstFit(t *testing.T) {
+	// For many states, RetryAfter is the first microsecond at which the
+	// request fits: it fits there and not one microsecond earlier.
+	l := floodgate.NewLimit(floodgate.SlidingWindowCounter, 7, 10*time.Millisecond)
+	w := l.Window.Microseconds()
+	for prev := int64(0); prev <= 7; prev++ {
+		for cur := int64(0); cur <= 7; cur++ {
+			for _, e := range []int64{0, 1, w / 3, w / 2, w - 1} {
+				for n := int64(1); n <= 7; n++ {
+					s := Window{Start: 10 * w, Previous: prev, Current: cur}
+					now := s.Start + e
+					d := s.SlidingWindowCounter(l, now, n)
+					if d.Allowed {
+						continue
+					}
+					at := now + d.RetryAfter.Microseconds()
+					probe := Window{Start: 10 * w, Previous: prev, Current: cur}
+					if !probe.SlidingWindowCounter(l, at, n).Allowed {
+						t.Fatalf("prev=%d cur=%d e=%d n=%d: denied at RetryAfter %s", prev, cur, e, n, d.RetryAfter)
+					}
+					probe = Window{Start: 10 * w, Previous: prev, Current: cur}
+					if d.RetryAfter > time.Microsecond && probe.SlidingWindowCounter(l, at-1, n).Allowed {
+						t.Fatalf("prev=%d cur=%d e=%d n=%d: allowed 1µs before RetryAfter %s", prev, cur, e, n, d.RetryAfter)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestLogRingGrowsShrinksAndRefunds(t *testing.T) {
+	l := floodgate.NewLimit(floodgate.SlidingWindowLog, 1000, time.Second)
+	var g Log
+	for i := range int64(600) {
+		if d := g.Add(l, i, 1); !d.Allowed {
+			t.Fatalf("request %d denied", i)
+		}
+	}
+	if g.Len() != 600 || g.Cap() < 600 {
+		t.Fatalf("len %d cap %d", g.Len(), g.Cap())
+	}
+	g.Refund(100)
+	if g.Len() != 500 || g.Newest() != 499 {
+		t.Fatalf("after refund: len %d newest %d", g.Len(), g.Newest())
+	}
+	// A second later all but the last few have left the window.
+	g.Expire(sec, sec+495)
+	if g.Len() != 4 {
+		t.Fatalf("after expiry: len %d, want 4", g.Len())
+	}
+	g.Shrink()
+	if g.Cap() > 16 {
+		t.Fatalf("after shrink: cap %d", g.Cap())
+	}
+	if g.Newest() != 499 {
+		t.Fatalf("shrink lost entries: newest %d", g.Newest())
+	}
+	// Entries sit at distinct microseconds even for a burst at one instant.
+	d := g.Add(l, sec+495, 3)
+	if !d.Allowed || g.Newest() != sec+497 {
+		t.Fatalf("burst: %+v newest %d", d, g.Newest())
+	}
+}
+
+func TestWindowRefund(t *testing.T) {
+	l := floodgate.NewLimit(floodgate.SlidingWindowCounter, 10, time.Second)
+	s := Window{}
+	s.SlidingWindowCounter(l, 0, 4)
+	s.Refund(l, sec/2, 3)
+	if s.Current != 1 {
+		t.Fatalf("refund in the same window: current %d, want 1", s.Current)
+	}
+	s.SlidingWindowCounter(l, sec/2, 2)
+	s.Refund(l, sec+1, 2) // the window rolled: the count is now the previous one
+	if s.Previous != 1 || s.Current != 0 {
+		t.Fatalf("refund after the roll: %+v", s)
+	}
+	s.Refund(l, 5*sec, 9) // long gone: nothing to refund, never negative
+	if s.Previous < 0 || s.Current < 0 {
+		t.Fatalf("negative counts: %+v", s)
+	}
+}
