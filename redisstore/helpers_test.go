@@ -51,8 +51,8 @@ func testStore(t testing.TB, client rueidis.Client, clock floodgate.Clock) *Stor
 	return s
 }
 
-// backends returns the standalone server's and the cluster's clients, as
-// subtests that run f on each.
+// onBackends runs f in two subtests: on a client of the harness's
+// standalone server, and on one of its cluster.
 func onBackends(t *testing.T, f func(t *testing.T, client rueidis.Client)) {
 	t.Run("standalone", func(t *testing.T) { f(t, newClient(t, redistest.StandaloneAddr(t))) })
 	t.Run("cluster", func(t *testing.T) { f(t, newClient(t, redistest.ClusterAddrs(t)...)) })

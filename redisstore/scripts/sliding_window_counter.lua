@@ -35,6 +35,8 @@
 -- significant digits).
 
 -- BEGIN common (identical in every floodgate script; a test keeps them in sync)
+local fmod = math.fmod
+
 local function fail(msg)
   error({err = 'ERR floodgate: ' .. msg})
 end
@@ -42,7 +44,7 @@ end
 -- arg returns ARGV[i] as an integer in [lo, 2^53], or fails naming it.
 local function arg(i, name, lo)
   local v = tonumber(ARGV[i])
-  if v == nil or v ~= v or v < lo or v > 9007199254740992 or math.fmod(v, 1) ~= 0 then
+  if not v or v < lo or v > 9007199254740992 or v % 1 ~= 0 then -- NaN fails v % 1
     fail('ARGV[' .. i .. '] (' .. name .. ') must be an integer of at least ' .. lo .. ', got "' .. tostring(ARGV[i]) .. '"')
   end
   return v
@@ -65,11 +67,11 @@ end
 -- floordiv and ceildiv divide integers a >= 0, b > 0 exactly: fmod is exact
 -- and a - r is a multiple of b, so no rounding can creep in.
 local function floordiv(a, b)
-  return (a - math.fmod(a, b)) / b
+  return (a - fmod(a, b)) / b
 end
 
 local function ceildiv(a, b)
-  local r = math.fmod(a, b)
+  local r = fmod(a, b)
   local q = (a - r) / b
   if r > 0 then
     q = q + 1
@@ -107,7 +109,7 @@ local current, previous = tonumber(state[2]) or 0, tonumber(state[3]) or 0
 -- backwards) counts as start.
 local before, elapsed = start, 0
 if now >= start then
-  local s = now - math.fmod(now, window)
+  local s = now - fmod(now, window)
   if start == s - window then
     start, previous, current = s, current, 0
   elseif start ~= s then

@@ -32,6 +32,8 @@
 -- significant digits).
 
 -- BEGIN common (identical in every floodgate script; a test keeps them in sync)
+local fmod = math.fmod
+
 local function fail(msg)
   error({err = 'ERR floodgate: ' .. msg})
 end
@@ -39,7 +41,7 @@ end
 -- arg returns ARGV[i] as an integer in [lo, 2^53], or fails naming it.
 local function arg(i, name, lo)
   local v = tonumber(ARGV[i])
-  if v == nil or v ~= v or v < lo or v > 9007199254740992 or math.fmod(v, 1) ~= 0 then
+  if not v or v < lo or v > 9007199254740992 or v % 1 ~= 0 then -- NaN fails v % 1
     fail('ARGV[' .. i .. '] (' .. name .. ') must be an integer of at least ' .. lo .. ', got "' .. tostring(ARGV[i]) .. '"')
   end
   return v
@@ -62,11 +64,11 @@ end
 -- floordiv and ceildiv divide integers a >= 0, b > 0 exactly: fmod is exact
 -- and a - r is a multiple of b, so no rounding can creep in.
 local function floordiv(a, b)
-  return (a - math.fmod(a, b)) / b
+  return (a - fmod(a, b)) / b
 end
 
 local function ceildiv(a, b)
-  local r = math.fmod(a, b)
+  local r = fmod(a, b)
   local q = (a - r) / b
   if r > 0 then
     q = q + 1
