@@ -95,10 +95,21 @@ var units = map[string]unitInfo{
 // UnitDuration returns the length of an RLS unit (a month is 30 days, a
 // year 365, as in envoyproxy/ratelimit), or 0 for UNKNOWN.
 func UnitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
-	for _, info := range units {
-		if info.unit == u {
-			return info.d
-		}
+	switch u {
+	case rlsv3.RateLimitResponse_RateLimit_SECOND:
+		return time.Second
+	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
+		return time.Minute
+	case rlsv3.RateLimitResponse_RateLimit_HOUR:
+		return time.Hour
+	case rlsv3.RateLimitResponse_RateLimit_DAY:
+		return day
+	case rlsv3.RateLimitResponse_RateLimit_WEEK:
+		return 7 * day
+	case rlsv3.RateLimitResponse_RateLimit_MONTH:
+		return 30 * day
+	case rlsv3.RateLimitResponse_RateLimit_YEAR:
+		return 365 * day
 	}
 	return 0
 }

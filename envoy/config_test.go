@@ -298,3 +298,35 @@ func TestRuleFields(t *testing.T) {
 		t.Error("detailed_metric not set")
 	}
 }
+
+// FuzzParse checks that no input makes Parse panic, and that whatever it
+// accepts can be matched against.
+func FuzzParse(f *testing.F) {
+	ents, err := os.ReadDir("testdata/rules")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join("testdata/rules", e.Name()))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(data))
+	}
+	for _, seed := range []string{"---", "~", "null", "domain:", "domain: d\ndescriptors: [1]", "domain: d\ndescriptors: [{key: [a]}]",
+		"domain: d\ndescriptors: [{key: a, rate_limit: 5}]", "domain: d\ndescriptors: [{key: a, rate_limit: {replaces: [a]}}]",
+		"domain: d\ndescriptors: [{key: a, value: '*', rate_limit: {unit: second, requests_per_unit: 1}}]",
+		"domain: &x d\nalgorithm: *x", "domain: d\ndescriptors:\n  - key: a\n    descriptors: [{key: b, descriptors: [{key: c}]}]"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		r, err := Parse(Source{Name: "f.yaml", Data: []byte(data)})
+		if err != nil {
+			return
+		}
+		for _, d := range r.Domains() {
+			r.Match(d, []Entry{{"a", "b"}, {"c", "d"}})
+			r.Match(d, []Entry{{"key", ""}})
+		}
+	})
+}

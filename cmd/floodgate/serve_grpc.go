@@ -45,19 +45,20 @@ type rlsServer struct {
 // rules are read from the folder now and again on SIGHUP; a bad folder at
 // start is an error, and on SIGHUP keeps the rules in force.
 func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, reg prometheus.Registerer, envoyDir, grpcListen string) (*rlsServer, error) {
+	dir, addr := cfg.EnvoyConfig, cfg.GRPCListen
 	if envoyDir != "" {
-		cfg.EnvoyConfig = envoyDir
+		dir = envoyDir
 	}
 	if grpcListen != "" {
-		cfg.GRPCListen = grpcListen
+		addr = grpcListen
 	}
-	if cfg.EnvoyConfig == "" && grpcListen == "" {
+	if dir == "" && grpcListen == "" {
 		return nil, nil
 	}
 	var rules *envoy.Rules
-	if cfg.EnvoyConfig != "" {
+	if dir != "" {
 		var err error
-		if rules, err = envoy.LoadDir(cfg.EnvoyConfig); err != nil {
+		if rules, err = envoy.LoadDir(dir); err != nil {
 			return nil, err
 		}
 	}
@@ -65,12 +66,12 @@ func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, re
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.GRPCListen)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc listen: %w", err)
 	}
 	g, h := envoy.NewGRPCServer(svc)
-	r := &rlsServer{addr: ln.Addr().String(), dir: cfg.EnvoyConfig, svc: svc, grpc: g, health: h, logger: logger, done: make(chan struct{})}
+	r := &rlsServer{addr: ln.Addr().String(), dir: dir, svc: svc, grpc: g, health: h, logger: logger, done: make(chan struct{})}
 	go func() {
 		if err := g.Serve(ln); err != nil {
 			logger.Error("envoy rate-limit gRPC server stopped", "err", err)
