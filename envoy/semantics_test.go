@@ -230,6 +230,9 @@ func runSemantics(t *testing.T, newStore newStoreFunc) {
 			back.IsNegativeHits = true
 			e.call(t, "give 2 back", request("sem", back), ok("per_user 3/HOUR", 0, 0))
 			e.call(t, "after", request("sem", desc("user=hal")), ok("per_user 3/HOUR", 1, h))
+			blocked := desc("remote_address=50.0.0.5")
+			blocked.IsNegativeHits = true
+			e.call(t, "giving back to a blocked rule is OK", request("sem", blocked), ok("banned 0/HOUR", 0, 0))
 		}},
 		{"POST /json answers the same decisions", func(t *testing.T, e *env) {
 			body := `{"domain":"sem","descriptors":[{"entries":[{"key":"tight","value":"json"}]}]}`

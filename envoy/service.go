@@ -459,6 +459,8 @@ func (s *Service) status(c *check) (*rlsv3.RateLimitResponse_DescriptorStatus, s
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeNoRule, nil
 	case r.Unlimited:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, LimitRemaining: math.MaxUint32}, outcomeUnlimited, nil
+	case r.blocked() && c.negative:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}, outcomeRefunded, nil
 	case r.blocked():
 		code, outcome := over, outcomeBlocked
 		if r.ShadowMode {
