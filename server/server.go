@@ -24,6 +24,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/logthrottle"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 )
 
@@ -51,7 +52,7 @@ type Server struct {
 	metrics  *metrics
 	policy   atomic.Pointer[policy]
 	inFlight chan struct{}
-	storeLog *rateLimitedLog
+	storeLog *logthrottle.Logger
 }
 
 // New returns a server deciding with store under cfg's rules.
@@ -75,7 +76,7 @@ func New(cfg *config.Config, store floodgate.Store, opts Options) (*Server, erro
 		registry: opts.Registry,
 		metrics:  m,
 		inFlight: make(chan struct{}, opts.MaxInFlight),
-		storeLog: newRateLimitedLog(opts.Logger, 10*time.Second),
+		storeLog: logthrottle.New(opts.Logger, 10*time.Second),
 	}
 	p, err := newPolicy(cfg)
 	if err != nil {
@@ -320,7 +321,7 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64) o
 		}
 		s.metrics.failureMode.WithLabelValues(rl.name, mode).Inc()
 		s.metrics.decisions.WithLabelValues(rl.name, result).Inc()
-		s.storeLog.log("rate-limit store unavailable; applying the rule's failure mode", "rule", rl.name, "failure_mode", mode, "err", err)
+		s.storeLog.Warn("rate-limit store unavailable; applying the rule's failure mode", "rule", rl.name, "failure_mode", mode, "err", err)
 		return outcome{d: floodgate.Decision{Limit: rl.limit.Quota}, allowed: rl.failOpen, unavailable: true}
 	}
 	result := outcomeAllowed
@@ -427,30 +428,4 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ready\n")
-}
-
-// rateLimitedLog logs a message at most once per interval, counting what it
-// suppressed, so a store outage does not write a line per request.
-type rateLimitedLog struct {
-	logger     *slog.Logger
-	interval   time.Duration
-	next       atomic.Int64 // unix nanos before which nothing is logged
-	suppressed atomic.Int64
-}
-
-func newRateLimitedLog(l *slog.Logger, interval time.Duration) *rateLimitedLog {
-	return &rateLimitedLog{logger: l, interval: interval}
-}
-
-func (l *rateLimitedLog) log(msg string, args ...any) {
-	now := time.Now().UnixNano()
-	next := l.next.Load()
-	if now < next || !l.next.CompareAndSwap(next, now+int64(l.interval)) {
-		l.suppressed.Add(1)
-		return
-	}
-	if n := l.suppressed.Swap(0); n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	l.logger.Warn(msg, args...)
 }
