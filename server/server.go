@@ -244,18 +244,28 @@ func (p *policy) ruleFor(w http.ResponseWriter, name string) (*rule, bool) {
 	return r, true
 }
 
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+// readRuleAndKey decodes a {"rule","key",...} body and finds the rule under
+// the policy in force; on failure it has answered.
+func (s *Server) readRuleAndKey(w http.ResponseWriter, r *http.Request) (*policy, *rule, checkRequest, bool) {
 	var req checkRequest
 	if !decodeBody(w, r, &req) {
-		return
+		return nil, nil, req, false
 	}
 	p := s.policy.Load()
 	rl, ok := p.ruleFor(w, req.Rule)
 	if !ok {
-		return
+		return nil, nil, req, false
 	}
 	if req.Key == nil {
 		problem.Error(w, http.StatusBadRequest, `"key" is required`)
+		return nil, nil, req, false
+	}
+	return p, rl, req, true
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	p, rl, req, ok := s.readRuleAndKey(w, r)
+	if !ok {
 		return
 	}
 	cost := int64(1)
@@ -347,17 +357,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
-	var req checkRequest
-	if !decodeBody(w, r, &req) {
-		return
-	}
-	p := s.policy.Load()
-	rl, ok := p.ruleFor(w, req.Rule)
+	_, rl, req, ok := s.readRuleAndKey(w, r)
 	if !ok {
-		return
-	}
-	if req.Key == nil {
-		problem.Error(w, http.StatusBadRequest, `"key" is required`)
 		return
 	}
 	if req.Cost != nil {
