@@ -62,17 +62,17 @@ func onBackends(t *testing.T, f func(t *testing.T, client rueidis.Client)) {
 // fails t on error.
 func do(t testing.TB, client rueidis.Client, args ...string) rueidis.RedisResult {
 	t.Helper()
-	return run(t, client, client.B().Arbitrary(args...).Build())
+	return doCmd(t, client, client.B().Arbitrary(args...).Build())
 }
 
 // doKey runs cmd key args... on client (on key's node of a cluster) and
 // fails t on error. cmd may have several words, such as "MEMORY USAGE".
 func doKey(t testing.TB, client rueidis.Client, cmd, key string, args ...string) rueidis.RedisResult {
 	t.Helper()
-	return run(t, client, client.B().Arbitrary(strings.Fields(cmd)...).Keys(key).Args(args...).Build())
+	return doCmd(t, client, client.B().Arbitrary(strings.Fields(cmd)...).Keys(key).Args(args...).Build())
 }
 
-func run(t testing.TB, client rueidis.Client, cmd rueidis.Completed) rueidis.RedisResult {
+func doCmd(t testing.TB, client rueidis.Client, cmd rueidis.Completed) rueidis.RedisResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()

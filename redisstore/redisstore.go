@@ -33,7 +33,9 @@
 // The Lua files are embedded, and [Scripts] returns them so other languages
 // can run the same algorithms on the same keys (see docs/LUA.md). Scripts are
 // sent with EVALSHA and fall back to EVAL when Redis answers NOSCRIPT (after
-// a restart, a failover or SCRIPT FLUSH).
+// a restart, a failover or SCRIPT FLUSH). They need Redis 6.2 or later
+// (ZRANGE ... BYSCORE, and writes after TIME under effects replication); the
+// tests run on 7.0.
 package redisstore
 
 import (
