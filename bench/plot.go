@@ -1,0 +1,320 @@
+package bench
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// The charts WriteCharts writes, each as .png and .svg.
+const (
+	ChartThroughput = "peers-throughput"
+	ChartP99        = "peers-p99"
+	ChartMemory     = "peers-memory"
+)
+
+// colors per contender: floodgate in strong colours, peers muted.
+var colors = map[string]color.Color{
+	"fg-tb":       color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	"fg-swl":      color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	"redis_rate":  color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"ulule":       color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	"throttled":   color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	"x-time-rate": color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+	"sethvargo":   color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+}
+
+func colorOf(id string) color.Color {
+	if c, ok := colors[id]; ok {
+		return c
+	}
+	return color.Gray{Y: 0x60}
+}
+
+// WriteCharts writes the charts of r into dir and returns their paths.
+func (r *Report) WriteCharts(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	type chart struct {
+		name   string
+		w, h   vg.Length
+		tiles  draw.Tiles
+		plots  [][]*plot.Plot
+		render bool
+	}
+	var charts []chart
+	if len(r.Redis) > 0 {
+		tp, err := r.redisPlots(false)
+		if err != nil {
+			return nil, err
+		}
+		lp, err := r.redisPlots(true)
+		if err != nil {
+			return nil, err
+		}
+		rows, cols := len(tp), len(tp[0])
+		tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+		w, h := vg.Length(cols)*5*vg.Inch, vg.Length(rows)*3.6*vg.Inch
+		charts = append(charts, chart{ChartThroughput, w, h, tiles, tp, true}, chart{ChartP99, w, h, tiles, lp, true})
+	}
+	if len(r.InProcess) > 0 {
+		mp, err := r.memoryPlot()
+		if err != nil {
+			return nil, err
+		}
+		charts = append(charts, chart{ChartMemory, 9 * vg.Inch, 4.5 * vg.Inch, draw.Tiles{Rows: 1, Cols: 1}, [][]*plot.Plot{{mp}}, true})
+	}
+	var files []string
+	for _, c := range charts {
+		for _, ext := range []string{".png", ".svg"} {
+			path := filepath.Join(dir, c.name+ext)
+			if err := saveTiles(path, c.w, c.h, c.tiles, c.plots); err != nil {
+				return files, fmt.Errorf("%s: %w", path, err)
+			}
+			files = append(files, path)
+		}
+	}
+	return files, nil
+}
+
+// pngDPI makes the PNGs sharp on high-density screens.
+const pngDPI = 150
+
+// saveTiles draws plots in tiles on one canvas and writes it to path, as PNG
+// or SVG after its extension.
+func saveTiles(path string, w, h vg.Length, t draw.Tiles, plots [][]*plot.Plot) (err error) {
+	var c interface {
+		vg.CanvasSizer
+		io.WriterTo
+	}
+	var canvas vg.CanvasSizer
+	if filepath.Ext(path) == ".png" {
+		img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(pngDPI))
+		canvas, c = img, vgimg.PngCanvas{Canvas: img}
+	} else {
+		svg := vgsvg.New(w, h)
+		canvas, c = svg, svg
+	}
+	dc := draw.New(canvas)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	canvases := plot.Align(plots, t, dc)
+	for i := range plots {
+		for j := range plots[i] {
+			if plots[i][j] != nil {
+				plots[i][j].Draw(canvases[i][j])
+			}
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	_, err = c.WriteTo(f)
+	return err
+}
+
+// sans sets every text of p in Liberation Sans, which reads better in
+// charts than the default serif.
+func sans(p *plot.Plot) {
+	for _, f := range []*font.Font{
+		&p.Title.TextStyle.Font, &p.Legend.TextStyle.Font,
+		&p.X.Label.TextStyle.Font, &p.X.Tick.Label.Font,
+		&p.Y.Label.TextStyle.Font, &p.Y.Tick.Label.Font,
+	} {
+		f.Variant = "Sans"
+	}
+}
+
+// concTicks labels the concurrency positions 0..n-1 with their values.
+type concTicks []int
+
+// Ticks implements plot.Ticker.
+func (t concTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for i, c := range t {
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: strconv.Itoa(c)})
+	}
+	return ticks
+}
+
+// rateTicks labels decisions/s as 50k, 100k.
+type rateTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (rateTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = fmtRate(ticks[i].Value)
+		}
+	}
+	return ticks
+}
+
+// redisPlots returns one plot per workload (rows) and backend (columns):
+// median decisions/s with the range as error bars, or the median p99 on a
+// log scale.
+func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, error) {
+	backends, workloads, concs := r.cells()
+	ids, names := r.contenders()
+	out := make([][]*plot.Plot, len(workloads))
+	for i, w := range workloads {
+		out[i] = make([]*plot.Plot, len(backends))
+		for j, b := range backends {
+			p := plot.New()
+			sans(p)
+			p.Title.Text = b + ", " + workloadTitles[w]
+			p.X.Label.Text = "concurrent callers"
+			p.X.Tick.Marker = concTicks(concs)
+			p.X.Min, p.X.Max = -0.3, float64(len(concs))-0.7
+			if latency {
+				p.Y.Label.Text = "p99 latency (ms, log scale)"
+				p.Y.Scale = plot.LogScale{}
+				p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+			} else {
+				p.Y.Label.Text = "decisions per second"
+				p.Y.Tick.Marker = rateTicks{}
+				p.Y.Min = 0
+			}
+			p.Add(plotter.NewGrid())
+			p.Legend.Top = true
+			p.Legend.TextStyle.Font.Size = vg.Points(8)
+			for k, id := range ids {
+				var pts plotter.XYs
+				var errs plotter.YErrors
+				for ci, c := range concs {
+					x, ok := r.find(b, w, c, id)
+					if !ok {
+						continue
+					}
+					// Offset each contender a little so error bars do not
+					// hide each other.
+					xpos := float64(ci) + (float64(k)-float64(len(ids)-1)/2)*0.04
+					if latency {
+						v := x.Of(p99).Med
+						if v > 0 {
+							pts = append(pts, plotter.XY{X: xpos, Y: v})
+						}
+						continue
+					}
+					st := x.Of(decRate)
+					pts = append(pts, plotter.XY{X: xpos, Y: st.Med})
+					errs = append(errs, struct{ Low, High float64 }{st.Med - st.Lo, st.Hi - st.Med})
+				}
+				if len(pts) == 0 {
+					continue
+				}
+				line, scatter, err := plotter.NewLinePoints(pts)
+				if err != nil {
+					return nil, err
+				}
+				line.Color, scatter.Color = colorOf(id), colorOf(id)
+				line.Width = vg.Points(1.5)
+				if id == "fg-tb" || id == "fg-swl" {
+					line.Width = vg.Points(2.5)
+				}
+				scatter.Radius = vg.Points(2.5)
+				p.Add(line, scatter)
+				if !latency {
+					eb, err := plotter.NewYErrorBars(struct {
+						plotter.XYs
+						plotter.YErrors
+					}{pts, errs})
+					if err != nil {
+						return nil, err
+					}
+					eb.Color = colorOf(id)
+					p.Add(eb)
+				}
+				if i == 0 && j == 0 {
+					p.Legend.Add(names[id], line, scatter)
+				}
+			}
+			if latency {
+				fixLogRange(p)
+			}
+			out[i][j] = p
+		}
+	}
+	return out, nil
+}
+
+// fixLogRange widens a log axis to whole decades, so LogTicks labels it.
+func fixLogRange(p *plot.Plot) {
+	if p.Y.Min <= 0 {
+		return
+	}
+	p.Y.Min = math.Pow(10, math.Floor(math.Log10(p.Y.Min)))
+	p.Y.Max = math.Pow(10, math.Ceil(math.Log10(p.Y.Max)))
+}
+
+// memoryPlot is a grouped bar chart of median ns per decision: one group
+// per workload, one bar per contender.
+func (r *Report) memoryPlot() (*plot.Plot, error) {
+	var workloads, ids []string
+	names := map[string]string{}
+	for _, x := range r.InProcess {
+		if !contains(workloads, x.Workload) {
+			workloads = append(workloads, x.Workload)
+		}
+		if !contains(ids, x.Contender) {
+			ids = append(ids, x.Contender)
+			names[x.Contender] = x.Name
+		}
+	}
+	p := plot.New()
+	sans(p)
+	p.Title.Text = "In process: nanoseconds per decision (median; lower is better)"
+	p.Y.Label.Text = "ns per decision"
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	barWidth := vg.Points(12)
+	for k, id := range ids {
+		vals := make(plotter.Values, len(workloads))
+		for i, w := range workloads {
+			if x, ok := r.findMem(w, id); ok {
+				vals[i] = x.Of(func(s MemSample) float64 { return s.NsPerOp }).Med
+			}
+		}
+		b, err := plotter.NewBarChart(vals, barWidth)
+		if err != nil {
+			return nil, err
+		}
+		b.Color = colorOf(id)
+		b.LineStyle.Width = 0
+		b.Offset = barWidth * vg.Length(float64(k)-float64(len(ids)-1)/2)
+		p.Add(b)
+		p.Legend.Add(names[id], b)
+	}
+	p.NominalX(workloads...)
+	return p, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
