@@ -132,7 +132,7 @@ func spawn(t testing.TB, path string, extra []string) (*SpawnedServer, error) {
 	t.Cleanup(func() { s.Kill(); <-exited })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := ping(s.Addr); err == nil {
+		if err := harnessPing(s.Addr); err == nil {
 			return s, nil
 		}
 		select {
@@ -145,28 +145,6 @@ func spawn(t testing.TB, path string, extra []string) (*SpawnedServer, error) {
 			return nil, fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", port, s.log.String())
 		}
 	}
-}
-
-// ping sends PING over a fresh connection and expects +PONG.
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	buf := make([]byte, 7)
-	n, err := c.Read(buf)
-	if err != nil {
-		return err
-	}
-	if string(buf[:n]) != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", buf[:n])
-	}
-	return nil
 }
 
 // Stop suspends the server with SIGSTOP: it keeps its connections open but

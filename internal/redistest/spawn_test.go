@@ -7,15 +7,15 @@ import (
 
 func TestSpawnStopContKill(t *testing.T) {
 	s := Spawn(t)
-	if err := ping(s.Addr); err != nil {
+	if err := harnessPing(s.Addr); err != nil {
 		t.Fatalf("PING a fresh server: %v", err)
 	}
 	s.Stop(t)
-	if err := ping(s.Addr); err == nil {
+	if err := harnessPing(s.Addr); err == nil {
 		t.Fatal("a stopped server answered PING")
 	}
 	s.Cont(t)
-	if err := ping(s.Addr); err != nil {
+	if err := harnessPing(s.Addr); err != nil {
 		t.Fatalf("PING after SIGCONT: %v", err)
 	}
 	if got, err := s.Do(t, "SET", "k", "v").ToString(); err != nil || got != "OK" {
@@ -23,7 +23,7 @@ func TestSpawnStopContKill(t *testing.T) {
 	}
 	s.Kill()
 	s.Kill() // idempotent
-	if err := ping(s.Addr); err == nil {
+	if err := harnessPing(s.Addr); err == nil {
 		t.Fatal("a killed server answered PING")
 	}
 }
