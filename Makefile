@@ -1,7 +1,10 @@
 # floodgate's developer and CI entry points. `make test` is what .ci/run runs.
 #
 #   make test       go vet, then the whole suite (-race) against the Redis harness
-#   make bench      the benchmarks, against the Redis harness
+#   make bench      floodgate against its peers (bench/cmd/peerbench): rewrites the
+#                   "Peers" block of docs/PERFORMANCE.md and its charts in docs/img
+#                   (a few minutes; PEERBENCHFLAGS=-long for steadier figures)
+#   make bench-go   every package's go test benchmarks, against the Redis harness
 #   make redis-up   start the Redis harness (scripts/redis-harness.sh)
 #   make redis-down stop it
 #   make run        go run ./cmd/floodgate serve
@@ -20,6 +23,7 @@ GO      ?= go
 HARNESS := scripts/redis-harness.sh
 TESTFLAGS  ?= -race -shuffle=on -count=1 -timeout 20m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem
+PEERBENCHFLAGS ?=
 PKGS    ?= ./...
 
 # with_harness runs $(1) with the harness up and its env exported, then takes
@@ -38,14 +42,19 @@ define with_harness
 	exit $$rc
 endef
 
-.PHONY: all test bench vet fmt run redis-up redis-down
+.PHONY: all test bench bench-go vet fmt run redis-up redis-down
 
 all: test
 
 test: vet
 	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(TESTFLAGS) $(PKGS))
 
+# bench runs in the bench module (peer libraries never enter floodgate's
+# go.mod); -docs and -img are relative to it.
 bench:
+	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) -C bench run ./cmd/peerbench -docs ../docs/PERFORMANCE.md -img ../docs/img $(PEERBENCHFLAGS))
+
+bench-go:
 	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(BENCHFLAGS) $(PKGS))
 
 vet:

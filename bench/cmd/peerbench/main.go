@@ -393,19 +393,47 @@ func meta(o *options) bench.Meta {
 	return m
 }
 
-// command is the command line that reproduces the run, from the module's
-// folder; the paths of -docs, -img and -json are as given.
+// command is the command line that reproduces the run: `make bench` (with
+// PEERBENCHFLAGS for the flags besides -docs and -img) when make ran it,
+// and the driver's own command line from the module's folder.
 func command(args []string) string {
-	var b strings.Builder
+	var b, extra strings.Builder
 	b.WriteString("cd bench && go run ./cmd/peerbench")
-	for _, a := range args {
-		b.WriteByte(' ')
-		if strings.ContainsAny(a, " \t'\"$`\\*?") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	for i := 0; i < len(args); i++ {
+		a := quote(args[i])
+		b.WriteString(" " + a)
+		switch args[i] {
+		case "-docs", "--docs", "-img", "--img":
+			if i+1 < len(args) {
+				i++
+				b.WriteString(" " + quote(args[i]))
+			}
+			continue
 		}
-		b.WriteString(a)
+		if strings.HasPrefix(args[i], "-docs=") || strings.HasPrefix(args[i], "-img=") {
+			continue
+		}
+		if extra.Len() > 0 {
+			extra.WriteByte(' ')
+		}
+		extra.WriteString(args[i])
 	}
-	return b.String()
+	if os.Getenv("MAKELEVEL") == "" {
+		return b.String()
+	}
+	mk := "make bench"
+	if extra.Len() > 0 {
+		mk += " PEERBENCHFLAGS=" + quote(extra.String())
+	}
+	return mk + "\n# which runs, with the harness's addresses in the environment:\n" + b.String()
+}
+
+// quote quotes a for a POSIX shell when it needs it.
+func quote(a string) string {
+	if a == "" || strings.ContainsAny(a, " \t'\"$`\\*?;&|<>()") {
+		return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return a
 }
 
 func machine() string {
