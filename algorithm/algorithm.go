@@ -44,7 +44,8 @@ func (b *Bucket) Take(l floodgate.Limit, now, n int64) floodgate.Decision {
 	unit := floodgate.BucketUnit(l)
 	perMicro := floodgate.BucketRefillPerMicro(l)
 	full := l.Quota * unit
-	level, last := b.Level, b.Last
+	// A capacity lowered since the state was written caps the level.
+	level, last := min(b.Level, full), b.Last
 	if now > last {
 		if elapsed := now - last; elapsed >= ceilDiv(full-level, perMicro) {
 			level = full
@@ -73,6 +74,7 @@ func (b *Bucket) Take(l floodgate.Limit, now, n int64) floodgate.Decision {
 func (b *Bucket) Refund(l floodgate.Limit, now, n int64) {
 	unit := floodgate.BucketUnit(l)
 	full := l.Quota * unit
+	b.Level = min(b.Level, full)
 	if now > b.Last {
 		if elapsed := now - b.Last; elapsed >= ceilDiv(full-b.Level, floodgate.BucketRefillPerMicro(l)) {
 			b.Level = full

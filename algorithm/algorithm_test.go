@@ -117,3 +117,13 @@ func TestWindowRefund(t *testing.T) {
 		t.Fatalf("negative counts: %+v", s)
 	}
 }
+
+func TestBucketCapacityLowered(t *testing.T) {
+	big := floodgate.NewTokenBucket(100, 1, time.Second)
+	small := floodgate.NewTokenBucket(10, 1, time.Second)
+	b := NewBucket(big, 0)
+	d := b.Take(small, 0, 1)
+	if !d.Allowed || d.Remaining != 9 || d.ResetAfter != time.Second {
+		t.Fatalf("after lowering the capacity to 10: %+v, want allowed, Remaining 9, ResetAfter 1s", d)
+	}
+}
