@@ -97,7 +97,11 @@ func policyWindow(l floodgate.Limit) int64 {
 		// ceil(Quota * Window / Refill), exact where it fits in 64 bits.
 		div := uint64(l.RefillTokens()) * 1e6
 		if hi, lo := bits.Mul64(uint64(l.Quota), uint64(us)); hi == 0 {
-			return clampSF(int64((lo + div - 1) / div))
+			q := lo / div // below 2^64 / 10^6: fits an int64
+			if lo%div != 0 {
+				q++
+			}
+			return clampSF(int64(q))
 		}
 		return clampSF(int64(math.Ceil(float64(l.Quota) * float64(us) / float64(div))))
 	}
