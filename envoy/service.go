@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/logthrottle"
 )
 
 // Options are a Service's settings and dependencies. The zero value of each
@@ -55,7 +56,7 @@ type Service struct {
 	failure FailureMode
 	headers bool
 	metrics *metrics
-	warn    *rateLimitedLog
+	warn    *logthrottle.Logger
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -85,7 +86,7 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		failure: opts.FailureMode,
 		headers: opts.ResponseHeaders,
 		metrics: m,
-		warn:    newRateLimitedLog(opts.Logger, 10*time.Second),
+		warn:    logthrottle.New(opts.Logger, 10*time.Second),
 	}
 	s.SetRules(rules)
 	return s, nil
@@ -400,7 +401,7 @@ func (s *Service) refund(ctx context.Context, checks []check) {
 	refund1 := func(c *check) {
 		if err := s.store.RefundN(ctx, c.key, c.rule.Limit, c.cost); err != nil {
 			s.metrics.refundErrors.Inc()
-			s.warn.log("refund failed: a denied request keeps the quota it took", "rule", c.rule.Key, "err", err)
+			s.warn.Warn("refund failed: a denied request keeps the quota it took", "rule", c.rule.Key, "err", err)
 		} else {
 			c.refunded = true
 		}
@@ -480,7 +481,7 @@ func (s *Service) status(c *check) (*rlsv3.RateLimitResponse_DescriptorStatus, s
 		case errors.Is(c.err, floodgate.ErrStoreUnavailable):
 			s.metrics.storeErrors.Inc()
 			mode := s.effectiveFailure(r)
-			s.warn.log("rate-limit store unavailable; applying the rule's failure mode", "rule", r.Key, "failure_mode", mode.String(), "err", c.err)
+			s.warn.Warn("rate-limit store unavailable; applying the rule's failure mode", "rule", r.Key, "failure_mode", mode.String(), "err", c.err)
 			switch mode {
 			case FailureModeOpen:
 				return st, outcomeFailOpen, nil
@@ -529,30 +530,4 @@ func (s *Service) count(domainName string, known bool, d *ratelimitv3.RateLimitD
 		}
 	}
 	s.metrics.descriptors.WithLabelValues(domainName, desc, outcome).Inc()
-}
-
-// rateLimitedLog logs a warning at most once per interval, counting what it
-// suppressed, so a store outage does not write a line per request.
-type rateLimitedLog struct {
-	logger     *slog.Logger
-	interval   time.Duration
-	next       atomic.Int64
-	suppressed atomic.Int64
-}
-
-func newRateLimitedLog(l *slog.Logger, interval time.Duration) *rateLimitedLog {
-	return &rateLimitedLog{logger: l, interval: interval}
-}
-
-func (l *rateLimitedLog) log(msg string, args ...any) {
-	now := time.Now().UnixNano()
-	next := l.next.Load()
-	if now < next || !l.next.CompareAndSwap(next, now+int64(l.interval)) {
-		l.suppressed.Add(1)
-		return
-	}
-	if n := l.suppressed.Swap(0); n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	l.logger.Warn(msg, args...)
 }
