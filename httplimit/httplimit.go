@@ -54,6 +54,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/internal/logthrottle"
 )
 
 // Defaults for the zero fields of a Config.
@@ -252,8 +253,7 @@ type Limiter struct {
 	logEvery         int64 // nanoseconds
 	clock            floodgate.Clock
 
-	nextLog    atomic.Int64 // Unix nanoseconds before which failures are not logged
-	suppressed atomic.Uint64
+	failureLog *logthrottle.Logger
 	denied     atomic.Uint64
 	shadowed   atomic.Uint64
 	unavail    atomic.Uint64
@@ -297,6 +297,7 @@ func New(cfg Config) (*Limiter, error) {
 	if l.clock == nil {
 		l.clock = floodgate.SystemClock{}
 	}
+	l.failureLog = logthrottle.New(l.logger, time.Duration(l.logEvery), l.clock.Now)
 	ra := cfg.UnavailableRetryAfter
 	if ra == 0 {
 		ra = DefaultUnavailableRetryAfter
@@ -492,17 +493,10 @@ func (l *Limiter) failure(r *http.Request, ru *rule, err error) {
 	if l.onStoreError != nil {
 		l.onStoreError(r, ru.name, err)
 	}
-	now := l.clock.Now().UnixNano()
-	next := l.nextLog.Load()
-	if now < next || !l.nextLog.CompareAndSwap(next, now+l.logEvery) {
-		l.suppressed.Add(1)
-		return
-	}
-	l.logger.LogAttrs(r.Context(), slog.LevelWarn, "floodgate: rate-limit rule cannot decide",
+	l.failureLog.Warn(r.Context(), "floodgate: rate-limit rule cannot decide",
 		slog.String("rule", ru.name),
 		slog.String("failure_mode", ru.failureMode().String()),
 		slog.String("error", err.Error()),
-		slog.Uint64("suppressed", l.suppressed.Swap(0)),
 	)
 }
 

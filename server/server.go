@@ -76,7 +76,7 @@ func New(cfg *config.Config, store floodgate.Store, opts Options) (*Server, erro
 		registry: opts.Registry,
 		metrics:  m,
 		inFlight: make(chan struct{}, opts.MaxInFlight),
-		storeLog: logthrottle.New(opts.Logger, 10*time.Second),
+		storeLog: logthrottle.New(opts.Logger, 10*time.Second, nil),
 	}
 	p, err := newPolicy(cfg)
 	if err != nil {
@@ -331,7 +331,8 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64) o
 		}
 		s.metrics.failureMode.WithLabelValues(rl.name, mode).Inc()
 		s.metrics.decisions.WithLabelValues(rl.name, result).Inc()
-		s.storeLog.Warn("rate-limit store unavailable; applying the rule's failure mode", "rule", rl.name, "failure_mode", mode, "err", err)
+		s.storeLog.Warn(ctx, "rate-limit store unavailable; applying the rule's failure mode",
+			slog.String("rule", rl.name), slog.String("failure_mode", mode), slog.String("error", err.Error()))
 		return outcome{d: floodgate.Decision{Limit: rl.limit.Quota}, allowed: rl.failOpen, unavailable: true}
 	}
 	result := outcomeAllowed

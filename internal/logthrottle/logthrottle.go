@@ -4,6 +4,7 @@
 package logthrottle
 
 import (
+	"context"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -19,23 +20,25 @@ type Logger struct {
 	now        func() time.Time
 }
 
-// New returns a Logger writing to l at most once per interval.
-func New(l *slog.Logger, interval time.Duration) *Logger {
-	return &Logger{logger: l, interval: int64(interval), now: time.Now}
+// New returns a Logger writing to l at most once per interval, reading the
+// time from now (nil: time.Now).
+func New(l *slog.Logger, interval time.Duration, now func() time.Time) *Logger {
+	if now == nil {
+		now = time.Now
+	}
+	return &Logger{logger: l, interval: int64(interval), now: now}
 }
 
-// Warn logs msg with args unless a record was logged less than an interval
-// ago; then it only counts it. The next record logged carries the count of
-// those held back as "suppressed".
-func (l *Logger) Warn(msg string, args ...any) {
+// Warn logs msg with attrs unless a record was logged less than an interval
+// ago; then it only counts it. Every record logged carries, as
+// "suppressed", the count of those held back since the previous one.
+func (l *Logger) Warn(ctx context.Context, msg string, attrs ...slog.Attr) {
 	now := l.now().UnixNano()
 	next := l.next.Load()
 	if now < next || !l.next.CompareAndSwap(next, now+l.interval) {
 		l.suppressed.Add(1)
 		return
 	}
-	if n := l.suppressed.Swap(0); n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	l.logger.Warn(msg, args...)
+	attrs = append(attrs, slog.Int64("suppressed", l.suppressed.Swap(0)))
+	l.logger.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
 }

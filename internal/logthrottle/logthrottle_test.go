@@ -2,6 +2,7 @@ package logthrottle
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -10,20 +11,27 @@ import (
 )
 
 func TestWarnOncePerInterval(t *testing.T) {
+	ctx := context.Background()
 	var buf bytes.Buffer
-	l := New(slog.New(slog.NewTextHandler(&buf, nil)), time.Minute)
 	now := time.Unix(1_900_000_000, 0)
-	l.now = func() time.Time { return now }
+	var mu sync.Mutex
+	l := New(slog.New(slog.NewTextHandler(&buf, nil)), time.Minute, func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	})
 	var wg sync.WaitGroup
 	for range 100 {
-		wg.Go(func() { l.Warn("store down", "rule", "api") })
+		wg.Go(func() { l.Warn(ctx, "store down", slog.String("rule", "api")) })
 	}
 	wg.Wait()
 	if got := strings.Count(buf.String(), "store down"); got != 1 {
 		t.Fatalf("100 warnings in one interval logged %d lines, want 1:\n%s", got, buf.String())
 	}
+	mu.Lock()
 	now = now.Add(time.Minute)
-	l.Warn("store down", "rule", "api")
+	mu.Unlock()
+	l.Warn(ctx, "store down", slog.String("rule", "api"))
 	if got := strings.Count(buf.String(), "store down"); got != 2 {
 		t.Fatalf("after an interval: %d lines, want 2", got)
 	}
