@@ -75,6 +75,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	// Catch SIGHUP before the banner says we are up, so a reload signalled
+	// right after it is never lost (or fatal).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	printBanner(stdout, cfg, ln.Addr().String())
 	rls.banner(stdout)
 	logger.Info("serving", "listen", ln.Addr().String(), "store", cfg.Store.String(), "rules", len(cfg.Rules), "config", cfg.Source)
@@ -82,9 +87,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(ln) }()
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	for {
 		select {
 		case err := <-served:
