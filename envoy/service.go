@@ -86,7 +86,7 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		failure: opts.FailureMode,
 		headers: opts.ResponseHeaders,
 		metrics: m,
-		warn:    logthrottle.New(opts.Logger, 10*time.Second),
+		warn:    logthrottle.New(opts.Logger, 10*time.Second, nil),
 	}
 	s.SetRules(rules)
 	return s, nil
@@ -401,7 +401,7 @@ func (s *Service) refund(ctx context.Context, checks []check) {
 	refund1 := func(c *check) {
 		if err := s.store.RefundN(ctx, c.key, c.rule.Limit, c.cost); err != nil {
 			s.metrics.refundErrors.Inc()
-			s.warn.Warn("refund failed: a denied request keeps the quota it took", "rule", c.rule.Key, "err", err)
+			s.warn.Warn(ctx, "refund failed: a denied request keeps the quota it took", slog.String("rule", c.rule.Key), slog.String("error", err.Error()))
 		} else {
 			c.refunded = true
 		}
@@ -481,7 +481,7 @@ func (s *Service) status(c *check) (*rlsv3.RateLimitResponse_DescriptorStatus, s
 		case errors.Is(c.err, floodgate.ErrStoreUnavailable):
 			s.metrics.storeErrors.Inc()
 			mode := s.effectiveFailure(r)
-			s.warn.Warn("rate-limit store unavailable; applying the rule's failure mode", "rule", r.Key, "failure_mode", mode.String(), "err", c.err)
+			s.warn.Warn(context.Background(), "rate-limit store unavailable; applying the rule's failure mode", slog.String("rule", r.Key), slog.String("failure_mode", mode.String()), slog.String("error", c.err.Error()))
 			switch mode {
 			case FailureModeOpen:
 				return st, outcomeFailOpen, nil
