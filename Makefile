@@ -47,7 +47,7 @@ endef
 all: test
 
 test: vet
-	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(TESTFLAGS) $(PKGS))
+	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./...)
 
 # bench runs in the bench module (peer libraries never enter floodgate's
 # go.mod); -docs and -img are relative to it.
