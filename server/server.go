@@ -42,6 +42,9 @@ type Options struct {
 	// MaxInFlight bounds concurrent API requests; more are answered 503.
 	// Default 4096.
 	MaxInFlight int
+	// Routes adds handlers to the API by ServeMux pattern (such as the Envoy
+	// service's "POST /json"), under the same in-flight bound.
+	Routes map[string]http.Handler
 }
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
@@ -53,6 +56,7 @@ type Server struct {
 	policy   atomic.Pointer[policy]
 	inFlight chan struct{}
 	storeLog *logthrottle.Logger
+	routes   map[string]http.Handler
 }
 
 // New returns a server deciding with store under cfg's rules.
@@ -77,6 +81,7 @@ func New(cfg *config.Config, store floodgate.Store, opts Options) (*Server, erro
 		metrics:  m,
 		inFlight: make(chan struct{}, opts.MaxInFlight),
 		storeLog: logthrottle.New(opts.Logger, 10*time.Second, nil),
+		routes:   opts.Routes,
 	}
 	p, err := newPolicy(cfg)
 	if err != nil {
@@ -132,6 +137,9 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	for pattern, h := range s.routes {
+		mux.Handle(pattern, h)
+	}
 	return s.limitInFlight(problemsForUnrouted(mux))
 }
 

@@ -53,21 +53,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer closeStore()
 
 	reg := prometheus.NewRegistry()
-	srv, err := server.New(cfg, store, server.Options{Logger: logger, Registry: reg})
-	if err != nil {
-		return err
-	}
 	rls, err := startRLS(cfg, store, logger, reg, *envoyConfig, *grpcListen)
 	if err != nil {
 		return err
 	}
 	defer rls.stop()
+	srv, err := server.New(cfg, store, server.Options{Logger: logger, Registry: reg, Routes: rls.routes()})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	httpServer := &http.Server{
-		Handler:           rls.mount(srv.Handler()),
+		Handler:           srv.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,

@@ -104,15 +104,12 @@ func (r *rlsServer) reloadOnHUP() {
 	}
 }
 
-// mount adds POST /json to the HTTP API's handler.
-func (r *rlsServer) mount(api http.Handler) http.Handler {
+// routes returns the HTTP routes the Envoy service adds to the API: /json.
+func (r *rlsServer) routes() map[string]http.Handler {
 	if r == nil {
-		return api
+		return nil
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/json", r.svc.JSONHandler())
-	mux.Handle("/", api)
-	return mux
+	return map[string]http.Handler{"/json": r.svc.JSONHandler()}
 }
 
 // banner prints the gRPC address under serve's banner.
