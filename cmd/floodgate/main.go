@@ -62,6 +62,7 @@ func commands() map[string]command {
 		"config":   {"validate a config file, or print the example", runConfig},
 		"simulate": {"run traffic patterns against every algorithm on a virtual clock", runSimulate},
 		"scripts":  {"print or export the Redis Lua scripts, for use from other languages", runScripts},
+		"bench":    {"load-test a store, or a running floodgate serve over HTTP or gRPC", runBench},
 	}
 }
 
