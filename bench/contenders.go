@@ -7,6 +7,7 @@ import (
 
 	redisrate "github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"github.com/throttled/throttled/v2"
 	goredisstore "github.com/throttled/throttled/v2/store/goredisstore.v9"
 	ulule "github.com/ulule/limiter/v3"
@@ -46,8 +47,13 @@ func (c *Contender) Close() {
 }
 
 // RedisContenderIDs lists the Redis contenders in table order: floodgate's
-// token bucket and sliding-window log first, then the peers.
-var RedisContenderIDs = []string{"fg-tb", "fg-swl", "redis_rate", "ulule", "throttled"}
+// token bucket and sliding-window log first, then the peers, then the floor
+// (a Lua script that does nothing, called like floodgate's: what any
+// script-based limiter costs at least on this machine).
+var RedisContenderIDs = []string{"fg-tb", "fg-swl", "redis_rate", "ulule", "throttled", "floor"}
+
+// floorScript does nothing and answers like floodgate's scripts.
+const floorScript = "return {1, 0, 0, 0}"
 
 // NewRedisContender returns the contender id on backend b, keeping its keys
 // under prefix (which must hold no braces). Every contender has its own
@@ -119,6 +125,29 @@ func NewRedisContender(id string, b Backend, prefix string) (*Contender, error) 
 		return &Contender{ID: id, Name: "throttled (GCRA, CAS)", close: func() { _ = rdb.Close() }, Allow: func(ctx context.Context, key string) (bool, error) {
 			limited, _, err := l.RateLimitCtx(ctx, key, 1)
 			return !limited && err == nil, err
+		}}, nil
+	case "floor":
+		opt := rueidis.ClientOption{InitAddress: b.Addrs}
+		if !b.Cluster {
+			opt.ForceSingleClient = true
+		}
+		client, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil, err
+		}
+		script := rueidis.NewLuaScript(floorScript)
+		return &Contender{ID: id, Name: "floor: no-op Lua script (rueidis)", close: client.Close, Allow: func(ctx context.Context, key string) (bool, error) {
+			// The key is hash-tagged as floodgate's are, so a cluster
+			// routes it the same way.
+			vals, err := script.Exec(ctx, client, []string{prefix + "{" + key + "}"}, nil).ToArray()
+			if err != nil {
+				return false, err
+			}
+			if len(vals) != 4 {
+				return false, fmt.Errorf("floor script answered %d values, want 4", len(vals))
+			}
+			allowed, err := vals[0].AsInt64()
+			return allowed == 1, err
 		}}, nil
 	}
 	return nil, fmt.Errorf("unknown contender %q (want one of %v)", id, RedisContenderIDs)

@@ -78,6 +78,9 @@ func ProbeMemory(ctx context.Context, b Backend, nodes *Nodes, prefix string) (S
 
 	var keys []KeyMemory
 	for _, id := range RedisContenderIDs {
+		if id == "floor" {
+			continue // it keeps no state
+		}
 		p := prefix + "key:"
 		c, err := NewRedisContender(id, b, p)
 		if err != nil {

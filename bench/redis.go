@@ -102,17 +102,25 @@ type Counters struct {
 	CPU time.Duration
 	// Commands is total_commands_processed (INFO stats).
 	Commands int64
+	// Scripts is the time spent running scripts: the usec of EVAL,
+	// EVALSHA and their _RO forms in INFO commandstats (a script's time
+	// includes the commands it calls).
+	Scripts time.Duration
 }
+
+// scriptCommands are the INFO commandstats entries of script calls.
+var scriptCommands = []string{"cmdstat_eval:", "cmdstat_evalsha:", "cmdstat_eval_ro:", "cmdstat_evalsha_ro:"}
 
 // Counters reads the counters of every node and sums them.
 func (n *Nodes) Counters(ctx context.Context) (Counters, error) {
 	var cpu float64
-	var cmds int64
+	var cmds, scriptUsec int64
 	for _, c := range n.clients {
-		info, err := c.Info(ctx, "cpu", "stats").Result()
+		info, err := c.Info(ctx, "cpu", "stats", "commandstats").Result()
 		if err != nil {
 			return Counters{}, fmt.Errorf("INFO at %s: %w", c.Options().Addr, err)
 		}
+		scriptUsec += scriptTime(info)
 		for _, field := range []string{"used_cpu_user", "used_cpu_sys", "total_commands_processed"} {
 			v, ok := infoField(info, field)
 			if !ok {
@@ -129,7 +137,29 @@ func (n *Nodes) Counters(ctx context.Context) (Counters, error) {
 			}
 		}
 	}
-	return Counters{CPU: time.Duration(cpu * float64(time.Second)), Commands: cmds}, nil
+	return Counters{CPU: time.Duration(cpu * float64(time.Second)), Commands: cmds, Scripts: time.Duration(scriptUsec) * time.Microsecond}, nil
+}
+
+// scriptTime sums the usec of the script commands in an INFO commandstats
+// reply, whose lines read "cmdstat_evalsha:calls=3,usec=57,...".
+func scriptTime(info string) int64 {
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, prefix := range scriptCommands {
+			rest, ok := strings.CutPrefix(line, prefix)
+			if !ok {
+				continue
+			}
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec="); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					total += n
+				}
+			}
+		}
+	}
+	return total
 }
 
 // Version returns the redis_version of the first node.

@@ -111,6 +111,7 @@ var (
 	p99      = func(s Sample) float64 { return ms(s.P99) }
 	p999     = func(s Sample) float64 { return ms(s.P999) }
 	cpu100k  = func(s Sample) float64 { return s.CPUPer100k() }
+	script   = func(s Sample) float64 { return s.ScriptsPer100k() }
 	cmdsPer  = func(s Sample) float64 { return s.CommandsPerDecision() }
 	allocs   = func(s Sample) float64 { return s.AllocsPerDecision() }
 	admitted = func(s Sample) float64 { return s.AllowedShare() }
@@ -462,14 +463,14 @@ func (r *Report) writeRedis(p *printer, imgDir string) {
 		p.f("![p99 latency by callers](%s/%s.png)", imgDir, ChartP99)
 		p.f("")
 	}
-	p.f("Columns: decisions/s (median, and the range over the rounds); latency of one call as the caller sees it (p50, p99, p99.9, ms); Redis CPU seconds per 100,000 decisions (`INFO cpu`, user + sys, summed over every node, the cluster's replicas included); Redis commands processed per decision (`INFO stats`, summed the same way: more than the contender sends means other clients used the server during the run, or replicas applying writes); Go heap allocations per decision (the whole process: caller, client library and its goroutines); the share of decisions that admitted; calls that failed.")
+	p.f("Columns: decisions/s (median, and the range over the rounds); latency of one call as the caller sees it (p50, p99, p99.9, ms); Redis CPU seconds per 100,000 decisions (`INFO cpu`, user + sys, summed over every node, the cluster's replicas included) and the time spent inside scripts (the `usec` of EVAL and EVALSHA in `INFO commandstats`, which Redis measures in wall-clock time: on a busy machine it includes moments Redis waited for a core; the rest of the CPU goes to reading requests, writing replies and the event loop); Redis commands processed per decision (`INFO stats`, summed the same way: more than the contender sends means other clients used the server during the run, or replicas applying writes); Go heap allocations per decision (the whole process: caller, client library and its goroutines); the share of decisions that admitted; calls that failed.")
 	p.f("")
 	for _, b := range backends {
 		for _, w := range workloads {
 			p.f("#### %s, %s", b, workloadTitles[w])
 			p.f("")
-			p.f("| callers | contender | decisions/s | range | p50 | p99 | p99.9 | Redis CPU s/100k | cmds/decision | allocs/decision | admitted | errors |")
-			p.f("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+			p.f("| callers | contender | decisions/s | range | p50 | p99 | p99.9 | Redis CPU s/100k | in scripts s/100k | cmds/decision | allocs/decision | admitted | errors |")
+			p.f("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 			for _, c := range concs {
 				for _, id := range ids {
 					x, ok := r.find(b, w, c, id)
@@ -482,10 +483,10 @@ func (r *Report) writeRedis(p *printer, imgDir string) {
 					if e.Hi > 0 {
 						errCell = fmt.Sprintf("%s (max %s)", fmtFloat(e.Med, 0), fmtFloat(e.Hi, 0))
 					}
-					p.f("| %d | %s | %s | %s–%s | %s | %s | %s | %s | %s | %s | %s | %s |",
+					p.f("| %d | %s | %s | %s–%s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
 						c, x.Name, fmtRate(rt.Med), fmtRate(rt.Lo), fmtRate(rt.Hi),
 						fmtMs(x.Of(p50).Med), fmtMs(x.Of(p99).Med), fmtMs(x.Of(p999).Med),
-						fmtFloat(x.Of(cpu100k).Med, 2), fmtFloat(x.Of(cmdsPer).Med, 2), fmtFloat(x.Of(allocs).Med, 1),
+						fmtFloat(x.Of(cpu100k).Med, 2), fmtFloat(x.Of(script).Med, 2), fmtFloat(x.Of(cmdsPer).Med, 2), fmtFloat(x.Of(allocs).Med, 1),
 						fmtPct(x.Of(admitted).Med), errCell)
 				}
 			}

@@ -68,6 +68,9 @@ type Sample struct {
 	// -1 when not measured. Far more than the contender sends means other
 	// clients were using the server.
 	Commands int64
+	// Scripts is the part of RedisCPU spent running scripts (INFO
+	// commandstats); -1 when not measured.
+	Scripts time.Duration
 	// Allocs counts the Go heap allocations of the whole process during
 	// the run (the callers, the client library and its goroutines).
 	Allocs uint64
@@ -82,6 +85,15 @@ func (s Sample) CPUPer100k() float64 {
 		return -1
 	}
 	return s.RedisCPU.Seconds() * 1e5 / float64(s.Decisions)
+}
+
+// ScriptsPer100k returns the seconds Redis spent running scripts per
+// 100,000 decisions, or -1 when not measured.
+func (s Sample) ScriptsPer100k() float64 {
+	if s.Scripts < 0 || s.Decisions == 0 {
+		return -1
+	}
+	return s.Scripts.Seconds() * 1e5 / float64(s.Decisions)
 }
 
 // AllocsPerDecision returns Go heap allocations per decision.
@@ -116,13 +128,13 @@ func Run(ctx context.Context, c *Contender, l Load, nodes *Nodes) (Sample, error
 	allocs0 := heapAllocs()
 	s := drive(ctx, c, l, l.Duration, true)
 	s.Allocs = heapAllocs() - allocs0
-	s.RedisCPU, s.Commands = -1, -1
+	s.RedisCPU, s.Commands, s.Scripts = -1, -1, -1
 	if nodes != nil {
 		after, err := nodes.Counters(ctx)
 		if err != nil {
 			return s, err
 		}
-		s.RedisCPU, s.Commands = after.CPU-before.CPU, after.Commands-before.Commands
+		s.RedisCPU, s.Commands, s.Scripts = after.CPU-before.CPU, after.Commands-before.Commands, after.Scripts-before.Scripts
 	}
 	return s, nil
 }

@@ -74,8 +74,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("peerbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.rounds, "rounds", 3, "interleaved `rounds` of every Redis contender per cell")
-	fs.DurationVar(&o.duration, "duration", time.Second, "measured `time` of one Redis run")
-	fs.DurationVar(&o.warmup, "warmup", 200*time.Millisecond, "unmeasured warm-up before each Redis run")
+	fs.DurationVar(&o.duration, "duration", 700*time.Millisecond, "measured `time` of one Redis run")
+	fs.DurationVar(&o.warmup, "warmup", 150*time.Millisecond, "unmeasured warm-up before each Redis run")
 	concs := fs.String("conc", "1,16,64,256", "comma-separated concurrencies (callers in flight)")
 	backends := fs.String("backends", "standalone,cluster", "comma-separated Redis backends: standalone, cluster")
 	workloads := fs.String("workloads", "random,hot", "comma-separated workloads: random (10,000 keys), hot (one key)")
@@ -85,7 +85,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.memory, "memory", true, "run the in-process comparison")
 	fs.BoolVar(&o.probe, "probe", true, "measure Redis memory per key (standalone)")
 	fs.IntVar(&o.memRounds, "mem-rounds", 3, "interleaved `rounds` of every in-process contender per workload")
-	fs.DurationVar(&o.memBenchtime, "mem-benchtime", 500*time.Millisecond, "benchtime of one in-process benchmark")
+	fs.DurationVar(&o.memBenchtime, "mem-benchtime", 300*time.Millisecond, "benchtime of one in-process benchmark")
 	fs.BoolVar(&o.long, "long", false, "longer runs for steadier figures: -rounds 5 -duration 3s -mem-rounds 5 -mem-benchtime 1s (explicit flags win)")
 	fs.StringVar(&o.docs, "docs", "", "rewrite the generated block of this markdown `file` (docs/PERFORMANCE.md); default: print it")
 	fs.StringVar(&o.img, "img", "", "write the charts (PNG and SVG) into this `folder`, linked from -docs")
@@ -278,43 +278,65 @@ func measureRedis(ctx context.Context, o *options, rep *bench.Report, stderr io.
 		if !o.redis {
 			continue
 		}
-		cs := make([]*bench.Contender, len(o.contenders))
-		for i, id := range o.contenders {
-			c, err := bench.NewRedisContender(id, b, prefix+id+":")
-			if err != nil {
-				return fmt.Errorf("%s on %s: %w", id, b.Name, err)
-			}
-			defer c.Close()
-			cs[i] = c
-		}
 		for _, w := range workloads {
 			for _, conc := range o.concs {
+				// Fresh clients for every cell, closed after it: a client
+				// that served many callers may keep running differently
+				// (rueidis turns on background pipelining for good once
+				// calls overlap), and each cell should measure an
+				// application running at that concurrency.
+				cs := make([]*bench.Contender, len(o.contenders))
+				for i, id := range o.contenders {
+					c, err := bench.NewRedisContender(id, b, prefix+id+":")
+					if err != nil {
+						for _, c := range cs[:i] {
+							c.Close()
+						}
+						return fmt.Errorf("%s on %s: %w", id, b.Name, err)
+					}
+					cs[i] = c
+				}
 				results := make([]bench.RedisResult, len(cs))
 				for i, c := range cs {
 					results[i] = bench.RedisResult{Backend: b.Name, Workload: w.Name, Concurrency: conc, Contender: c.ID, Name: c.Name}
 				}
-				for round := range o.rounds {
-					// Rotate the order, so no contender always runs first
-					// (or right after the same neighbour).
-					for k := range cs {
-						i := (k + round) % len(cs)
-						s, err := bench.Run(ctx, cs[i], bench.Load{Keys: w.Keys, Concurrency: conc, Duration: o.duration, Warmup: o.warmup}, nodes)
-						if err != nil {
-							return err
-						}
-						if ctx.Err() != nil {
-							return ctx.Err()
-						}
-						results[i].Samples = append(results[i].Samples, s)
-						done++
-						eta := time.Duration(float64(time.Since(start)) / float64(done) * float64(total-done)).Round(time.Second)
-						fmt.Fprintf(stderr, "[%d/%d, %s left] %s %s %d callers, round %d: %-30s %9s/s  p99 %6s ms  cpu %5s s/100k  allocs %5.1f  admitted %5.1f%%  errors %d\n",
-							done, total, eta, b.Name, w.Name, conc, round+1, cs[i].Name, fmtK(s.Rate()), strconv.FormatFloat(float64(s.P99)/1e6, 'f', 2, 64),
-							strconv.FormatFloat(s.CPUPer100k(), 'f', 2, 64), s.AllocsPerDecision(), 100*s.AllowedShare(), s.Errors)
-					}
+				err := runCell(ctx, o, nodes, w, conc, cs, results, func(i, round int, s bench.Sample) {
+					done++
+					eta := time.Duration(float64(time.Since(start)) / float64(done) * float64(total-done)).Round(time.Second)
+					fmt.Fprintf(stderr, "[%d/%d, %s left] %s %s %d callers, round %d: %-34s %8s/s  p99 %6s ms  cpu %5s s/100k  allocs %5.1f  admitted %5.1f%%  errors %d\n",
+						done, total, eta, b.Name, w.Name, conc, round+1, cs[i].Name, fmtK(s.Rate()), strconv.FormatFloat(float64(s.P99)/1e6, 'f', 2, 64),
+						strconv.FormatFloat(s.CPUPer100k(), 'f', 2, 64), s.AllocsPerDecision(), 100*s.AllowedShare(), s.Errors)
+				})
+				for _, c := range cs {
+					c.Close()
+				}
+				if err != nil {
+					return err
 				}
 				rep.Redis = append(rep.Redis, results...)
 			}
+		}
+	}
+	return nil
+}
+
+// runCell runs o.rounds rounds of every contender in one cell, appending
+// each sample to its result and reporting it to progress.
+func runCell(ctx context.Context, o *options, nodes *bench.Nodes, w bench.Workload, conc int, cs []*bench.Contender, results []bench.RedisResult, progress func(i, round int, s bench.Sample)) error {
+	for round := range o.rounds {
+		// Rotate the order, so no contender always runs first (or right
+		// after the same neighbour).
+		for k := range cs {
+			i := (k + round) % len(cs)
+			s, err := bench.Run(ctx, cs[i], bench.Load{Keys: w.Keys, Concurrency: conc, Duration: o.duration, Warmup: o.warmup}, nodes)
+			if err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			results[i].Samples = append(results[i].Samples, s)
+			progress(i, round, s)
 		}
 	}
 	return nil
