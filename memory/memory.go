@@ -12,6 +12,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/floodgate-rl/floodgate"
@@ -28,7 +29,8 @@ const (
 // concurrent use. It needs no Close: eviction runs inline, amortised over
 // inserts, with no background goroutine.
 type Store struct {
-	clock  floodgate.Clock
+	clock  floodgate.Clock // nil: the system clock, read through start
+	start  time.Time       // the store's creation, with its monotonic reading
 	seed   maphash.Seed
 	shards [shardCount]shard
 }
@@ -99,6 +101,17 @@ func (t *table[S]) sweep(now int64) {
 // Option configures a Store.
 type Option func(*Store)
 
+// now returns the current time in microseconds since the Unix epoch. With
+// no injected clock it is the wall time at New plus the monotonic time
+// elapsed since: half the cost of time.Now (one clock read, not two), and
+// immune to the wall clock being stepped while the store runs.
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro()
+	}
+	return s.start.UnixMicro() + time.Since(s.start).Microseconds()
+}
+
 // WithClock makes the store read time from c instead of the system clock.
 // Tests use it to move time by hand.
 func WithClock(c floodgate.Clock) Option {
@@ -107,7 +120,7 @@ func WithClock(c floodgate.Clock) Option {
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: floodgate.SystemClock{}, seed: maphash.MakeSeed()}
+	s := &Store{seed: maphash.MakeSeed(), start: time.Now()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -136,7 +149,7 @@ func (s *Store) AllowN(_ context.Context, key string, limit floodgate.Limit, n i
 	if d, err := floodgate.Check(limit, n); err != nil {
 		return d, err
 	}
-	return s.decide(key, limit, s.clock.Now().UnixMicro(), n), nil
+	return s.decide(key, limit, s.now(), n), nil
 }
 
 func (s *Store) decide(key string, l floodgate.Limit, now, n int64) floodgate.Decision {
@@ -182,7 +195,7 @@ func (s *Store) RefundN(_ context.Context, key string, limit floodgate.Limit, n 
 	if _, err := floodgate.Check(limit, n); err != nil {
 		return err
 	}
-	now := s.clock.Now().UnixMicro()
+	now := s.now()
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
