@@ -48,7 +48,7 @@ type shard struct {
 
 // table maps keys to states with their expiry time.
 type table[S any] struct {
-	items   map[string]item[S]
+	items   map[string]*item[S]
 	sweepAt int
 }
 
@@ -57,19 +57,20 @@ type item[S any] struct {
 	expires int64 // microseconds; at or after it, the key is fully replenished
 }
 
-// get returns a copy of the item for key and whether it is in the table.
-// fresh reports that its state must be initialised: the key is new, or its
-// item expired (fully replenished, so it reads as new). Items are stored by
-// value: one cache miss fewer per decision than behind a pointer, and
-// re-inserting an evicted key allocates nothing.
-func (t *table[S]) get(key string, now int64) (it item[S], present, fresh bool) {
+// get returns the item for key and whether it is in the table. fresh
+// reports that its state must be initialised: the key is new, or its item
+// expired (fully replenished, so it reads as new).
+func (t *table[S]) get(key string, now int64) (it *item[S], present, fresh bool) {
 	it, present = t.items[key]
-	return it, present, !present || it.expires <= now
+	if !present {
+		return new(item[S]), false, true
+	}
+	return it, true, it.expires <= now
 }
 
 // keep records it after a decision d at now: the item stays until the key is
 // fully replenished, and goes as soon as it is (nothing to remember).
-func (t *table[S]) keep(key string, it item[S], present bool, d floodgate.Decision, now int64) {
+func (t *table[S]) keep(key string, it *item[S], present bool, d floodgate.Decision, now int64) {
 	if d.ResetAfter <= 0 {
 		if present {
 			delete(t.items, key)
@@ -79,8 +80,8 @@ func (t *table[S]) keep(key string, it item[S], present bool, d floodgate.Decisi
 	it.expires = now + d.ResetAfter.Microseconds()
 	if !present {
 		t.sweep(now)
+		t.items[key] = it
 	}
-	t.items[key] = it
 }
 
 // sweep deletes expired items once the table has doubled since the last
@@ -126,10 +127,10 @@ func New(opts ...Option) *Store {
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.buckets.items = map[string]item[algorithm.Bucket]{}
-		sh.fixed.items = map[string]item[algorithm.Window]{}
-		sh.counters.items = map[string]item[algorithm.Window]{}
-		sh.logs.items = map[string]item[algorithm.Log]{}
+		sh.buckets.items = map[string]*item[algorithm.Bucket]{}
+		sh.fixed.items = map[string]*item[algorithm.Window]{}
+		sh.counters.items = map[string]*item[algorithm.Window]{}
+		sh.logs.items = map[string]*item[algorithm.Log]{}
 	}
 	return s
 }
@@ -204,22 +205,18 @@ func (s *Store) RefundN(_ context.Context, key string, limit floodgate.Limit, n 
 	case floodgate.TokenBucket:
 		if it, _, fresh := sh.buckets.get(key, now); !fresh {
 			it.state.Refund(limit, now, n)
-			sh.buckets.items[key] = it
 		}
 	case floodgate.FixedWindow:
 		if it, _, fresh := sh.fixed.get(key, now); !fresh {
 			it.state.Refund(limit, now, n)
-			sh.fixed.items[key] = it
 		}
 	case floodgate.SlidingWindowCounter:
 		if it, _, fresh := sh.counters.get(key, now); !fresh {
 			it.state.Refund(limit, now, n)
-			sh.counters.items[key] = it
 		}
 	default:
 		if it, _, fresh := sh.logs.get(key, now); !fresh {
 			it.state.Refund(n)
-			sh.logs.items[key] = it
 		}
 	}
 	return nil
@@ -275,19 +272,19 @@ func (s *Store) MemoryUsage(key string, limit floodgate.Limit) int {
 	switch limit.Algorithm {
 	case floodgate.TokenBucket:
 		if it, ok := sh.buckets.items[key]; ok {
-			return base + int(unsafe.Sizeof(it))
+			return base + int(unsafe.Sizeof(*it))
 		}
 	case floodgate.FixedWindow:
 		if it, ok := sh.fixed.items[key]; ok {
-			return base + int(unsafe.Sizeof(it))
+			return base + int(unsafe.Sizeof(*it))
 		}
 	case floodgate.SlidingWindowCounter:
 		if it, ok := sh.counters.items[key]; ok {
-			return base + int(unsafe.Sizeof(it))
+			return base + int(unsafe.Sizeof(*it))
 		}
 	case floodgate.SlidingWindowLog:
 		if it, ok := sh.logs.items[key]; ok {
-			return base + int(unsafe.Sizeof(it)) + 8*it.state.Cap()
+			return base + int(unsafe.Sizeof(*it)) + 8*it.state.Cap()
 		}
 	}
 	return 0
