@@ -53,35 +53,35 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 		w, h   vg.Length
 		tiles  draw.Tiles
 		plots  [][]*plot.Plot
-		render bool
+		legend []legendEntry
 	}
 	var charts []chart
 	if len(r.Redis) > 0 {
-		tp, err := r.redisPlots(false)
+		tp, legend, err := r.redisPlots(false)
 		if err != nil {
 			return nil, err
 		}
-		lp, err := r.redisPlots(true)
+		lp, _, err := r.redisPlots(true)
 		if err != nil {
 			return nil, err
 		}
 		rows, cols := len(tp), len(tp[0])
 		tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
 		w, h := vg.Length(cols)*5*vg.Inch, vg.Length(rows)*3.6*vg.Inch
-		charts = append(charts, chart{ChartThroughput, w, h, tiles, tp, true}, chart{ChartP99, w, h, tiles, lp, true})
+		charts = append(charts, chart{ChartThroughput, w, h, tiles, tp, legend}, chart{ChartP99, w, h, tiles, lp, legend})
 	}
 	if len(r.InProcess) > 0 {
-		mp, err := r.memoryPlot()
+		mp, legend, err := r.memoryPlot()
 		if err != nil {
 			return nil, err
 		}
-		charts = append(charts, chart{ChartMemory, 9 * vg.Inch, 4.5 * vg.Inch, draw.Tiles{Rows: 1, Cols: 1}, [][]*plot.Plot{{mp}}, true})
+		charts = append(charts, chart{ChartMemory, 9 * vg.Inch, 4.8 * vg.Inch, draw.Tiles{Rows: 1, Cols: 1, PadTop: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2}, [][]*plot.Plot{{mp}}, legend})
 	}
 	var files []string
 	for _, c := range charts {
 		for _, ext := range []string{".png", ".svg"} {
 			path := filepath.Join(dir, c.name+ext)
-			if err := saveTiles(path, c.w, c.h, c.tiles, c.plots); err != nil {
+			if err := saveTiles(path, c.w, c.h, c.tiles, c.plots, c.legend); err != nil {
 				return files, fmt.Errorf("%s: %w", path, err)
 			}
 			files = append(files, path)
@@ -93,9 +93,19 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 // pngDPI makes the PNGs sharp on high-density screens.
 const pngDPI = 150
 
-// saveTiles draws plots in tiles on one canvas and writes it to path, as PNG
-// or SVG after its extension.
-func saveTiles(path string, w, h vg.Length, t draw.Tiles, plots [][]*plot.Plot) (err error) {
+// legendEntry is one line of a chart's shared legend.
+type legendEntry struct {
+	name   string
+	thumbs []plot.Thumbnailer
+}
+
+// legendColumns is how many columns the shared legend spreads over.
+const legendColumns = 3
+
+// saveTiles draws plots in tiles on one canvas, under a strip holding the
+// shared legend (if any), and writes it to path, as PNG or SVG after its
+// extension.
+func saveTiles(path string, w, h vg.Length, t draw.Tiles, plots [][]*plot.Plot, legend []legendEntry) (err error) {
 	var c interface {
 		vg.CanvasSizer
 		io.WriterTo
@@ -111,6 +121,24 @@ func saveTiles(path string, w, h vg.Length, t draw.Tiles, plots [][]*plot.Plot) 
 	dc := draw.New(canvas)
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
+	if len(legend) > 0 {
+		rows := (len(legend) + legendColumns - 1) / legendColumns
+		strip := vg.Length(rows)*vg.Points(13) + vg.Points(10)
+		top := draw.Crop(dc, 0, 0, dc.Size().Y-strip, 0)
+		colW := top.Size().X / legendColumns
+		for col := range legendColumns {
+			l := plot.NewLegend()
+			l.TextStyle.Font.Variant = "Sans"
+			l.TextStyle.Font.Size = vg.Points(10)
+			l.Top, l.Left = true, true
+			l.ThumbnailWidth = vg.Points(24)
+			for i := col * rows; i < min((col+1)*rows, len(legend)); i++ {
+				l.Add(legend[i].name, legend[i].thumbs...)
+			}
+			l.Draw(draw.Crop(top, vg.Length(col)*colW+vg.Points(40), -(vg.Length(legendColumns-1-col) * colW), 0, -vg.Points(4)))
+		}
+		dc = draw.Crop(dc, 0, 0, 0, -strip)
+	}
 	canvases := plot.Align(plots, t, dc)
 	for i := range plots {
 		for j := range plots[i] {
@@ -164,7 +192,37 @@ func (rateTicks) Ticks(lo, hi float64) []plot.Tick {
 	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
 	for i := range ticks {
 		if ticks[i].Label != "" {
-			ticks[i].Label = fmtRate(ticks[i].Value)
+			ticks[i].Label = fmtTick(ticks[i].Value)
+		}
+	}
+	return ticks
+}
+
+// fmtTick formats a round axis value: 0, 500, 20k, 1.5M.
+func fmtTick(v float64) string {
+	switch {
+	case v >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
+	case v >= 1e3:
+		return strconv.FormatFloat(v/1e3, 'f', -1, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// msTicks labels a log axis of milliseconds at 1, 2 and 5 times each power
+// of ten.
+type msTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (msTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if v < lo*0.999 || v > hi*1.001 {
+				continue
+			}
+			ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
 		}
 	}
 	return ticks
@@ -173,9 +231,10 @@ func (rateTicks) Ticks(lo, hi float64) []plot.Tick {
 // redisPlots returns one plot per workload (rows) and backend (columns):
 // median decisions/s with the range as error bars, or the median p99 on a
 // log scale.
-func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, error) {
+func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, []legendEntry, error) {
 	backends, workloads, concs := r.cells()
 	ids, names := r.contenders()
+	var legend []legendEntry
 	out := make([][]*plot.Plot, len(workloads))
 	for i, w := range workloads {
 		out[i] = make([]*plot.Plot, len(backends))
@@ -187,17 +246,15 @@ func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, error) {
 			p.X.Tick.Marker = concTicks(concs)
 			p.X.Min, p.X.Max = -0.3, float64(len(concs))-0.7
 			if latency {
-				p.Y.Label.Text = "p99 latency (ms, log scale)"
+				p.Y.Label.Text = "p99 latency (ms)"
 				p.Y.Scale = plot.LogScale{}
-				p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+				p.Y.Tick.Marker = msTicks{}
 			} else {
 				p.Y.Label.Text = "decisions per second"
 				p.Y.Tick.Marker = rateTicks{}
 				p.Y.Min = 0
 			}
 			p.Add(plotter.NewGrid())
-			p.Legend.Top = true
-			p.Legend.TextStyle.Font.Size = vg.Points(8)
 			for k, id := range ids {
 				var pts plotter.XYs
 				var errs plotter.YErrors
@@ -225,7 +282,7 @@ func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, error) {
 				}
 				line, scatter, err := plotter.NewLinePoints(pts)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				line.Color, scatter.Color = colorOf(id), colorOf(id)
 				line.Width = vg.Points(1.5)
@@ -240,13 +297,13 @@ func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, error) {
 						plotter.YErrors
 					}{pts, errs})
 					if err != nil {
-						return nil, err
+						return nil, nil, err
 					}
 					eb.Color = colorOf(id)
 					p.Add(eb)
 				}
 				if i == 0 && j == 0 {
-					p.Legend.Add(names[id], line, scatter)
+					legend = append(legend, legendEntry{names[id], []plot.Thumbnailer{line, scatter}})
 				}
 			}
 			if latency {
@@ -255,21 +312,38 @@ func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, error) {
 			out[i][j] = p
 		}
 	}
-	return out, nil
+	return out, legend, nil
 }
 
-// fixLogRange widens a log axis to whole decades, so LogTicks labels it.
+// fixLogRange widens a log axis to the 1-2-5 steps around its data.
 func fixLogRange(p *plot.Plot) {
 	if p.Y.Min <= 0 {
 		return
 	}
-	p.Y.Min = math.Pow(10, math.Floor(math.Log10(p.Y.Min)))
-	p.Y.Max = math.Pow(10, math.Ceil(math.Log10(p.Y.Max)))
+	down := func(v float64) float64 {
+		e := math.Pow(10, math.Floor(math.Log10(v)))
+		for _, m := range []float64{5, 2, 1} {
+			if m*e <= v {
+				return m * e
+			}
+		}
+		return e
+	}
+	up := func(v float64) float64 {
+		e := math.Pow(10, math.Floor(math.Log10(v)))
+		for _, m := range []float64{1, 2, 5, 10} {
+			if m*e >= v {
+				return m * e
+			}
+		}
+		return 10 * e
+	}
+	p.Y.Min, p.Y.Max = down(p.Y.Min), up(p.Y.Max)
 }
 
 // memoryPlot is a grouped bar chart of median ns per decision: one group
-// per workload, one bar per contender.
-func (r *Report) memoryPlot() (*plot.Plot, error) {
+// per workload, one bar per contender, with the target as a dashed line.
+func (r *Report) memoryPlot() (*plot.Plot, []legendEntry, error) {
 	var workloads, ids []string
 	names := map[string]string{}
 	for _, x := range r.InProcess {
@@ -285,10 +359,10 @@ func (r *Report) memoryPlot() (*plot.Plot, error) {
 	sans(p)
 	p.Title.Text = "In process: nanoseconds per decision (median; lower is better)"
 	p.Y.Label.Text = "ns per decision"
+	p.Y.Tick.Marker = rateTicks{}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	p.Legend.TextStyle.Font.Size = vg.Points(8)
-	barWidth := vg.Points(12)
+	var legend []legendEntry
+	barWidth := vg.Points(14)
 	for k, id := range ids {
 		vals := make(plotter.Values, len(workloads))
 		for i, w := range workloads {
@@ -298,16 +372,24 @@ func (r *Report) memoryPlot() (*plot.Plot, error) {
 		}
 		b, err := plotter.NewBarChart(vals, barWidth)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		b.Color = colorOf(id)
 		b.LineStyle.Width = 0
 		b.Offset = barWidth * vg.Length(float64(k)-float64(len(ids)-1)/2)
 		p.Add(b)
-		p.Legend.Add(names[id], b)
+		legend = append(legend, legendEntry{names[id], []plot.Thumbnailer{b}})
 	}
+	target, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: TargetMemoryNs}, {X: float64(len(workloads)) - 0.5, Y: TargetMemoryNs}})
+	if err != nil {
+		return nil, nil, err
+	}
+	target.Color, target.Width, target.Dashes = color.Black, vg.Points(1), []vg.Length{vg.Points(6), vg.Points(3)}
+	p.Add(target)
+	legend = append(legend, legendEntry{fmt.Sprintf("target: %d ns", TargetMemoryNs), []plot.Thumbnailer{target}})
 	p.NominalX(workloads...)
-	return p, nil
+	p.X.Min, p.X.Max = -0.5, float64(len(workloads))-0.5
+	return p, legend, nil
 }
 
 func contains(list []string, s string) bool {
