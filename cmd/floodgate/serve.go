@@ -23,7 +23,7 @@ import (
 const shutdownGrace = 10 * time.Second
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR]", stderr)
+	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--grpc-listen ADDR] [--envoy-config DIR] [--log-format text|json]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file`; none runs the built-in example policy on the memory store")
 	listen := fs.String("listen", "", "HTTP listen `address`, overriding the config's listen (default "+config.DefaultListen+")")
 	logFormat := fs.String("log-format", "", "log format, text or json, overriding the config's log.format")
