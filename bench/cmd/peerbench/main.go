@@ -373,9 +373,9 @@ func measureMemory(ctx context.Context, o *options, rep *bench.Report, stderr io
 				i := (k + round) % len(cs)
 				var admitted float64
 				r := testing.Benchmark(bench.MemoryBench(allows[i], w, &admitted))
-				s := bench.MemSample{NsPerOp: float64(r.T.Nanoseconds()) / float64(r.N), AllocsPerOp: r.AllocsPerOp(), BytesPerOp: r.AllocedBytesPerOp(), Admitted: admitted}
+				s := bench.MemSample{NsPerOp: float64(r.T.Nanoseconds()) / float64(r.N), AllocsPerOp: float64(r.MemAllocs) / float64(r.N), BytesPerOp: r.AllocedBytesPerOp(), Admitted: admitted}
 				results[i].Samples = append(results[i].Samples, s)
-				fmt.Fprintf(stderr, "in process: %s, round %d: %-40s %8.1f ns  %d allocs  admitted %.1f%%\n", w.Name, round+1, cs[i].Name, s.NsPerOp, s.AllocsPerOp, 100*admitted)
+				fmt.Fprintf(stderr, "in process: %s, round %d: %-40s %8.1f ns  %.2f allocs  admitted %.1f%%\n", w.Name, round+1, cs[i].Name, s.NsPerOp, s.AllocsPerOp, 100*admitted)
 			}
 		}
 		rep.InProcess = append(rep.InProcess, results...)
