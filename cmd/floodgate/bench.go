@@ -609,8 +609,10 @@ func fmtLatency(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) + "ms"
 	case d >= 10*time.Microsecond:
 		return strconv.FormatFloat(float64(d)/1e3, 'f', 0, 64) + "µs"
+	case d >= time.Microsecond:
+		return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) + "µs"
 	}
-	return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) + "µs"
+	return strconv.FormatInt(int64(d), 10) + "ns"
 }
 
 // ---------------------------------------------------------------- summary --

@@ -274,6 +274,23 @@ func TestBenchUsage(t *testing.T) {
 	}
 }
 
+func TestFmtLatency(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{45, "45ns"}, {1500, "1.5µs"}, {250 * time.Microsecond, "250µs"}, {1234 * time.Microsecond, "1.23ms"},
+		{25 * time.Millisecond, "25.0ms"}, {2500 * time.Millisecond, "2.50s"},
+	} {
+		if got := fmtLatency(tt.d); got != tt.want {
+			t.Errorf("fmtLatency(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+	if got := fmtCount(1234567.4); got != "1,234,567" {
+		t.Errorf("fmtCount = %q", got)
+	}
+}
+
 func TestLatencyHist(t *testing.T) {
 	var h latencyHist
 	for i := 1; i <= 1000; i++ {
