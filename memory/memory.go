@@ -23,6 +23,9 @@ const (
 	shardCount = 64
 	// minSweep is the table size below which a shard never sweeps.
 	minSweep = 1024
+	// DefaultEvictionGrace is how long a fully replenished key stays in
+	// memory before a sweep may drop it (see WithEvictionGrace).
+	DefaultEvictionGrace = time.Minute
 )
 
 // Store is the in-process store. Create it with New; it is safe for
@@ -31,6 +34,7 @@ const (
 type Store struct {
 	clock  floodgate.Clock // nil: the system clock, read through start
 	start  time.Time       // the store's creation, with its monotonic reading
+	grace  int64           // microseconds a replenished key is kept
 	seed   maphash.Seed
 	shards [shardCount]shard
 }
@@ -70,7 +74,7 @@ func (t *table[S]) get(key string, now int64) (it *item[S], present, fresh bool)
 
 // keep records it after a decision d at now: the item stays until the key is
 // fully replenished, and goes as soon as it is (nothing to remember).
-func (t *table[S]) keep(key string, it *item[S], present bool, d floodgate.Decision, now int64) {
+func (t *table[S]) keep(key string, it *item[S], present bool, d floodgate.Decision, now, grace int64) {
 	if d.ResetAfter <= 0 {
 		if present {
 			delete(t.items, key)
@@ -79,20 +83,23 @@ func (t *table[S]) keep(key string, it *item[S], present bool, d floodgate.Decis
 	}
 	it.expires = now + d.ResetAfter.Microseconds()
 	if !present {
-		t.sweep(now)
+		t.sweep(now, grace)
 		t.items[key] = it
 	}
 }
 
-// sweep deletes expired items once the table has doubled since the last
-// sweep, so the cost is amortised O(1) per insert and the table holds at most
-// about twice the live keys.
-func (t *table[S]) sweep(now int64) {
+// sweep deletes the items that have been fully replenished for longer than
+// grace, once the table has doubled since the last sweep: the cost is
+// amortised O(1) per insert, and the table holds at most about twice the
+// keys seen within their window plus the grace. The grace keeps a key that
+// is used steadily (but refills between uses) from being dropped and
+// rebuilt, an allocation and two map writes, on every visit.
+func (t *table[S]) sweep(now, grace int64) {
 	if len(t.items) < max(minSweep, t.sweepAt) {
 		return
 	}
 	for k, it := range t.items {
-		if it.expires <= now {
+		if it.expires+grace <= now {
 			delete(t.items, k)
 		}
 	}
@@ -113,6 +120,15 @@ func (s *Store) now() int64 {
 	return s.start.UnixMicro() + time.Since(s.start).Microseconds()
 }
 
+// WithEvictionGrace sets how long a fully replenished key stays in memory
+// before a sweep may drop it (default DefaultEvictionGrace). Decisions never
+// depend on it: a replenished key reads as new either way. A longer grace
+// saves rebuilding keys that come back; a shorter one bounds memory closer
+// to the keys active within their windows.
+func WithEvictionGrace(d time.Duration) Option {
+	return func(s *Store) { s.grace = max(0, d.Microseconds()) }
+}
+
 // WithClock makes the store read time from c instead of the system clock.
 // Tests use it to move time by hand.
 func WithClock(c floodgate.Clock) Option {
@@ -121,7 +137,7 @@ func WithClock(c floodgate.Clock) Option {
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{seed: maphash.MakeSeed(), start: time.Now()}
+	s := &Store{seed: maphash.MakeSeed(), start: time.Now(), grace: DefaultEvictionGrace.Microseconds()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -165,27 +181,27 @@ func (s *Store) decide(key string, l floodgate.Limit, now, n int64) floodgate.De
 			it.state = algorithm.NewBucket(l, now)
 		}
 		d = it.state.Take(l, now, n)
-		sh.buckets.keep(key, it, present, d, now)
+		sh.buckets.keep(key, it, present, d, now, s.grace)
 	case floodgate.FixedWindow:
 		it, present, fresh := sh.fixed.get(key, now)
 		if fresh {
 			it.state = algorithm.Window{}
 		}
 		d = it.state.FixedWindow(l, now, n)
-		sh.fixed.keep(key, it, present, d, now)
+		sh.fixed.keep(key, it, present, d, now, s.grace)
 	case floodgate.SlidingWindowCounter:
 		it, present, fresh := sh.counters.get(key, now)
 		if fresh {
 			it.state = algorithm.Window{}
 		}
 		d = it.state.SlidingWindowCounter(l, now, n)
-		sh.counters.keep(key, it, present, d, now)
+		sh.counters.keep(key, it, present, d, now, s.grace)
 	default: // floodgate.SlidingWindowLog; Check rejected anything else.
 		it, present, _ := sh.logs.get(key, now)
 		// An expired log empties itself: every entry is out of the window.
 		d = it.state.Add(l, now, n)
 		it.state.Shrink()
-		sh.logs.keep(key, it, present, d, now)
+		sh.logs.keep(key, it, present, d, now, s.grace)
 	}
 	return d
 }

@@ -30,7 +30,9 @@ func TestEvictionBoundsMemory(t *testing.T) {
 				}
 			}
 			most = max(most, s.Len())
-			clock.Advance(3 * time.Second) // every key of this wave is now fully replenished
+			// Every key of this wave is now fully replenished, and has been
+			// for longer than the eviction grace.
+			clock.Advance(3*time.Second + DefaultEvictionGrace)
 		}
 		// Live keys never exceed one wave; sweeping lets the table reach at
 		// most about twice that before it is cleaned.
@@ -86,5 +88,35 @@ func TestMemoryUsage(t *testing.T) {
 		if got := s.MemoryUsage("k", limit); got <= len("k") {
 			t.Errorf("%s: MemoryUsage = %d, want more than the key's bytes", alg, got)
 		}
+	}
+}
+
+// TestReplenishedKeysAreReused: keys that come back within the eviction
+// grace, though fully replenished between visits, are not dropped and
+// rebuilt: a round over 100k such keys allocates nothing.
+func TestReplenishedKeysAreReused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100k keys")
+	}
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	s := New(WithClock(clock))
+	limit := floodgate.NewTokenBucket(1, 1, time.Millisecond)
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+	}
+	round := func() {
+		clock.Advance(2 * time.Millisecond) // every key is fully replenished
+		for _, k := range keys {
+			if d, err := s.Allow(ctx, k, limit); err != nil || !d.Allowed {
+				t.Fatalf("Allow(%s) = %+v, %v", k, d, err)
+			}
+		}
+	}
+	round()
+	round() // the first sweeps may run here
+	if allocs := testing.AllocsPerRun(2, round); allocs > 10 {
+		t.Fatalf("a round over %d returning keys allocated %.0f times, want ~0", len(keys), allocs)
 	}
 }
