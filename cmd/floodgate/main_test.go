@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,34 +41,7 @@ func (s *syncBuffer) String() string {
 // URL, its log, and a stop function that cancels it and returns run's error.
 func startServe(t *testing.T, args ...string) (base string, logs *syncBuffer, stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	logs = &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), pw, logs)
-		pw.Close()
-	}()
-	addr := regexp.MustCompile(`listening on (http://\S+)`)
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		if m := addr.FindStringSubmatch(sc.Text()); m != nil {
-			base = m[1]
-			break
-		}
-	}
-	if base == "" {
-		cancel()
-		t.Fatalf("serve printed no address; log:\n%s\nerr: %v", logs, <-done)
-	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
+	base, _, logs, stop = startServeRLS(t, false, args...)
 	return base, logs, stop
 }
 
