@@ -3,9 +3,10 @@
 // semantics of the Redis store, so a service can start on it and move to
 // Redis when several instances must share limits.
 //
-// The store is sharded (no global lock) and evicts keys once they are fully
-// replenished, so memory stays proportional to the keys active within their
-// windows even under millions of distinct keys.
+// The store is sharded (no global lock) and evicts keys that have been fully
+// replenished for longer than an eviction grace (DefaultEvictionGrace, one
+// minute), so memory stays proportional to the keys active within their
+// windows plus the grace, even under millions of distinct keys.
 package memory
 
 import (
@@ -72,8 +73,9 @@ func (t *table[S]) get(key string, now int64) (it *item[S], present, fresh bool)
 	return it, true, it.expires <= now
 }
 
-// keep records it after a decision d at now: the item stays until the key is
-// fully replenished, and goes as soon as it is (nothing to remember).
+// keep records it after a decision d at now with its expiry, the moment the
+// key is fully replenished; a sweep may drop it a grace after that. A
+// decision that leaves nothing to remember deletes it at once.
 func (t *table[S]) keep(key string, it *item[S], present bool, d floodgate.Decision, now, grace int64) {
 	if d.ResetAfter <= 0 {
 		if present {
