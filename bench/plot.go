@@ -3,19 +3,17 @@ package bench
 import (
 	"fmt"
 	"image/color"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/floodgate-rl/floodgate/internal/chart"
 )
 
 // The charts WriteCharts writes, each as .png and .svg.
@@ -90,9 +88,6 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 	return files, nil
 }
 
-// pngDPI makes the PNGs sharp on high-density screens.
-const pngDPI = 150
-
 // legendEntry is one line of a chart's shared legend.
 type legendEntry struct {
 	name   string
@@ -105,19 +100,8 @@ const legendColumns = 3
 // saveTiles draws plots in tiles on one canvas, under a strip holding the
 // shared legend (if any), and writes it to path, as PNG or SVG after its
 // extension.
-func saveTiles(path string, w, h vg.Length, t draw.Tiles, plots [][]*plot.Plot, legend []legendEntry) (err error) {
-	var c interface {
-		vg.CanvasSizer
-		io.WriterTo
-	}
-	var canvas vg.CanvasSizer
-	if filepath.Ext(path) == ".png" {
-		img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(pngDPI))
-		canvas, c = img, vgimg.PngCanvas{Canvas: img}
-	} else {
-		svg := vgsvg.New(w, h)
-		canvas, c = svg, svg
-	}
+func saveTiles(path string, w, h vg.Length, t draw.Tiles, plots [][]*plot.Plot, legend []legendEntry) error {
+	canvas, out := chart.NewCanvas(path, w, h)
 	dc := draw.New(canvas)
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
@@ -147,29 +131,7 @@ func saveTiles(path string, w, h vg.Length, t draw.Tiles, plots [][]*plot.Plot, 
 			}
 		}
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	_, err = c.WriteTo(f)
-	return err
-}
-
-// sans sets every text of p in Liberation Sans, which reads better in
-// charts than the default serif.
-func sans(p *plot.Plot) {
-	for _, f := range []*font.Font{
-		&p.Title.TextStyle.Font, &p.Legend.TextStyle.Font,
-		&p.X.Label.TextStyle.Font, &p.X.Tick.Label.Font,
-		&p.Y.Label.TextStyle.Font, &p.Y.Tick.Label.Font,
-	} {
-		f.Variant = "Sans"
-	}
+	return chart.WriteFile(path, out)
 }
 
 // concTicks labels the concurrency positions 0..n-1 with their values.
@@ -240,7 +202,7 @@ func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, []legendEntry, error)
 		out[i] = make([]*plot.Plot, len(backends))
 		for j, b := range backends {
 			p := plot.New()
-			sans(p)
+			chart.Sans(p)
 			p.Title.Text = b + ", " + workloadTitles[w]
 			p.X.Label.Text = "concurrent callers"
 			p.X.Tick.Marker = concTicks(concs)
@@ -356,7 +318,7 @@ func (r *Report) memoryPlot() (*plot.Plot, []legendEntry, error) {
 		}
 	}
 	p := plot.New()
-	sans(p)
+	chart.Sans(p)
 	p.Title.Text = "In process: nanoseconds per decision (median; lower is better)"
 	p.Y.Label.Text = "ns per decision"
 	p.Y.Tick.Marker = rateTicks{}

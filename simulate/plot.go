@@ -13,13 +13,12 @@ import (
 	"time"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/chart"
 )
 
 // The figures Plot writes, each as .png and .svg.
@@ -79,7 +78,7 @@ func (r *Report) Plot(dir string) ([]string, error) {
 		if err != nil {
 			return files, fmt.Errorf("simulate: plot %s: %w", f.name, err)
 		}
-		sans(p)
+		chart.Sans(p)
 		p.Add(legendBackdrop{})
 		for _, ext := range []string{".png", ".svg"} {
 			path := filepath.Join(dir, f.name+ext)
@@ -108,39 +107,11 @@ func (r *Report) figures() []figure {
 	return append(figs, figure{FigureWorstWindow, r.worstWindowPlot})
 }
 
-// pngDPI makes the PNGs sharp on high-density screens: 1200x675 pixels.
-const pngDPI = 150
-
 // save writes p to path, as PNG or SVG after its extension.
-func save(p *plot.Plot, path string) (err error) {
-	if filepath.Ext(path) != ".png" {
-		return p.Save(figWidth, figHeight, path)
-	}
-	c := vgimg.NewWith(vgimg.UseWH(figWidth, figHeight), vgimg.UseDPI(pngDPI))
-	p.Draw(draw.New(c))
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	_, err = vgimg.PngCanvas{Canvas: c}.WriteTo(f)
-	return err
-}
-
-// sans sets every text of p in the sans-serif variant of the plot's font
-// (Liberation Sans), which reads better in charts than the default serif.
-func sans(p *plot.Plot) {
-	for _, f := range []*font.Font{
-		&p.Title.TextStyle.Font, &p.Legend.TextStyle.Font,
-		&p.X.Label.TextStyle.Font, &p.X.Tick.Label.Font,
-		&p.Y.Label.TextStyle.Font, &p.Y.Tick.Label.Font,
-	} {
-		f.Variant = "Sans"
-	}
+func save(p *plot.Plot, path string) error {
+	canvas, out := chart.NewCanvas(path, figWidth, figHeight)
+	p.Draw(draw.New(canvas))
+	return chart.WriteFile(path, out)
 }
 
 // legendBackdrop is a plotter, added last, that paints the area under the
