@@ -217,51 +217,41 @@ func captureLines(n *yaml.Node) lines {
 
 // UnmarshalYAML implements yaml.Unmarshaler, recording line numbers.
 func (r *Rule) UnmarshalYAML(n *yaml.Node) error {
-	type plain Rule
-	if err := decodeStrict(n, (*plain)(r)); err != nil {
-		return err
-	}
-	r.line = captureLines(n)
-	return nil
+	type plain Rule // without the method, so decoding does not recurse
+	return decodeWithLines(n, (*plain)(r), &r.line)
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler, recording line numbers.
 func (s *Store) UnmarshalYAML(n *yaml.Node) error {
-	type plain Store
-	if err := decodeStrict(n, (*plain)(s)); err != nil {
-		return err
-	}
-	s.line = captureLines(n)
-	return nil
+	type plain Store // without the method, so decoding does not recurse
+	return decodeWithLines(n, (*plain)(s), &s.line)
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler, recording line numbers.
 func (c *ClientIP) UnmarshalYAML(n *yaml.Node) error {
-	type plain ClientIP
-	if err := decodeStrict(n, (*plain)(c)); err != nil {
-		return err
-	}
-	c.line = captureLines(n)
-	return nil
+	type plain ClientIP // without the method, so decoding does not recurse
+	return decodeWithLines(n, (*plain)(c), &c.line)
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler, recording line numbers.
 func (f *ForwardAuth) UnmarshalYAML(n *yaml.Node) error {
-	type plain ForwardAuth
-	if err := decodeStrict(n, (*plain)(f)); err != nil {
-		return err
-	}
-	f.line = captureLines(n)
-	return nil
+	type plain ForwardAuth // without the method, so decoding does not recurse
+	return decodeWithLines(n, (*plain)(f), &f.line)
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler, recording line numbers.
 func (l *Log) UnmarshalYAML(n *yaml.Node) error {
-	type plain Log
-	if err := decodeStrict(n, (*plain)(l)); err != nil {
+	type plain Log // without the method, so decoding does not recurse
+	return decodeWithLines(n, (*plain)(l), &l.line)
+}
+
+// decodeWithLines decodes a mapping node strictly into v and records the
+// line of each of its keys in line.
+func decodeWithLines(n *yaml.Node, v any, line *lines) error {
+	if err := decodeStrict(n, v); err != nil {
 		return err
 	}
-	l.line = captureLines(n)
+	*line = captureLines(n)
 	return nil
 }
 
