@@ -34,6 +34,9 @@ func TestConfigValidate(t *testing.T) {
 		{"open brace in prefix", Config{Addrs: one, KeyPrefix: "a{"}, "KeyPrefix"},
 		{"close brace in prefix", Config{Addrs: one, KeyPrefix: "}"}, "KeyPrefix"},
 		{"negative timeout", Config{Addrs: one, Timeout: -time.Millisecond}, "Timeout"},
+		{"flush delay off", Config{Addrs: one, FlushDelay: -1}, ""},
+		{"flush delay 1ms", Config{Addrs: one, FlushDelay: time.Millisecond}, ""},
+		{"flush delay too long", Config{Addrs: one, FlushDelay: time.Millisecond + 1}, "FlushDelay"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -80,6 +83,7 @@ func TestNewFromClientRejectsConnectionFields(t *testing.T) {
 		{"DB", Config{DB: 2}},
 		{"KeyPrefix", Config{KeyPrefix: "{x}"}},
 		{"Timeout", Config{Timeout: -1}},
+		{"FlushDelay", Config{FlushDelay: time.Microsecond}},
 	} {
 		var ce *ConfigError
 		if _, err := NewFromClient(client, c.cfg); !errors.As(err, &ce) || ce.Field != c.field {

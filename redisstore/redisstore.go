@@ -56,6 +56,13 @@ import (
 // DefaultTimeout is the per-call timeout used when Config.Timeout is zero.
 const DefaultTimeout = 50 * time.Millisecond
 
+// DefaultFlushDelay is the flush delay used when Config.FlushDelay is zero.
+const DefaultFlushDelay = 20 * time.Microsecond
+
+// maxFlushDelay bounds Config.FlushDelay: the delay adds up to itself to a
+// call's latency.
+const maxFlushDelay = time.Millisecond
+
 // DefaultKeyPrefix is the key prefix used when Config.KeyPrefix is empty.
 const DefaultKeyPrefix = "fg:"
 
@@ -118,6 +125,15 @@ type Config struct {
 	// its reply; zero means DefaultTimeout. A call never blocks longer
 	// (plus scheduling delays), even when Redis hangs.
 	Timeout time.Duration
+	// FlushDelay is how long the connection's writer may pause after
+	// sending a batch of calls, to gather the calls made meanwhile into the
+	// next batch (rueidis's MaxFlushDelay). Under load, fewer and larger
+	// batches mean fewer system calls on both sides: docs/PERFORMANCE.md
+	// measures about a third less Redis CPU per decision at 64 concurrent
+	// callers, and more decisions per second. A lone caller never waits.
+	// Zero means DefaultFlushDelay (20µs); a negative value sends every
+	// batch at once. At most 1ms.
+	FlushDelay time.Duration
 	// Clock, if not nil, supplies the time of each decision instead of
 	// Redis's TIME. It is meant for tests and simulations: Redis still
 	// expires keys on its own clock.
@@ -167,6 +183,9 @@ var _ floodgate.Store = (*Store)(nil)
 func (c *Config) validateStore() error {
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return &ConfigError{Field: "KeyPrefix", Value: strconv.Quote(c.KeyPrefix), Reason: "must not contain '{' or '}' (they would break the Redis Cluster hash tags)"}
+	}
+	if c.FlushDelay > maxFlushDelay {
+		return &ConfigError{Field: "FlushDelay", Value: c.FlushDelay.String(), Reason: "must be at most 1ms (it adds up to itself to a call's latency; negative turns it off)"}
 	}
 	if c.Timeout < 0 {
 		return &ConfigError{Field: "Timeout", Value: c.Timeout.String(), Reason: "must not be negative (zero means the default, 50ms)"}
@@ -232,6 +251,12 @@ func New(cfg Config) (*Store, error) {
 		DisableCache: true, // the store never reads through the client-side cache
 		ClientName:   "floodgate",
 	}
+	switch {
+	case cfg.FlushDelay == 0:
+		opt.MaxFlushDelay = DefaultFlushDelay
+	case cfg.FlushDelay > 0:
+		opt.MaxFlushDelay = cfg.FlushDelay
+	}
 	mode := cfg.mode()
 	switch mode {
 	case ModeStandalone:
@@ -274,7 +299,7 @@ func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
 	}{
 		{"Addrs", len(cfg.Addrs) > 0}, {"Mode", cfg.Mode != ModeAuto}, {"SentinelMaster", cfg.SentinelMaster != ""},
 		{"SentinelUsername", cfg.SentinelUsername != ""}, {"SentinelPassword", cfg.SentinelPassword != ""},
-		{"Username", cfg.Username != ""}, {"Password", cfg.Password != ""}, {"TLS", cfg.TLS != nil}, {"DB", cfg.DB != 0},
+		{"Username", cfg.Username != ""}, {"Password", cfg.Password != ""}, {"TLS", cfg.TLS != nil}, {"DB", cfg.DB != 0}, {"FlushDelay", cfg.FlushDelay != 0},
 	}
 	for _, f := range conn {
 		if f.set {
@@ -399,7 +424,9 @@ func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op s
 	args[2] = strconv.FormatInt(limit.Window.Microseconds(), 10)
 	args[3] = strconv.FormatInt(n, 10)
 	args[4] = now
-	if limit.Algorithm == floodgate.TokenBucket {
+	// The script's refill defaults to the capacity: leaving it out then
+	// saves Redis parsing a number.
+	if limit.Algorithm == floodgate.TokenBucket && limit.RefillTokens() != limit.Quota {
 		args = append(args, strconv.FormatInt(limit.RefillTokens(), 10))
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -32,10 +32,10 @@ func TestScriptsContract(t *testing.T) {
 		if start < 0 || end < start {
 			t.Fatalf("%s: no common block", name)
 		}
-		// Numbers are written with str() ('%.0f'): tostring keeps only 14
+		// Numbers are written with int(): tostring keeps only 14
 		// significant digits. The common block uses it in error messages.
 		if strings.Contains(src[end:], "tostring(") {
-			t.Errorf("%s: tostring used after the common block; format numbers with str()", name)
+			t.Errorf("%s: tostring used after the common block; format numbers with int()", name)
 		}
 		block := src[start:end]
 		if common == "" {

@@ -6,10 +6,15 @@
 -- exact: one token is period_us/g units and one microsecond adds refill/g
 -- units, where g = gcd(period_us, refill).
 --
--- KEYS[1]  the bucket: a HASH with integer fields
---            l  the level, in units
---            t  the time of the last refill, in microseconds since the epoch
---          A missing key is a full bucket.
+-- KEYS[1]  the bucket: a 16-byte STRING, struct.pack('<dd', level, last):
+--            level  the tokens held, in units
+--            last   the time of the last refill, in microseconds since the
+--                   epoch
+--          as two little-endian doubles (integers, exact below 2^53). One
+--          string read with GET and written with SET PX is the fewest
+--          commands per decision, and binary numbers cost no formatting or
+--          parsing: both are most of a decision's Redis CPU. A missing key
+--          is a full bucket.
 -- ARGV[1]  "allow" (take cost tokens) or "refund" (give cost tokens back)
 -- ARGV[2]  capacity, in tokens (1 .. 2^40)
 -- ARGV[3]  period_us: the refill period, in microseconds
@@ -23,122 +28,151 @@
 -- where retry_after_us is 0 when allowed, and otherwise the time until a
 -- request of the same cost fits; reset_after_us is the time until the bucket
 -- is full again. A denied request writes nothing. An admitted one writes the
--- hash and sets PEXPIRE to ceil(reset_after_us / 1000) ms, so an idle bucket
--- vanishes once it is full.
+-- string with a PX (the same as PEXPIRE) of ceil(reset_after_us / 1000) ms,
+-- so an idle bucket vanishes once it is full.
 -- Reply to "refund": 1 if the key held state, 0 if not (nothing to give
 -- back: a missing bucket is full). A refund never fills beyond capacity.
 --
 -- Every number is an integer below 2^53 (exact in Lua's doubles); values are
--- written with string.format('%.0f'), never tostring (which keeps only 14
+-- written with int() ('%d', or '%.0f'), never tostring (which keeps only 14
 -- significant digits).
 
 -- BEGIN common (identical in every floodgate script; a test keeps them in sync)
-local fmod = math.fmod
+--
+-- A decision's Redis CPU goes mostly to the commands a script calls, number
+-- formatting (string.format('%.0f') costs about as much as a GET) and Lua
+-- function calls, so the scripts call few commands, format with int(), and
+-- check their arguments inline in one test; only a failing call walks them
+-- again to name the bad one.
+local MAX = 9007199254740992 -- 2^53: integers up to it are exact in a double
 
 local function fail(msg)
   error({err = 'ERR floodgate: ' .. msg})
 end
 
--- arg returns ARGV[i] as an integer in [lo, 2^53], or fails naming it.
-local function arg(i, name, lo)
-  local v = tonumber(ARGV[i])
-  if not v or v < lo or v > 9007199254740992 or v % 1 ~= 0 then -- NaN fails v % 1
-    fail('ARGV[' .. i .. '] (' .. name .. ') must be an integer of at least ' .. lo .. ', got "' .. tostring(ARGV[i]) .. '"')
+-- int formats an integer x >= 0 exactly. '%d' is several times faster
+-- than '%.0f', and exact wherever a C long holds x: always below 2^31, and
+-- beyond on 64-bit builds of Redis, which the round trip checks.
+local function int(x)
+  local s = string.format('%d', x)
+  if x < 2147483648 or tonumber(s) == x then
+    return s
   end
-  return v
-end
-
--- clock returns ARGV[i] if given, else the server's time, in microseconds.
-local function clock(i)
-  if ARGV[i] ~= nil and ARGV[i] ~= '' then
-    return arg(i, 'now_us', 0)
-  end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- str formats an integer exactly (tostring would print 1.893456e+15).
-local function str(x)
   return string.format('%.0f', x)
 end
 
--- floordiv and ceildiv divide integers a >= 0, b > 0 exactly: fmod is exact
--- and a - r is a multiple of b, so no rounding can creep in.
+-- floordiv and ceildiv divide integers 0 <= a <= 2^53, b >= 1 exactly.
+-- Lua's a % b is a - floor(a/b)*b, and floor(a/b) is exact here: a/b is
+-- rounded by less than 1/b, while a true quotient that is not an integer is
+-- at least 1/b from the next one. So a - a % b is a multiple of b.
 local function floordiv(a, b)
-  return (a - fmod(a, b)) / b
+  return (a - a % b) / b
 end
 
 local function ceildiv(a, b)
-  local r = fmod(a, b)
-  local q = (a - r) / b
+  local r = a % b
   if r > 0 then
-    q = q + 1
+    return (a - r) / b + 1
   end
-  return q
+  return a / b
 end
 
--- expire keeps key until reset_us microseconds from now (at least 1 ms).
-local function expire(key, reset_us)
-  redis.call('PEXPIRE', key, str(math.max(1, ceildiv(reset_us, 1000))))
+-- ms returns the PEXPIRE (or SET PX) argument that keeps a key for us
+-- microseconds: ceil(us / 1000) milliseconds, at least 1.
+local function ms(us)
+  if us <= 1000 then
+    return '1'
+  end
+  return int(ceildiv(us, 1000))
 end
 
 local op = ARGV[1]
-if op ~= 'allow' and op ~= 'refund' then
-  fail('ARGV[1] must be "allow" or "refund", got "' .. tostring(op) .. '"')
+local quota, window, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = ARGV[5]
+if now == nil or now == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+else
+  now = tonumber(now)
 end
-local quota = arg(2, 'quota', 1)
-local window = arg(3, 'window_us', 1)
-local cost = arg(4, 'cost', 1)
-if cost > quota then
-  fail('ARGV[4] (cost) ' .. str(cost) .. ' is more than the quota ' .. str(quota))
+-- nil and NaN fail every comparison, so one test covers every argument.
+if not ((op == 'allow' or op == 'refund') and quota and window and cost and now
+    and quota >= 1 and quota <= MAX and quota % 1 == 0
+    and window >= 1 and window <= MAX and window % 1 == 0
+    and cost >= 1 and cost <= MAX and cost % 1 == 0
+    and now >= 0 and now <= MAX and now % 1 == 0 and cost <= quota) then
+  if op ~= 'allow' and op ~= 'refund' then
+    fail('ARGV[1] must be "allow" or "refund", got "' .. tostring(op) .. '"')
+  end
+  local names = {'', 'quota', 'window_us', 'cost', 'now_us'}
+  for i = 2, 5 do
+    local v, lo = tonumber(ARGV[i]), 1
+    if i == 5 then
+      lo = 0 -- and absent or "" means TIME, which is always valid
+      if ARGV[5] == nil or ARGV[5] == '' then
+        v = 0
+      end
+    end
+    if not (v and v >= lo and v <= MAX and v % 1 == 0) then
+      fail('ARGV[' .. i .. '] (' .. names[i] .. ') must be an integer of at least ' .. lo .. ', got "' .. tostring(ARGV[i]) .. '"')
+    end
+  end
+  fail('ARGV[4] (cost) ' .. ARGV[4] .. ' is more than the quota ' .. ARGV[2])
 end
-local now = clock(5)
 -- END common
 
 local key = KEYS[1]
 local refill = quota
 if ARGV[6] ~= nil and ARGV[6] ~= '' then
-  refill = arg(6, 'refill', 1)
+  refill = tonumber(ARGV[6])
+  if not (refill and refill >= 1 and refill <= MAX and refill % 1 == 0) then
+    fail('ARGV[6] (refill) must be an integer of at least 1, got "' .. ARGV[6] .. '"')
+  end
 end
 local g, b = window, refill
 while b ~= 0 do
-  g, b = b, fmod(g, b)
+  g, b = b, g % b
 end
 local unit = window / g -- units per token (exact: g divides window)
 local per = refill / g -- units per microsecond
 local full = quota * unit
-if full > 9007199254740992 then
+if full > MAX then
   fail('capacity times the refill period per token exceeds 2^53 units')
 end
 
-local state = redis.call('HMGET', key, 'l', 't')
-local level, last = tonumber(state[1]), tonumber(state[2])
-if level == nil or last == nil then
-  if op == 'refund' then
-    return 0
+local level, last
+local state = redis.call('GET', key)
+if state then
+  if #state ~= 16 then
+    fail('KEYS[1] holds a string of ' .. #state .. ' bytes, not a token bucket (16)')
   end
+  level, last = struct.unpack('<dd', state)
+  -- A capacity lowered since the last write: the bucket holds at most full.
+  if level > full then
+    level = full
+  end
+elseif op == 'refund' then
+  return 0
+else
   level, last = full, now -- a new key is a full bucket
 end
--- A capacity lowered since the last write: the bucket holds at most full.
-level = math.min(level, full)
 
--- Refill up to now. Time never runs backwards for a bucket.
+-- Refill up to now. Time never runs backwards for a bucket. A product
+-- beyond 2^53 is inexact but then far beyond full, which caps it.
 if now > last then
-  if now - last >= ceildiv(full - level, per) then
+  level = level + (now - last) * per
+  if level > full then
     level = full
-  else
-    level = level + (now - last) * per
   end
   last = now
 end
 
 if op == 'refund' then
-  level = math.min(full, level + cost * unit)
+  level = level + cost * unit
   if level >= full then
     redis.call('DEL', key) -- a full bucket needs no state
   else
-    redis.call('HSET', key, 'l', str(level), 't', str(last))
-    expire(key, ceildiv(full - level, per))
+    redis.call('SET', key, struct.pack('<dd', level, last), 'PX', ms(ceildiv(full - level, per)))
   end
   return 1
 end
@@ -147,8 +181,7 @@ local need = cost * unit
 if level >= need then
   level = level - need
   local reset = ceildiv(full - level, per)
-  redis.call('HSET', key, 'l', str(level), 't', str(last))
-  expire(key, reset)
+  redis.call('SET', key, struct.pack('<dd', level, last), 'PX', ms(reset))
   return {1, floordiv(level, unit), 0, reset}
 end
 return {0, floordiv(level, unit), ceildiv(need - level, per), ceildiv(full - level, per)}
