@@ -57,9 +57,10 @@ const floorScript = "return {1, 0, 0, 0}"
 
 // NewRedisContender returns the contender id on backend b, keeping its keys
 // under prefix (which must hold no braces). Every contender has its own
-// client with the client library's defaults: floodgate talks to Redis
-// through rueidis (one auto-pipelined connection per node), the peers
-// through go-redis v9 (a pool of 10 connections per GOMAXPROCS).
+// client: floodgate talks to Redis through redisstore's rueidis client (one
+// auto-pipelined connection per node, redisstore.DefaultFlushDelay), the
+// floor through rueidis set up the same way, the peers through go-redis v9
+// with its defaults (a pool of 10 connections per GOMAXPROCS).
 func NewRedisContender(id string, b Backend, prefix string) (*Contender, error) {
 	switch id {
 	case "fg-tb", "fg-swl":
@@ -127,7 +128,8 @@ func NewRedisContender(id string, b Backend, prefix string) (*Contender, error) 
 			return !limited && err == nil, err
 		}}, nil
 	case "floor":
-		opt := rueidis.ClientOption{InitAddress: b.Addrs}
+		// Connected as redisstore connects, so that the floor is floodgate's.
+		opt := rueidis.ClientOption{InitAddress: b.Addrs, MaxFlushDelay: redisstore.DefaultFlushDelay, PipelineMultiplex: -1}
 		if !b.Cluster {
 			opt.ForceSingleClient = true
 		}

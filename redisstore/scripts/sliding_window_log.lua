@@ -35,55 +35,25 @@
 
 -- BEGIN common (identical in every floodgate script; a test keeps them in sync)
 --
--- A decision's Redis CPU goes mostly to the commands a script calls, number
--- formatting (string.format('%.0f') costs about as much as a GET) and Lua
--- function calls, so the scripts call few commands, format with int(), and
--- check their arguments inline in one test; only a failing call walks them
--- again to name the bad one.
+-- A decision's Redis CPU goes to the commands a script calls, to number
+-- conversions (tonumber is strtod; string.format('%.0f') costs about as
+-- much as a GET), and to Lua function calls and closures. So the scripts
+-- call few commands, format with '%d' where it is exact, define no helper
+-- functions, and check their arguments inline in one test: only a failing
+-- call walks them again to name the bad one.
+--
+-- Division: for integers 0 <= a <= 2^53 and b >= 1, floor(a / b) and
+-- ceil(a / b) are exact. a / b is rounded by less than 1/b, and a true
+-- quotient that is not an integer is at least 1/b from the nearest one, so
+-- rounding never crosses an integer. Hence also a % b = a - floor(a/b)*b.
 local MAX = 9007199254740992 -- 2^53: integers up to it are exact in a double
+local floor, ceil = math.floor, math.ceil
 
-local function fail(msg)
-  error({err = 'ERR floodgate: ' .. msg})
+local op, cost = ARGV[1], 1
+local quota, window = tonumber(ARGV[2]), tonumber(ARGV[3])
+if ARGV[4] ~= '1' then -- comparing interned strings is one pointer test
+  cost = tonumber(ARGV[4])
 end
-
--- int formats an integer x >= 0 exactly. '%d' is several times faster
--- than '%.0f', and exact wherever a C long holds x: always below 2^31, and
--- beyond on 64-bit builds of Redis, which the round trip checks.
-local function int(x)
-  local s = string.format('%d', x)
-  if x < 2147483648 or tonumber(s) == x then
-    return s
-  end
-  return string.format('%.0f', x)
-end
-
--- floordiv and ceildiv divide integers 0 <= a <= 2^53, b >= 1 exactly.
--- Lua's a % b is a - floor(a/b)*b, and floor(a/b) is exact here: a/b is
--- rounded by less than 1/b, while a true quotient that is not an integer is
--- at least 1/b from the next one. So a - a % b is a multiple of b.
-local function floordiv(a, b)
-  return (a - a % b) / b
-end
-
-local function ceildiv(a, b)
-  local r = a % b
-  if r > 0 then
-    return (a - r) / b + 1
-  end
-  return a / b
-end
-
--- ms returns the PEXPIRE (or SET PX) argument that keeps a key for us
--- microseconds: ceil(us / 1000) milliseconds, at least 1.
-local function ms(us)
-  if us <= 1000 then
-    return '1'
-  end
-  return int(ceildiv(us, 1000))
-end
-
-local op = ARGV[1]
-local quota, window, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = ARGV[5]
 if now == nil or now == '' then
   local t = redis.call('TIME')
@@ -97,6 +67,9 @@ if not ((op == 'allow' or op == 'refund') and quota and window and cost and now
     and window >= 1 and window <= MAX and window % 1 == 0
     and cost >= 1 and cost <= MAX and cost % 1 == 0
     and now >= 0 and now <= MAX and now % 1 == 0 and cost <= quota) then
+  local function fail(msg)
+    error({err = 'ERR floodgate: ' .. msg})
+  end
   if op ~= 'allow' and op ~= 'refund' then
     fail('ARGV[1] must be "allow" or "refund", got "' .. tostring(op) .. '"')
   end
@@ -117,6 +90,17 @@ if not ((op == 'allow' or op == 'refund') and quota and window and cost and now
 end
 -- END common
 
+-- int formats an integer exactly. '%d' is several times faster than
+-- '%.0f', and exact wherever a C long holds the value: always within 2^31,
+-- and up to 2^53 on 64-bit builds of Redis, which wide tests.
+local wide = string.format('%d', MAX) == '9007199254740992'
+local function int(x)
+  if wide or (x < 2147483648 and x > -2147483648) then
+    return string.format('%d', x)
+  end
+  return string.format('%.0f', x)
+end
+
 local key = KEYS[1]
 if op == 'refund' then
   if redis.call('ZREMRANGEBYRANK', key, int(-cost), '-1') == 0 then
@@ -126,7 +110,7 @@ if op == 'refund' then
   if newest then
     local reset = tonumber(newest) + window - now
     if reset > 0 then
-      redis.call('PEXPIRE', key, ms(reset))
+      redis.call('PEXPIRE', key, int(ceil(reset / 1000)))
     else
       redis.call('DEL', key) -- only entries that left the window remain
     end
@@ -167,7 +151,7 @@ if count + cost <= quota then
     end
   end
   local reset = first + cost - 1 + window - now
-  redis.call('PEXPIRE', key, ms(reset))
+  redis.call('PEXPIRE', key, int(ceil(reset / 1000)))
   return {1, quota - count - cost, 0, reset}
 end
 

@@ -39,55 +39,25 @@
 
 -- BEGIN common (identical in every floodgate script; a test keeps them in sync)
 --
--- A decision's Redis CPU goes mostly to the commands a script calls, number
--- formatting (string.format('%.0f') costs about as much as a GET) and Lua
--- function calls, so the scripts call few commands, format with int(), and
--- check their arguments inline in one test; only a failing call walks them
--- again to name the bad one.
+-- A decision's Redis CPU goes to the commands a script calls, to number
+-- conversions (tonumber is strtod; string.format('%.0f') costs about as
+-- much as a GET), and to Lua function calls and closures. So the scripts
+-- call few commands, format with '%d' where it is exact, define no helper
+-- functions, and check their arguments inline in one test: only a failing
+-- call walks them again to name the bad one.
+--
+-- Division: for integers 0 <= a <= 2^53 and b >= 1, floor(a / b) and
+-- ceil(a / b) are exact. a / b is rounded by less than 1/b, and a true
+-- quotient that is not an integer is at least 1/b from the nearest one, so
+-- rounding never crosses an integer. Hence also a % b = a - floor(a/b)*b.
 local MAX = 9007199254740992 -- 2^53: integers up to it are exact in a double
+local floor, ceil = math.floor, math.ceil
 
-local function fail(msg)
-  error({err = 'ERR floodgate: ' .. msg})
+local op, cost = ARGV[1], 1
+local quota, window = tonumber(ARGV[2]), tonumber(ARGV[3])
+if ARGV[4] ~= '1' then -- comparing interned strings is one pointer test
+  cost = tonumber(ARGV[4])
 end
-
--- int formats an integer x >= 0 exactly. '%d' is several times faster
--- than '%.0f', and exact wherever a C long holds x: always below 2^31, and
--- beyond on 64-bit builds of Redis, which the round trip checks.
-local function int(x)
-  local s = string.format('%d', x)
-  if x < 2147483648 or tonumber(s) == x then
-    return s
-  end
-  return string.format('%.0f', x)
-end
-
--- floordiv and ceildiv divide integers 0 <= a <= 2^53, b >= 1 exactly.
--- Lua's a % b is a - floor(a/b)*b, and floor(a/b) is exact here: a/b is
--- rounded by less than 1/b, while a true quotient that is not an integer is
--- at least 1/b from the next one. So a - a % b is a multiple of b.
-local function floordiv(a, b)
-  return (a - a % b) / b
-end
-
-local function ceildiv(a, b)
-  local r = a % b
-  if r > 0 then
-    return (a - r) / b + 1
-  end
-  return a / b
-end
-
--- ms returns the PEXPIRE (or SET PX) argument that keeps a key for us
--- microseconds: ceil(us / 1000) milliseconds, at least 1.
-local function ms(us)
-  if us <= 1000 then
-    return '1'
-  end
-  return int(ceildiv(us, 1000))
-end
-
-local op = ARGV[1]
-local quota, window, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = ARGV[5]
 if now == nil or now == '' then
   local t = redis.call('TIME')
@@ -101,6 +71,9 @@ if not ((op == 'allow' or op == 'refund') and quota and window and cost and now
     and window >= 1 and window <= MAX and window % 1 == 0
     and cost >= 1 and cost <= MAX and cost % 1 == 0
     and now >= 0 and now <= MAX and now % 1 == 0 and cost <= quota) then
+  local function fail(msg)
+    error({err = 'ERR floodgate: ' .. msg})
+  end
   if op ~= 'allow' and op ~= 'refund' then
     fail('ARGV[1] must be "allow" or "refund", got "' .. tostring(op) .. '"')
   end
@@ -126,7 +99,7 @@ local refill = quota
 if ARGV[6] ~= nil and ARGV[6] ~= '' then
   refill = tonumber(ARGV[6])
   if not (refill and refill >= 1 and refill <= MAX and refill % 1 == 0) then
-    fail('ARGV[6] (refill) must be an integer of at least 1, got "' .. ARGV[6] .. '"')
+    error({err = 'ERR floodgate: ARGV[6] (refill) must be an integer of at least 1, got "' .. ARGV[6] .. '"'})
   end
 end
 local g, b = window, refill
@@ -137,14 +110,14 @@ local unit = window / g -- units per token (exact: g divides window)
 local per = refill / g -- units per microsecond
 local full = quota * unit
 if full > MAX then
-  fail('capacity times the refill period per token exceeds 2^53 units')
+  error({err = 'ERR floodgate: capacity times the refill period per token exceeds 2^53 units'})
 end
 
 local level, last
 local state = redis.call('GET', key)
 if state then
   if #state ~= 16 then
-    fail('KEYS[1] holds a string of ' .. #state .. ' bytes, not a token bucket (16)')
+    error({err = 'ERR floodgate: KEYS[1] holds a string of ' .. #state .. ' bytes, not a token bucket (16)'})
   end
   level, last = struct.unpack('<dd', state)
   -- A capacity lowered since the last write: the bucket holds at most full.
@@ -172,7 +145,8 @@ if op == 'refund' then
   if level >= full then
     redis.call('DEL', key) -- a full bucket needs no state
   else
-    redis.call('SET', key, struct.pack('<dd', level, last), 'PX', ms(ceildiv(full - level, per)))
+    local px = ceil(ceil((full - level) / per) / 1000)
+    redis.call('SET', key, struct.pack('<dd', level, last), 'PX', string.format(px < 2147483648 and '%d' or '%.0f', px))
   end
   return 1
 end
@@ -180,8 +154,11 @@ end
 local need = cost * unit
 if level >= need then
   level = level - need
-  local reset = ceildiv(full - level, per)
-  redis.call('SET', key, struct.pack('<dd', level, last), 'PX', ms(reset))
-  return {1, floordiv(level, unit), 0, reset}
+  local reset = ceil((full - level) / per) -- >= 1: level < full
+  -- PX is ceil(reset / 1000) ms; '%d' is exact below 2^31 in any C long,
+  -- and several times faster than '%.0f'.
+  local px = ceil(reset / 1000)
+  redis.call('SET', key, struct.pack('<dd', level, last), 'PX', string.format(px < 2147483648 and '%d' or '%.0f', px))
+  return {1, floor(level / unit), 0, reset}
 end
-return {0, floordiv(level, unit), ceildiv(need - level, per), ceildiv(full - level, per)}
+return {0, floor(level / unit), ceil((need - level) / per), ceil((full - level) / per)}
