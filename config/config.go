@@ -72,6 +72,10 @@ type Store struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// KeyPrefix starts every Redis key.
 	KeyPrefix string `yaml:"key_prefix"`
+	// FlushDelay is how long the Redis connection may wait to gather
+	// concurrent calls into one batch (0 or absent: 20µs; a negative value
+	// such as -1ns turns it off; at most 1ms). See redisstore.Config.
+	FlushDelay time.Duration `yaml:"flush_delay"`
 
 	line lines
 }
@@ -404,6 +408,9 @@ func (c *Config) validate() error {
 	}
 	if s.Timeout < time.Millisecond || s.Timeout > time.Minute {
 		bad(s.line.at("timeout"), "store.timeout", s.Timeout.String(), "must be between 1ms and 1m")
+	}
+	if s.FlushDelay > time.Millisecond {
+		bad(s.line.at("flush_delay"), "store.flush_delay", s.FlushDelay.String(), "must be at most 1ms (negative turns it off)")
 	}
 	if strings.ContainsAny(s.KeyPrefix, "{}") {
 		bad(s.line.at("key_prefix"), "store.key_prefix", s.KeyPrefix, "must not contain { or } (they would break Redis Cluster hash tags)")

@@ -88,6 +88,7 @@ func TestParseErrors(t *testing.T) {
 		{"sentinel without master", "store:\n  type: redis-sentinel\n  addrs: [127.0.0.1:26379]\n", []string{"store.master_name"}},
 		{"brace in prefix", "store:\n  key_prefix: \"a{b\"\n", []string{"line 2", "store.key_prefix", "a{b"}},
 		{"timeout too long", "store:\n  timeout: 2h\n", []string{"line 2", "store.timeout", "2h0m0s"}},
+		{"flush delay too long", "store:\n  flush_delay: 5ms\n", []string{"line 2", "store.flush_delay", "5ms"}},
 		{"unset password env", "store:\n  password_env: FLOODGATE_TEST_SURELY_UNSET\n", []string{"line 2", "FLOODGATE_TEST_SURELY_UNSET"}},
 		{"bad proxy", "client_ip:\n  trusted_proxies: [10.0.0.0/8, banana]\n", []string{"line 2", "client_ip.trusted_proxies[1]", "banana"}},
 		{"bad prefix", "client_ip:\n  ipv6_prefix: 200\n", []string{"line 2", "client_ip.ipv6_prefix", "200"}},

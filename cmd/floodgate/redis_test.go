@@ -10,8 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // serveConfig writes a config for store type typ at addrs with a key prefix
@@ -167,5 +170,20 @@ func TestServeRedisDown(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "store unavailable") {
 		t.Errorf("no log line about the unavailable store:\n%s", logs)
+	}
+}
+
+// TestRedisConfigMapping: every store field of the YAML reaches the Redis
+// store's config.
+func TestRedisConfigMapping(t *testing.T) {
+	c := config.Store{Type: config.StoreRedisSentinel, Addrs: []string{"s:26379"}, MasterName: "m", Username: "u", Password: "p",
+		TLS: true, DB: 2, Timeout: time.Second, KeyPrefix: "app:", FlushDelay: -1}
+	rc, err := redisConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Mode != redisstore.ModeSentinel || rc.SentinelMaster != "m" || rc.Username != "u" || rc.Password != "p" || rc.TLS == nil ||
+		rc.DB != 2 || rc.Timeout != time.Second || rc.KeyPrefix != "app:" || rc.FlushDelay != -1 || len(rc.Addrs) != 1 {
+		t.Fatalf("redisConfig(%+v) = %+v", c, rc)
 	}
 }

@@ -30,12 +30,13 @@ func openStore(_ context.Context, c config.Store) (floodgate.Store, func(), erro
 // redisConfig maps the YAML store section to the Redis store's config.
 func redisConfig(c config.Store) (redisstore.Config, error) {
 	rc := redisstore.Config{
-		Addrs:     c.Addrs,
-		Username:  c.Username,
-		Password:  c.PasswordValue(),
-		DB:        c.DB,
-		KeyPrefix: c.KeyPrefix,
-		Timeout:   c.Timeout,
+		Addrs:      c.Addrs,
+		Username:   c.Username,
+		Password:   c.PasswordValue(),
+		DB:         c.DB,
+		KeyPrefix:  c.KeyPrefix,
+		Timeout:    c.Timeout,
+		FlushDelay: c.FlushDelay,
 	}
 	if c.TLS {
 		rc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
