@@ -34,18 +34,22 @@ import (
 func BenchmarkAllow(b *testing.B) {
 	backends := []struct {
 		name  string
+		mode  Mode
 		addrs func(testing.TB) []string
 	}{
-		{"standalone", func(tb testing.TB) []string { return []string{redistest.StandaloneAddr(tb)} }},
-		{"cluster", redistest.ClusterAddrs},
+		{"standalone", ModeStandalone, func(tb testing.TB) []string { return []string{redistest.StandaloneAddr(tb)} }},
+		{"cluster", ModeCluster, redistest.ClusterAddrs},
 	}
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {
-			client := newClient(b, be.addrs(b)...)
-			s, err := NewFromClient(client, Config{KeyPrefix: uniquePrefix(b), Timeout: time.Second})
+			// Connected as New connects by default (one pipelined
+			// connection per node, DefaultFlushDelay), as users get it.
+			s, err := New(Config{Addrs: be.addrs(b), Mode: be.mode, KeyPrefix: uniquePrefix(b), Timeout: time.Second})
 			if err != nil {
 				b.Fatal(err)
 			}
+			b.Cleanup(s.Close)
+			client := s.client
 			ids := make([]string, 10000)
 			for i := range ids {
 				ids[i] = "user-" + strconv.Itoa(i)
