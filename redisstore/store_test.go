@@ -279,17 +279,23 @@ func TestErrors(t *testing.T) {
 	if err := s.Reset(ctx, "taken", l); err != nil {
 		t.Fatalf("Reset: %v", err)
 	}
-	// The bucket is a string too: one of the wrong length is not mistaken
-	// for state (nor for a full bucket), and the error says what is wrong.
-	tb := floodgate.NewTokenBucket(5, 1, time.Second)
-	for _, v := range []string{"", "not a bucket", strings.Repeat("x", 17)} {
-		doKey(t, client, "SET", s.Key("taken", tb.Algorithm), v)
-		_, err := s.Allow(ctx, "taken", tb)
-		if !errors.Is(err, ErrScript) || !strings.Contains(err.Error(), "not a token bucket") {
-			t.Errorf("Allow on a bucket holding %q = %v; want ErrScript saying it is not a token bucket", v, err)
-		}
-		if err := s.RefundN(ctx, "taken", tb, 1); !errors.Is(err, ErrScript) {
-			t.Errorf("RefundN on a bucket holding %q = %v; want ErrScript", v, err)
+	// The other algorithms keep a binary string: one of the wrong length is
+	// not mistaken for state (nor for a fresh key), and the error says
+	// what is wrong.
+	for _, l := range []floodgate.Limit{
+		floodgate.NewTokenBucket(5, 1, time.Second),
+		floodgate.NewLimit(floodgate.SlidingWindowCounter, 5, time.Second),
+		floodgate.NewLimit(floodgate.FixedWindow, 5, time.Second),
+	} {
+		for _, v := range []string{"", "not a bucket", strings.Repeat("x", 17), strings.Repeat("x", 25)} {
+			doKey(t, client, "SET", s.Key("taken", l.Algorithm), v)
+			_, err := s.Allow(ctx, "taken", l)
+			if !errors.Is(err, ErrScript) || !strings.Contains(err.Error(), "bytes, not a") {
+				t.Errorf("%s: Allow on a key holding %q = %v; want ErrScript saying what it holds", l.Algorithm, v, err)
+			}
+			if err := s.RefundN(ctx, "taken", l, 1); !errors.Is(err, ErrScript) {
+				t.Errorf("%s: RefundN on a key holding %q = %v; want ErrScript", l.Algorithm, v, err)
+			}
 		}
 	}
 	// A canceled context is an outage too, and says so.

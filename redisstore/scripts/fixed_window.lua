@@ -5,10 +5,12 @@
 -- 2 * quota across a window edge (the boundary burst), and is offered for
 -- comparison and compatibility.
 --
--- KEYS[1]  the window: a HASH with integer fields
---            s  the start of the current window, in microseconds
---            c  the count admitted in it
---          A missing key is an empty window.
+-- KEYS[1]  the window: a 16-byte STRING, struct.pack('<dd', start, count):
+--            start  the start of the current window, in microseconds
+--            count  the count admitted in it
+--          as two little-endian doubles (integers, exact below 2^53): one
+--          GET and one SET PX per decision, and no decimal conversions. A
+--          missing key is an empty window.
 -- ARGV[1]  "allow" (count the request) or "refund" (take cost back from the
 --          count of the window containing now; a refund after the window
 --          has moved on changes nothing)
@@ -23,11 +25,12 @@
 -- where retry_after_us is 0 when allowed and otherwise the time until the
 -- next window; reset_after_us is the time until the window ends, or 0 if
 -- nothing was counted in it. A denied request writes nothing. An admitted
--- one writes the hash and sets PEXPIRE to ceil(reset_after_us / 1000) ms.
+-- one writes the string with a PX (the same as PEXPIRE) of
+-- ceil(reset_after_us / 1000) ms.
 -- Reply to "refund": 1 if the key held state, 0 if not.
 --
 -- Every number is an integer below 2^53 (exact in Lua's doubles); values are
--- written with int() ('%d', or '%.0f'), never tostring (which keeps only 14
+-- written with struct.pack or string.format, never tostring (which keeps only 14
 -- significant digits).
 
 -- BEGIN common (identical in every floodgate script; a test keeps them in sync)
@@ -87,23 +90,17 @@ if not ((op == 'allow' or op == 'refund') and quota and window and cost and now
 end
 -- END common
 
--- int formats an integer exactly. '%d' is several times faster than
--- '%.0f', and exact wherever a C long holds the value: always within 2^31,
--- and up to 2^53 on 64-bit builds of Redis, which wide tests.
-local wide = string.format('%d', MAX) == '9007199254740992'
-local function int(x)
-  if wide or (x < 2147483648 and x > -2147483648) then
-    return string.format('%d', x)
-  end
-  return string.format('%.0f', x)
-end
-
 local key = KEYS[1]
-local state = redis.call('HMGET', key, 's', 'c')
-if op == 'refund' and not state[1] then
+local start, count = 0, 0
+local state = redis.call('GET', key)
+if state then
+  if #state ~= 16 then
+    error({err = 'ERR floodgate: KEYS[1] holds a string of ' .. #state .. ' bytes, not a fixed window (16)'})
+  end
+  start, count = struct.unpack('<dd', state)
+elseif op == 'refund' then
   return 0
 end
-local start, count = tonumber(state[1]) or 0, tonumber(state[2]) or 0
 
 -- Move to the window containing now. A now before start (time ran
 -- backwards) counts as start.
@@ -123,16 +120,18 @@ if op == 'refund' then
   if count == 0 then
     redis.call('DEL', key)
   else
-    redis.call('HSET', key, 's', int(start), 'c', int(count))
-    redis.call('PEXPIRE', key, int(ceil((window - elapsed) / 1000)))
+    local px = ceil((window - elapsed) / 1000)
+    redis.call('SET', key, struct.pack('<dd', start, count), 'PX', string.format(px < 2147483648 and '%d' or '%.0f', px))
   end
   return 1
 end
 
 if count + cost <= quota then
   count = count + cost
-  redis.call('HSET', key, 's', int(start), 'c', int(count))
-  redis.call('PEXPIRE', key, int(ceil((window - elapsed) / 1000)))
+  -- PX is ceil(reset / 1000) ms; '%d' is exact below 2^31 in any C long,
+  -- and several times faster than '%.0f'.
+  local px = ceil((window - elapsed) / 1000)
+  redis.call('SET', key, struct.pack('<dd', start, count), 'PX', string.format(px < 2147483648 and '%d' or '%.0f', px))
   return {1, quota - count, 0, window - elapsed}
 end
 local reset = 0

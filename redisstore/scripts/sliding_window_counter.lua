@@ -8,11 +8,14 @@
 -- computed in doubles. The retry time is found by binary search over e, and
 -- remaining subtracts ceil(previous * (window - e) / window).
 --
--- KEYS[1]  the counter: a HASH with integer fields
---            s  the start of the current window, in microseconds
---            c  the count admitted in the current window
---            p  the count admitted in the previous window
---          A missing key is an empty counter.
+-- KEYS[1]  the counter: a 24-byte STRING,
+--          struct.pack('<ddd', start, current, previous):
+--            start     the start of the current window, in microseconds
+--            current   the count admitted in the current window
+--            previous  the count admitted in the previous window
+--          as little-endian doubles (integers, exact below 2^53): one GET
+--          and one SET PX per decision, and no decimal conversions. A
+--          missing key is an empty counter.
 -- ARGV[1]  "allow" (count the request) or "refund" (take cost back from the
 --          window it was counted in, if that is the current or the
 --          previous one)
@@ -27,11 +30,11 @@
 -- where retry_after_us is 0 when allowed and otherwise the exact time until
 -- the same cost fits; reset_after_us is the time until both windows' counts
 -- stop weighing. A denied request writes nothing. An admitted one writes the
--- hash and sets PEXPIRE to ceil(reset_after_us / 1000) ms.
+-- string with a PX (the same as PEXPIRE) of ceil(reset_after_us / 1000) ms.
 -- Reply to "refund": 1 if the key held state, 0 if not.
 --
 -- Every number is an integer below 2^53 (exact in Lua's doubles); values are
--- written with int() ('%d', or '%.0f'), never tostring (which keeps only 14
+-- written with struct.pack or string.format, never tostring (which keeps only 14
 -- significant digits).
 
 -- BEGIN common (identical in every floodgate script; a test keeps them in sync)
@@ -91,24 +94,17 @@ if not ((op == 'allow' or op == 'refund') and quota and window and cost and now
 end
 -- END common
 
--- int formats an integer exactly. '%d' is several times faster than
--- '%.0f', and exact wherever a C long holds the value: always within 2^31,
--- and up to 2^53 on 64-bit builds of Redis, which wide tests.
-local wide = string.format('%d', MAX) == '9007199254740992'
-local function int(x)
-  if wide or (x < 2147483648 and x > -2147483648) then
-    return string.format('%d', x)
-  end
-  return string.format('%.0f', x)
-end
-
 local key = KEYS[1]
-local state = redis.call('HMGET', key, 's', 'c', 'p')
-if op == 'refund' and not state[1] then
+local start, current, previous = 0, 0, 0
+local state = redis.call('GET', key)
+if state then
+  if #state ~= 24 then
+    error({err = 'ERR floodgate: KEYS[1] holds a string of ' .. #state .. ' bytes, not a sliding-window counter (24)'})
+  end
+  start, current, previous = struct.unpack('<ddd', state)
+elseif op == 'refund' then
   return 0
 end
-local start = tonumber(state[1]) or 0
-local current, previous = tonumber(state[2]) or 0, tonumber(state[3]) or 0
 
 -- Move to the window containing now. A now before start (time ran
 -- backwards) counts as start.
@@ -142,8 +138,8 @@ if op == 'refund' then
   if reset == 0 then
     redis.call('DEL', key)
   else
-    redis.call('HSET', key, 's', int(start), 'c', int(current), 'p', int(previous))
-    redis.call('PEXPIRE', key, int(ceil(reset / 1000)))
+    local px = ceil(reset / 1000)
+    redis.call('SET', key, struct.pack('<ddd', start, current, previous), 'PX', string.format(px < 2147483648 and '%d' or '%.0f', px))
   end
   return 1
 end
@@ -185,7 +181,9 @@ end
 local weighted = math.ceil(previous * (window - elapsed) / window)
 local reset = reset_after()
 if allowed == 1 then
-  redis.call('HSET', key, 's', int(start), 'c', int(current), 'p', int(previous))
-  redis.call('PEXPIRE', key, int(ceil(reset / 1000)))
+  -- PX is ceil(reset / 1000) ms; '%d' is exact below 2^31 in any C long,
+  -- and several times faster than '%.0f'.
+  local px = ceil(reset / 1000)
+  redis.call('SET', key, struct.pack('<ddd', start, current, previous), 'PX', string.format(px < 2147483648 and '%d' or '%.0f', px))
 end
 return {allowed, math.max(0, quota - current - weighted), retry, reset}

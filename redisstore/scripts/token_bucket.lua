@@ -34,7 +34,7 @@
 -- back: a missing bucket is full). A refund never fills beyond capacity.
 --
 -- Every number is an integer below 2^53 (exact in Lua's doubles); values are
--- written with int() ('%d', or '%.0f'), never tostring (which keeps only 14
+-- written with string.format or struct.pack, never tostring (which keeps only 14
 -- significant digits).
 
 -- BEGIN common (identical in every floodgate script; a test keeps them in sync)
