@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -53,6 +54,44 @@ func BenchmarkAllow(b *testing.B) {
 					i := int(next.Add(7919)) // spread goroutines over the keys
 					for pb.Next() {
 						_, _ = s.Allow(ctx, spread.keys[i%mask], limit)
+						i++
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkPeerWorkload is the in-process workload of bench/cmd/peerbench
+// for floodgate's two contenders there: 100k keys, each warmed first, with
+// 10000 per second per key, visited from GOMAXPROCS goroutines. The keys
+// are visited in the order they were first seen (as peerbench does: entries
+// allocated in that order are then read sequentially) or shuffled (every
+// entry a cache miss). Run with:
+//
+//	go test ./memory -run '^$' -bench PeerWorkload -benchmem
+func BenchmarkPeerWorkload(b *testing.B) {
+	ctx := context.Background()
+	for _, limit := range []floodgate.Limit{
+		floodgate.NewTokenBucket(10_000, 10_000, time.Second),
+		floodgate.NewLimit(floodgate.SlidingWindowLog, 10_000, time.Second),
+	} {
+		for _, order := range []string{"inorder", "shuffled"} {
+			s := memory.New()
+			for _, k := range benchKeys(100_000) {
+				_, _ = s.Allow(ctx, k, limit)
+			}
+			keys := benchKeys(100_000) // other strings, as a caller's would be
+			if order == "shuffled" {
+				rand.New(rand.NewPCG(1, 2)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+			}
+			b.Run(limit.Algorithm.String()+"/"+order, func(b *testing.B) {
+				b.ReportAllocs()
+				var next atomic.Int64
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(next.Add(7919)) // as peerbench spreads its goroutines
+					for pb.Next() {
+						_, _ = s.Allow(ctx, keys[i%len(keys)], limit)
 						i++
 					}
 				})
