@@ -113,49 +113,42 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	}
 	now := s.now()
 	h, i := s.hash(key)
+	// An entry that has expired (a new one has, at the start of time) is
+	// fully replenished: its state starts again as a key never seen's.
 	switch l.Algorithm {
 	case floodgate.TokenBucket:
-		return allow(s, &s.buckets[i], h, key, now, func(b *algorithm.Bucket, fresh bool) floodgate.Decision {
-			if fresh {
-				*b = algorithm.NewBucket(l, now)
-			}
-			return b.Take(l, now, n)
-		}), nil
+		e := s.buckets[i].lockOrInsert(h, key, now, s.grace)
+		if e.expires <= now {
+			e.state = algorithm.NewBucket(l, now)
+		}
+		return e.record(e.state.Take(l, now, n), now), nil
 	case floodgate.FixedWindow:
-		return allow(s, &s.fixed[i], h, key, now, func(w *algorithm.Window, fresh bool) floodgate.Decision {
-			if fresh {
-				*w = algorithm.Window{}
-			}
-			return w.FixedWindow(l, now, n)
-		}), nil
+		e := s.fixed[i].lockOrInsert(h, key, now, s.grace)
+		if e.expires <= now {
+			e.state = algorithm.Window{}
+		}
+		return e.record(e.state.FixedWindow(l, now, n), now), nil
 	case floodgate.SlidingWindowCounter:
-		return allow(s, &s.counters[i], h, key, now, func(w *algorithm.Window, fresh bool) floodgate.Decision {
-			if fresh {
-				*w = algorithm.Window{}
-			}
-			return w.SlidingWindowCounter(l, now, n)
-		}), nil
+		e := s.counters[i].lockOrInsert(h, key, now, s.grace)
+		if e.expires <= now {
+			e.state = algorithm.Window{}
+		}
+		return e.record(e.state.SlidingWindowCounter(l, now, n), now), nil
 	default: // floodgate.SlidingWindowLog; Check rejected anything else.
-		return allow(s, &s.logs[i], h, key, now, func(g *algorithm.Log, _ bool) floodgate.Decision {
-			// An expired log empties itself: every entry is out of the
-			// window. Its ring is kept for reuse.
-			d := g.Add(l, now, n)
-			g.Shrink()
-			return d
-		}), nil
+		// An expired log empties itself: every entry is out of the window.
+		// Its ring is kept for reuse.
+		e := s.logs[i].lockOrInsert(h, key, now, s.grace)
+		d := e.state.Add(l, now, n)
+		e.state.Shrink()
+		return e.record(d, now), nil
 	}
 }
 
-// allow runs step on key's state in t, under the lock of key's entry,
-// adding the key if t does not hold it. fresh tells step that the state
-// must be initialised: the key is new, or has been fully replenished since
-// its last decision (its entry has expired), so it reads as new. A decision
-// that leaves nothing to remember (ResetAfter 0) clears the entry, as if the
-// key had never been seen; any other sets its expiry, the moment the key is
-// fully replenished again.
-func allow[S any](s *Store, t *table[S], h uint64, key string, now int64, step func(st *S, fresh bool) floodgate.Decision) floodgate.Decision {
-	e, fresh := t.lockOrInsert(h, key, now, s.grace)
-	d := step(&e.state, fresh || e.expires <= now)
+// record notes decision d, made at now on e's state, and unlocks e. A
+// decision that leaves nothing to remember (ResetAfter 0) clears the entry,
+// as if the key had never been seen; any other sets its expiry, the moment
+// the key is fully replenished again.
+func (e *entry[S]) record(d floodgate.Decision, now int64) floodgate.Decision {
 	if d.ResetAfter <= 0 {
 		e.clear()
 	} else {

@@ -133,13 +133,15 @@ func (t *table[S]) lock(h uint64, key string) *entry[S] {
 	return nil
 }
 
-// lockOrInsert returns key's entry, locked; fresh reports that it was just
-// added, with a zero state. It first sweeps if the table has doubled since
-// the last sweep, and grows the index if it is three quarters full.
-func (t *table[S]) lockOrInsert(h uint64, key string, now, grace int64) (e *entry[S], fresh bool) {
+// lockOrInsert returns key's entry, locked, adding it if the table has
+// none: a new entry has a zero state and has expired at the start of time,
+// so it reads as a key never seen. An insert first sweeps if the table has
+// doubled since the last sweep, and grows the index if it is three quarters
+// full.
+func (t *table[S]) lockOrInsert(h uint64, key string, now, grace int64) *entry[S] {
 	if ix := t.index.Load(); ix != nil {
 		if e := ix.probe(h, key); e != nil {
-			return e, false
+			return e
 		}
 	}
 	t.mu.Lock()
@@ -147,7 +149,7 @@ func (t *table[S]) lockOrInsert(h uint64, key string, now, grace int64) (e *entr
 	ix := t.index.Load()
 	if ix != nil {
 		if e := ix.probe(h, key); e != nil {
-			return e, false
+			return e
 		}
 	}
 	if t.live >= max(minSweep, t.sweepAt) {
@@ -156,11 +158,11 @@ func (t *table[S]) lockOrInsert(h uint64, key string, now, grace int64) (e *entr
 	if ix == nil || 4*(t.live+1) > 3*len(ix.slots) {
 		ix = t.rebuild(slotsFor(2 * (t.live + 1)))
 	}
-	e = &entry[S]{key: key}
+	e := &entry[S]{key: key, expires: math.MinInt64}
 	e.mu.Lock()
 	ix.put(h, e)
 	t.live++
-	return e, true
+	return e
 }
 
 // slotsFor returns the size of an index for n keys: a power of two, at

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -92,9 +93,13 @@ func TestTableModel(t *testing.T) {
 			if !present && tb.live >= max(minSweep, tb.sweepAt) {
 				sweepModel() // the insert sweeps first
 			}
-			e, fresh := tb.lockOrInsert(hash(i), keys[i], now, 10)
-			if _, ok := model[i]; ok == fresh {
-				t.Fatalf("step %d: key %d fresh=%v, but it was present=%v", step, i, fresh, ok)
+			e := tb.lockOrInsert(hash(i), keys[i], now, 10)
+			w, ok := model[i]
+			if !ok {
+				w = want{0, math.MinInt64} // new: never seen
+			}
+			if e.state != w.state || e.expires != w.expires {
+				t.Fatalf("step %d: key %d (present=%v) has %d (expires %d), want %d (expires %d)", step, i, ok, e.state, e.expires, w.state, w.expires)
 			}
 			e.state++
 			e.expires = now + int64(rng.IntN(50))
@@ -128,7 +133,7 @@ func TestTableModel(t *testing.T) {
 func TestTableShrinks(t *testing.T) {
 	var tb table[int64]
 	for i := range 5000 {
-		e, _ := tb.lockOrInsert(uint64(i)*0x9e3779b97f4a7c15, strconv.Itoa(i), 0, 0)
+		e := tb.lockOrInsert(uint64(i)*0x9e3779b97f4a7c15, strconv.Itoa(i), 0, 0)
 		e.expires = 1
 		if i%100 == 0 {
 			e.expires = 1 << 40 // these stay
@@ -156,7 +161,7 @@ func TestTableShrinks(t *testing.T) {
 // entry through the table.
 func TestTableStaleIndex(t *testing.T) {
 	var tb table[int64]
-	e, _ := tb.lockOrInsert(42, "k", 0, 0)
+	e := tb.lockOrInsert(42, "k", 0, 0)
 	e.state, e.expires = 7, 1
 	e.mu.Unlock()
 	stale := tb.index.Load()
@@ -166,9 +171,9 @@ func TestTableStaleIndex(t *testing.T) {
 	if got := stale.probe(42, "k"); got != nil {
 		t.Fatalf("the stale index returned the dropped entry (state %d)", got.state)
 	}
-	e, fresh := tb.lockOrInsert(42, "k", 5, 0)
-	if !fresh || e.state != 0 {
-		t.Fatalf("re-adding the key: fresh=%v state %d, want a new entry", fresh, e.state)
+	e = tb.lockOrInsert(42, "k", 5, 0)
+	if e.state != 0 || e.expires != math.MinInt64 {
+		t.Fatalf("re-adding the key: state %d, expires %d, want a new entry", e.state, e.expires)
 	}
 	e.state = 1
 	e.mu.Unlock()
@@ -219,8 +224,8 @@ func TestTableConcurrentExact(t *testing.T) {
 				for round := range 2 * quota {
 					for j := range keys {
 						i := (j*7 + w*131 + round) % keys
-						e, fresh := tb.lockOrInsert(hash(i), strconv.Itoa(i), now, 0)
-						if fresh || e.expires <= now {
+						e := tb.lockOrInsert(hash(i), strconv.Itoa(i), now, 0)
+						if e.expires <= now {
 							e.state = 0 // a new phase: replenished
 						}
 						if e.state < quota {
