@@ -113,49 +113,60 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	}
 	now := s.now()
 	h, i := s.hash(key)
-	// An entry that has expired (a new one has, at the start of time) is
-	// fully replenished: its state starts again as a key never seen's.
 	switch l.Algorithm {
 	case floodgate.TokenBucket:
 		e := s.buckets[i].lockOrInsert(h, key, now, s.grace)
 		if e.expires <= now {
 			e.state = algorithm.NewBucket(l, now)
 		}
-		return e.record(e.state.Take(l, now, n), now), nil
+		d := e.state.Take(l, now, n)
+		e.record(d.ResetAfter, now)
+		return d, nil
 	case floodgate.FixedWindow:
 		e := s.fixed[i].lockOrInsert(h, key, now, s.grace)
 		if e.expires <= now {
 			e.state = algorithm.Window{}
 		}
-		return e.record(e.state.FixedWindow(l, now, n), now), nil
+		d := e.state.FixedWindow(l, now, n)
+		e.record(d.ResetAfter, now)
+		return d, nil
 	case floodgate.SlidingWindowCounter:
 		e := s.counters[i].lockOrInsert(h, key, now, s.grace)
 		if e.expires <= now {
 			e.state = algorithm.Window{}
 		}
-		return e.record(e.state.SlidingWindowCounter(l, now, n), now), nil
+		d := e.state.SlidingWindowCounter(l, now, n)
+		e.record(d.ResetAfter, now)
+		return d, nil
 	default: // floodgate.SlidingWindowLog; Check rejected anything else.
 		// An expired log empties itself: every entry is out of the window.
 		// Its ring is kept for reuse.
 		e := s.logs[i].lockOrInsert(h, key, now, s.grace)
 		d := e.state.Add(l, now, n)
 		e.state.Shrink()
-		return e.record(d, now), nil
+		e.record(d.ResetAfter, now)
+		return d, nil
 	}
 }
 
-// record notes decision d, made at now on e's state, and unlocks e. A
-// decision that leaves nothing to remember (ResetAfter 0) clears the entry,
-// as if the key had never been seen; any other sets its expiry, the moment
-// the key is fully replenished again.
-func (e *entry[S]) record(d floodgate.Decision, now int64) floodgate.Decision {
-	if d.ResetAfter <= 0 {
+// record notes a decision made at now on e's state, with resetAfter its
+// ResetAfter, and unlocks e. A decision that leaves nothing to remember
+// (ResetAfter 0) clears the entry, as if the key had never been seen; any
+// other sets its expiry, the moment the key is fully replenished again.
+func (e *entry[S]) record(resetAfter time.Duration, now int64) {
+	if resetAfter <= 0 {
 		e.clear()
 	} else {
-		e.expires = now + d.ResetAfter.Microseconds()
+		e.expires = now + resetAfter.Microseconds()
 	}
 	e.mu.Unlock()
-	return d
+}
+
+// valid reports whether floodgate.Check accepts limit l and cost n. It
+// leaves Check's Decision behind: copying it costs more than checking.
+func valid(l floodgate.Limit, n int64) bool {
+	_, err := floodgate.Check(l, n)
+	return err == nil
 }
 
 // RefundN gives back n units of quota to key under limit. See
