@@ -113,6 +113,8 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	}
 	now := s.now()
 	h, i := s.hash(key)
+	// An entry that has expired (a new one has, at the start of time) is
+	// fully replenished: its state starts again as a key never seen's.
 	switch l.Algorithm {
 	case floodgate.TokenBucket:
 		e := s.buckets[i].lockOrInsert(h, key, now, s.grace)
@@ -160,13 +162,6 @@ func (e *entry[S]) record(resetAfter time.Duration, now int64) {
 		e.expires = now + resetAfter.Microseconds()
 	}
 	e.mu.Unlock()
-}
-
-// valid reports whether floodgate.Check accepts limit l and cost n. It
-// leaves Check's Decision behind: copying it costs more than checking.
-func valid(l floodgate.Limit, n int64) bool {
-	_, err := floodgate.Check(l, n)
-	return err == nil
 }
 
 // RefundN gives back n units of quota to key under limit. See
