@@ -125,18 +125,12 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 		e.record(d.ResetAfter, now)
 		return d, nil
 	case floodgate.FixedWindow:
-		e := s.fixed[i].lockOrInsert(h, key, now, s.grace)
-		if e.expires <= now {
-			e.state = algorithm.Window{}
-		}
+		e := s.lockWindow(&s.fixed[i], h, key, now)
 		d := e.state.FixedWindow(l, now, n)
 		e.record(d.ResetAfter, now)
 		return d, nil
 	case floodgate.SlidingWindowCounter:
-		e := s.counters[i].lockOrInsert(h, key, now, s.grace)
-		if e.expires <= now {
-			e.state = algorithm.Window{}
-		}
+		e := s.lockWindow(&s.counters[i], h, key, now)
 		d := e.state.SlidingWindowCounter(l, now, n)
 		e.record(d.ResetAfter, now)
 		return d, nil
@@ -149,6 +143,16 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 		e.record(d.ResetAfter, now)
 		return d, nil
 	}
+}
+
+// lockWindow returns key's entry in t, a table of window counts, locked,
+// with an expired state zeroed.
+func (s *Store) lockWindow(t *table[algorithm.Window], h uint64, key string, now int64) *entry[algorithm.Window] {
+	e := t.lockOrInsert(h, key, now, s.grace)
+	if e.expires <= now {
+		e.state = algorithm.Window{}
+	}
+	return e
 }
 
 // record notes a decision made at now on e's state, with resetAfter its
