@@ -420,7 +420,10 @@ func (r *Report) writeTargets(p *printer) {
 		ns, al := fg.Of(func(s MemSample) float64 { return s.NsPerOp }), fg.Of(func(s MemSample) float64 { return float64(s.AllocsPerOp) })
 		by := fg.Of(func(s MemSample) float64 { return float64(s.BytesPerOp) })
 		measured := fmt.Sprintf("token bucket %.1f ns (%.1f–%.1f), %s allocs and %.0f bytes per decision", ns.Med, ns.Lo, ns.Hi, fmtAllocs(al.Med, by.Med), by.Med)
-		met := ns.Med < TargetMemoryNs && al.Hi == 0 && by.Hi == 0
+		// b.RunParallel itself allocates about ten times per run (an empty
+		// body counts as many), a few millionths per decision: "0 allocs"
+		// means none that shows at two decimals, and 0 bytes per op.
+		met := ns.Med < TargetMemoryNs && al.Hi < 0.005 && by.Hi == 0
 		if sv, ok := r.findMem(MemoryWorkloads[0].Name, "sethvargo"); ok {
 			sns := sv.Of(func(s MemSample) float64 { return s.NsPerOp })
 			measured += fmt.Sprintf("; sethvargo %.1f ns (%.1f–%.1f)", sns.Med, sns.Lo, sns.Hi)
