@@ -287,10 +287,17 @@ func TestErrors(t *testing.T) {
 		floodgate.NewLimit(floodgate.SlidingWindowCounter, 5, time.Second),
 		floodgate.NewLimit(floodgate.FixedWindow, 5, time.Second),
 	} {
-		for _, v := range []string{"", "not a bucket", strings.Repeat("x", 17), strings.Repeat("x", 25)} {
+		// Negative and NaN doubles, 16 or 24 bytes as each algorithm reads.
+		negative := strings.Repeat("\x00\x00\x00\x00\x00\x00\xf0\xbf", 3) // -1.0
+		nan := strings.Repeat("\x00\x00\x00\x00\x00\x00\xf8\x7f", 3)
+		size := 16
+		if l.Algorithm == floodgate.SlidingWindowCounter {
+			size = 24
+		}
+		for _, v := range []string{"", "not a bucket", strings.Repeat("x", 17), strings.Repeat("x", 25), negative[:size], nan[:size]} {
 			doKey(t, client, "SET", s.Key("taken", l.Algorithm), v)
 			_, err := s.Allow(ctx, "taken", l)
-			if !errors.Is(err, ErrScript) || !strings.Contains(err.Error(), "bytes, not a") {
+			if !errors.Is(err, ErrScript) || !strings.Contains(err.Error(), ", not a") {
 				t.Errorf("%s: Allow on a key holding %q = %v; want ErrScript saying what it holds", l.Algorithm, v, err)
 			}
 			if err := s.RefundN(ctx, "taken", l, 1); !errors.Is(err, ErrScript) {

@@ -98,6 +98,9 @@ if state then
     error({err = 'ERR floodgate: KEYS[1] holds a string of ' .. #state .. ' bytes, not a fixed window (16)'})
   end
   start, count = struct.unpack('<dd', state)
+  if not (start >= 0 and count >= 0) then -- NaN fails too
+    error({err = 'ERR floodgate: KEYS[1] holds a negative or NaN start or count, not a fixed window'})
+  end
 elseif op == 'refund' then
   return 0
 end

@@ -102,6 +102,9 @@ if state then
     error({err = 'ERR floodgate: KEYS[1] holds a string of ' .. #state .. ' bytes, not a sliding-window counter (24)'})
   end
   start, current, previous = struct.unpack('<ddd', state)
+  if not (start >= 0 and current >= 0 and previous >= 0) then -- NaN fails too
+    error({err = 'ERR floodgate: KEYS[1] holds a negative or NaN start or count, not a sliding-window counter'})
+  end
 elseif op == 'refund' then
   return 0
 end

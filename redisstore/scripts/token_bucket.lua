@@ -120,6 +120,9 @@ if state then
     error({err = 'ERR floodgate: KEYS[1] holds a string of ' .. #state .. ' bytes, not a token bucket (16)'})
   end
   level, last = struct.unpack('<dd', state)
+  if not (level >= 0 and last >= 0) then -- NaN fails too
+    error({err = 'ERR floodgate: KEYS[1] holds a negative or NaN level or time, not a token bucket'})
+  end
   -- A capacity lowered since the last write: the bucket holds at most full.
   if level > full then
     level = full
