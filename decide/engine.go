@@ -1,0 +1,458 @@
+// Package decide is floodgate's one decision path: it takes a store and a
+// request's checks (rule, key, cost, shadow, failure mode) and returns one
+// [Result]. Every front end — the net/http middleware, the server's API and
+// forward auth, Envoy's rate-limit service, the CLI — translates its protocol
+// into checks and the Result back into its protocol, and nothing more.
+//
+// The engine owns, once:
+//
+//   - the error policy: only an outage (an error matching
+//     [floodgate.ErrStoreUnavailable], or the decision's deadline) follows a
+//     check's [FailureMode]; invalid input is the caller's error
+//     ([Invalid]); any other store error never admits ([StoreError]);
+//   - shadow checks: decided and reported, never denying, never the
+//     deciding check (so they never reach a response header);
+//   - all or nothing: a request that is not admitted consumes nothing. With
+//     a [floodgate.BatchStore] its checks go to the store in one call (one
+//     Redis round trip, atomic wherever the keys allow); with another store,
+//     one call per check and a refund of what was taken when one denies;
+//   - the deciding check, from which every front end derives its headers;
+//   - the store-key scheme ([StoreKey]) and one deadline ([Options.Timeout]).
+//
+// Package decide is the engine room: it imports the root package and the
+// internal helpers only, never a front end, HTTP or Redis.
+package decide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/logthrottle"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	// DefaultUnavailableRetryAfter is the retry delay front ends send when a
+	// fail-closed check could not be decided.
+	DefaultUnavailableRetryAfter = 5 * time.Second
+	// DefaultLogInterval is the least time between two log lines about
+	// failures.
+	DefaultLogInterval = 30 * time.Second
+)
+
+// Check is one rule's part in a request.
+type Check struct {
+	// Rule names the check in results, logs and headers.
+	Rule string
+	// Key is the store key, normally from [StoreKey].
+	Key string
+	// Limit is the rule's limit; front ends validate it when they load
+	// their rules.
+	Limit floodgate.Limit
+	// Cost is the request's cost under the rule; 0 means 1.
+	Cost int64
+	// Failure says what an outage means for this check. A shadow check
+	// always fails open.
+	Failure FailureMode
+	// Shadow checks are decided and reported but never deny, never fail
+	// closed, and are never the deciding check. They are decided only for
+	// requests the enforced checks admit, and consume quota only then.
+	Shadow bool
+}
+
+// Outcome is what happened to one Check.
+type Outcome struct {
+	// Decision is the store's decision; meaningful when Verdict is Admitted
+	// or Denied and Decided is true.
+	Decision floodgate.Decision
+	// Verdict is this check's own: Admitted, Denied (for a shadow check:
+	// would have denied), Unavailable (the store could not decide, whatever
+	// the failure mode), StoreError or Invalid.
+	Verdict Verdict
+	// Decided reports that the store answered, so Decision is valid. A
+	// check that was not asked (a shadow check of a request that was not
+	// admitted; with a store that has no batches, a check after the one that
+	// denied) has Decided false and no Err. When the request was not
+	// admitted, an admitted check's cost was given back, and its
+	// Decision.Remaining says what remains now.
+	Decided bool
+	// Err is the error behind Unavailable, StoreError and Invalid.
+	Err error
+
+	taken bool // the store holds this check's cost, to give back if the request is not admitted
+}
+
+// Result is the decision on a whole request.
+type Result struct {
+	// Verdict is the request's: Admitted, or why not.
+	Verdict Verdict
+	// Deciding is the index of the check the Verdict comes from: for
+	// Denied, the denying check with the longest retry delay; for
+	// Unavailable, StoreError and Invalid, the failing check; for Admitted,
+	// the most restrictive decided enforced check (the least remaining, then
+	// the longest reset), or -1 when none was decided.
+	Deciding int
+	// Outcomes holds one Outcome per Check, in order.
+	Outcomes []Outcome
+	// Err is the error behind Unavailable, StoreError and Invalid.
+	Err error
+	// RetryAfter is when a retry may succeed: for Denied the deciding
+	// decision's exact RetryAfter, for Unavailable the engine's
+	// UnavailableRetryAfter, otherwise 0.
+	RetryAfter time.Duration
+}
+
+// Allowed reports whether the request is admitted.
+func (r *Result) Allowed() bool { return r.Verdict == Admitted }
+
+// Options configure an Engine. The zero value of each field picks its
+// default.
+type Options struct {
+	// Timeout, if positive, bounds a request's whole decision: the store
+	// calls share one deadline, and a decision that passes it counts as an
+	// outage. Zero: no deadline beyond the caller's context and the store's
+	// own per-call timeout (the Redis store's Config.Timeout, 50ms by
+	// default; the memory store never waits), which is the one budget
+	// floodgate documents.
+	Timeout time.Duration
+	// UnavailableRetryAfter is Result.RetryAfter when a fail-closed check
+	// could not be decided. Zero: DefaultUnavailableRetryAfter.
+	UnavailableRetryAfter time.Duration
+	// Logger receives a warning about outages, store errors and failed
+	// refunds, at most one line per LogInterval. Nil: slog.Default().
+	Logger *slog.Logger
+	// LogInterval is the least time between two failure log lines. Zero:
+	// DefaultLogInterval.
+	LogInterval time.Duration
+	// Now tells the time for log throttling. Nil: time.Now.
+	Now func() time.Time
+}
+
+// Engine decides requests against one store. Create it with New; it is safe
+// for concurrent use and holds no goroutines.
+type Engine struct {
+	store       floodgate.Store
+	batch       floodgate.BatchStore // store, if it decides batches
+	timeout     time.Duration
+	unavailable time.Duration
+	warn        *logthrottle.Logger
+}
+
+// New returns an engine deciding with store.
+func New(store floodgate.Store, opts Options) (*Engine, error) {
+	if store == nil {
+		return nil, errors.New("decide: New needs a store")
+	}
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("decide: Options.Timeout %s must not be negative", opts.Timeout)
+	}
+	if opts.UnavailableRetryAfter < 0 {
+		return nil, fmt.Errorf("decide: Options.UnavailableRetryAfter %s must not be negative", opts.UnavailableRetryAfter)
+	}
+	if opts.LogInterval < 0 {
+		return nil, fmt.Errorf("decide: Options.LogInterval %s must not be negative", opts.LogInterval)
+	}
+	if opts.UnavailableRetryAfter == 0 {
+		opts.UnavailableRetryAfter = DefaultUnavailableRetryAfter
+	}
+	if opts.LogInterval == 0 {
+		opts.LogInterval = DefaultLogInterval
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	e := &Engine{
+		store:       store,
+		timeout:     opts.Timeout,
+		unavailable: opts.UnavailableRetryAfter,
+		warn:        logthrottle.New(opts.Logger, opts.LogInterval, opts.Now),
+	}
+	e.batch, _ = store.(floodgate.BatchStore)
+	return e, nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() floodgate.Store { return e.store }
+
+// Decide decides a request's checks and returns the result. It never panics
+// and never admits on a store error that is not an outage.
+func (e *Engine) Decide(ctx context.Context, checks []Check) Result {
+	var r Result
+	e.DecideInto(ctx, checks, &r)
+	return r
+}
+
+// DecideInto is Decide writing into r, reusing r.Outcomes' storage: front
+// ends on a hot path keep one Result per request on the stack.
+func (e *Engine) DecideInto(ctx context.Context, checks []Check, r *Result) {
+	*r = Result{Deciding: -1, Outcomes: r.Outcomes[:0]}
+	for range checks {
+		r.Outcomes = append(r.Outcomes, Outcome{})
+	}
+	if len(checks) == 0 {
+		return
+	}
+	if e.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.timeout)
+		defer cancel()
+	}
+	// Invalid costs are the caller's error: found before the store is asked,
+	// so nothing is taken for a request that could never be decided.
+	enforced, shadows := 0, 0
+	for i := range checks {
+		c := &checks[i]
+		if err := checkCost(c); err != nil {
+			r.Outcomes[i] = Outcome{Verdict: Invalid, Err: err}
+			continue
+		}
+		if c.Shadow {
+			shadows++
+		} else {
+			enforced++
+		}
+	}
+	if !e.verdictSoFar(checks, r) {
+		return
+	}
+	switch {
+	case enforced == 1:
+		for i := range checks {
+			if !checks[i].Shadow && r.Outcomes[i].Err == nil {
+				e.allowOne(ctx, &checks[i], &r.Outcomes[i])
+			}
+		}
+	case enforced > 1 && e.batch != nil:
+		e.allowBatch(ctx, checks, r.Outcomes)
+	case enforced > 1:
+		e.allowEach(ctx, checks, r.Outcomes)
+	}
+	e.conclude(ctx, checks, r)
+	if r.Verdict == Admitted && shadows > 0 {
+		for i := range checks {
+			if c := &checks[i]; c.Shadow && r.Outcomes[i].Err == nil {
+				e.allowOne(ctx, c, &r.Outcomes[i])
+				e.report(ctx, c, &r.Outcomes[i])
+			}
+		}
+	}
+}
+
+// verdictSoFar sets r's verdict from invalid enforced checks found before
+// the store is asked, and reports whether the store should still be asked.
+func (e *Engine) verdictSoFar(checks []Check, r *Result) bool {
+	for i := range checks {
+		if o := &r.Outcomes[i]; o.Verdict == Invalid && !checks[i].Shadow {
+			r.Verdict, r.Deciding, r.Err = Invalid, i, o.Err
+			return false
+		}
+	}
+	return true
+}
+
+func checkCost(c *Check) error {
+	if c.Cost == 0 {
+		c.Cost = 1
+	}
+	switch {
+	case c.Cost < 1:
+		return fmt.Errorf("rule %q: %w: cost %d must be at least 1", c.Rule, floodgate.ErrInvalidCost, c.Cost)
+	case c.Cost > c.Limit.Quota:
+		return fmt.Errorf("rule %q: %w: cost %d is more than the limit's quota %d, so it can never be admitted", c.Rule, floodgate.ErrCostExceedsLimit, c.Cost, c.Limit.Quota)
+	}
+	return nil
+}
+
+// allowOne asks the store about one check.
+func (e *Engine) allowOne(ctx context.Context, c *Check, o *Outcome) {
+	d, err := e.store.AllowN(ctx, c.Key, c.Limit, c.Cost)
+	setOutcome(ctx, o, d, err)
+}
+
+// allowBatch asks a BatchStore about every enforced check at once.
+func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) {
+	var itemsBuf [8]floodgate.BatchItem
+	var resultsBuf [8]floodgate.BatchResult
+	var idxBuf [8]int
+	items, results, idx := itemsBuf[:0], resultsBuf[:0], idxBuf[:0]
+	for i := range checks {
+		if c := &checks[i]; !c.Shadow && out[i].Err == nil {
+			items = append(items, floodgate.BatchItem{Key: c.Key, Limit: c.Limit, Cost: c.Cost})
+			results = append(results, floodgate.BatchResult{})
+			idx = append(idx, i)
+		}
+	}
+	e.batch.AllowBatch(ctx, items, results)
+	for j, i := range idx {
+		setOutcome(ctx, &out[i], results[j].Decision, results[j].Err)
+	}
+	// A denied batch took nothing: the store gave it back.
+	if anyDenied(out) {
+		for _, i := range idx {
+			out[i].giveBack(checks[i].Cost)
+		}
+	}
+}
+
+// allowEach asks a store without batches about each enforced check in turn.
+// It goes on past a denial, so the request's retry delay accounts for every
+// rule that denies, and stops at a failure that rejects the request.
+func (e *Engine) allowEach(ctx context.Context, checks []Check, out []Outcome) {
+	for i := range checks {
+		c := &checks[i]
+		if c.Shadow || out[i].Err != nil {
+			continue
+		}
+		e.allowOne(ctx, c, &out[i])
+		if o := &out[i]; o.Err != nil && rank(c, o) > 0 {
+			return
+		}
+	}
+}
+
+func anyDenied(out []Outcome) bool {
+	for i := range out {
+		if out[i].Verdict == Denied {
+			return true
+		}
+	}
+	return false
+}
+
+// setOutcome classifies a store's answer for one check.
+func setOutcome(ctx context.Context, o *Outcome, d floodgate.Decision, err error) {
+	switch {
+	case err == nil && d.Allowed:
+		*o = Outcome{Decision: d, Verdict: Admitted, Decided: true, taken: true}
+	case err == nil:
+		*o = Outcome{Decision: d, Verdict: Denied, Decided: true}
+	case errors.Is(err, floodgate.ErrInvalidLimit), errors.Is(err, floodgate.ErrInvalidCost), errors.Is(err, floodgate.ErrCostExceedsLimit):
+		*o = Outcome{Verdict: Invalid, Err: err}
+	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, context.Canceled), ctx.Err() != nil:
+		*o = Outcome{Verdict: Unavailable, Err: err}
+	default:
+		*o = Outcome{Verdict: StoreError, Err: err}
+	}
+}
+
+// giveBack notes that o's cost is no longer taken: Remaining is what it was
+// before the check (exact for every algorithm, as the cost was taken at the
+// same moment).
+func (o *Outcome) giveBack(cost int64) {
+	if o.taken {
+		o.taken = false
+		o.Decision.Remaining = min(o.Decision.Remaining+cost, o.Decision.Limit)
+	}
+}
+
+// rank orders request verdicts: the caller's error first, then a store
+// error, a denial (its retry delay is exact), and an outage of a fail-closed
+// check.
+func rank(c *Check, o *Outcome) int {
+	switch {
+	case o.Verdict == Invalid:
+		return 4
+	case o.Verdict == StoreError:
+		return 3
+	case o.Verdict == Denied:
+		return 2
+	case o.Verdict == Unavailable && c.Failure == FailClosed:
+		return 1
+	}
+	return 0
+}
+
+// conclude sets the request's verdict from the enforced checks' outcomes,
+// logs failures, and gives back what a request that is not admitted took.
+func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
+	best, bestRank := -1, 0
+	for i := range checks {
+		c, o := &checks[i], &r.Outcomes[i]
+		if c.Shadow {
+			continue
+		}
+		e.report(ctx, c, o)
+		k := rank(c, o)
+		switch {
+		case k > bestRank:
+			best, bestRank = i, k
+		case k == 2 && bestRank == 2 && o.Decision.RetryAfter > r.Outcomes[best].Decision.RetryAfter:
+			best = i
+		}
+	}
+	if best >= 0 {
+		o := &r.Outcomes[best]
+		r.Deciding, r.Verdict, r.Err = best, o.Verdict, o.Err
+		switch o.Verdict {
+		case Denied:
+			r.RetryAfter = o.Decision.RetryAfter
+		case Unavailable:
+			r.RetryAfter = e.unavailable
+		}
+		e.refund(ctx, checks, r.Outcomes)
+		return
+	}
+	for i := range checks {
+		o := &r.Outcomes[i]
+		if checks[i].Shadow || !o.Decided {
+			continue
+		}
+		if m := r.Deciding; m < 0 || o.Decision.Remaining < r.Outcomes[m].Decision.Remaining ||
+			o.Decision.Remaining == r.Outcomes[m].Decision.Remaining && o.Decision.ResetAfter > r.Outcomes[m].Decision.ResetAfter {
+			r.Deciding = i
+		}
+	}
+}
+
+// refund gives back every cost the store holds for a request that is not
+// admitted, even if the caller has gone away.
+func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
+	var cancel context.CancelFunc
+	for i := range out {
+		o := &out[i]
+		if !o.taken {
+			continue
+		}
+		if cancel == nil {
+			ctx = context.WithoutCancel(ctx)
+			cancel = func() {}
+			if e.timeout > 0 {
+				ctx, cancel = context.WithTimeout(ctx, e.timeout)
+			}
+			defer cancel()
+		}
+		c := &checks[i]
+		if err := e.store.RefundN(ctx, c.Key, c.Limit, c.Cost); err != nil {
+			e.warn.Warn(ctx, "floodgate: refund failed: a request that was not admitted keeps the quota it took",
+				slog.String("rule", c.Rule), slog.String("error", err.Error()))
+			o.taken = false
+			continue
+		}
+		o.giveBack(c.Cost)
+	}
+}
+
+// report logs a check's failure, unless the caller went away.
+func (e *Engine) report(ctx context.Context, c *Check, o *Outcome) {
+	switch {
+	case o.Err == nil || o.Verdict == Invalid || errors.Is(o.Err, context.Canceled):
+	case o.Verdict == Unavailable:
+		mode := c.Failure
+		if c.Shadow {
+			mode = FailOpen
+		}
+		e.warn.Warn(ctx, "floodgate: rate-limit store unavailable; applying the rule's failure mode",
+			slog.String("rule", c.Rule), slog.String("failure_mode", mode.String()), slog.String("error", o.Err.Error()))
+	default:
+		msg := "floodgate: rate-limit store error; the request is not admitted"
+		if c.Shadow {
+			msg = "floodgate: rate-limit store error in a shadow rule"
+		}
+		e.warn.Warn(ctx, msg, slog.String("rule", c.Rule), slog.String("error", o.Err.Error()))
+	}
+}

@@ -1,0 +1,337 @@
+package decide_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/memory"
+)
+
+var errScript = errors.New("redisstore: script reply malformed")
+
+// faulty wraps a store and fails the calls for the keys in fail with err.
+type faulty struct {
+	floodgate.Store
+	mu      sync.Mutex
+	fail    map[string]error
+	refunds []string
+}
+
+func (f *faulty) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	f.mu.Lock()
+	err := f.fail[key]
+	f.mu.Unlock()
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
+	return f.Store.AllowN(ctx, key, l, n)
+}
+
+func (f *faulty) RefundN(ctx context.Context, key string, l floodgate.Limit, n int64) error {
+	f.mu.Lock()
+	f.refunds = append(f.refunds, key)
+	f.mu.Unlock()
+	return f.Store.RefundN(ctx, key, l, n)
+}
+
+// sequential hides a store's AllowBatch, so the engine takes its one-call-
+// per-check path.
+type sequential struct{ floodgate.Store }
+
+func newEngine(t *testing.T, s floodgate.Store) *decide.Engine {
+	t.Helper()
+	e, err := decide.New(s, decide.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func remaining(t *testing.T, s floodgate.Store, key string, l floodgate.Limit) int64 {
+	t.Helper()
+	d, err := s.AllowN(context.Background(), key, l, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed {
+		return 0
+	}
+	if err := s.RefundN(context.Background(), key, l, 1); err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining + 1
+}
+
+// stores returns the store variants every engine test runs on: the memory
+// store as it is (a BatchStore when it has AllowBatch) and behind a wrapper
+// that hides batches.
+func stores() map[string]func() floodgate.Store {
+	return map[string]func() floodgate.Store{
+		"batch":      func() floodgate.Store { return memory.New() },
+		"sequential": func() floodgate.Store { return sequential{memory.New()} },
+	}
+}
+
+func TestAllOrNothing(t *testing.T) {
+	for name, newStore := range stores() {
+		t.Run(name, func(t *testing.T) {
+			s := newStore()
+			e := newEngine(t, s)
+			small, big := floodgate.PerMinute(2), floodgate.PerMinute(10)
+			checks := func() []decide.Check {
+				return []decide.Check{
+					{Rule: "big", Key: "k-big", Limit: big},
+					{Rule: "small", Key: "k-small", Limit: small},
+					{Rule: "bucket", Key: "k-bucket", Limit: big.With(floodgate.TokenBucket), Cost: 2},
+				}
+			}
+			ctx := context.Background()
+			for i := range 2 {
+				r := e.Decide(ctx, checks())
+				if !r.Allowed() || r.Deciding != 1 {
+					t.Fatalf("request %d: %v deciding %d, want admitted by the most restrictive (1)", i, r.Verdict, r.Deciding)
+				}
+			}
+			r := e.Decide(ctx, checks())
+			if r.Verdict != decide.Denied || r.Deciding != 1 || r.RetryAfter <= 0 {
+				t.Fatalf("third request: %v deciding %d retry %v, want denied by small", r.Verdict, r.Deciding, r.RetryAfter)
+			}
+			if got := r.Outcomes[0].Decision.Remaining; got != 8 {
+				t.Errorf("big's Remaining in the denied request = %d, want 8 (nothing taken)", got)
+			}
+			if got, want := remaining(t, s, "k-big", big), int64(8); got != want {
+				t.Errorf("big remaining after the denial = %d, want %d", got, want)
+			}
+			if got, want := remaining(t, s, "k-bucket", big.With(floodgate.TokenBucket)), int64(6); got != want {
+				t.Errorf("bucket remaining after the denial = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+func TestErrorPolicy(t *testing.T) {
+	lim := floodgate.PerMinute(1)
+	unavailable := fmt.Errorf("%w: dial tcp: connection refused", floodgate.ErrStoreUnavailable)
+	tests := []struct {
+		name        string
+		err         error
+		mode        decide.FailureMode
+		shadow      bool
+		want        decide.Verdict
+		wantRefunds int
+	}{
+		{"script error, fail open", errScript, decide.FailOpen, false, decide.StoreError, 1},
+		{"script error, fail closed", errScript, decide.FailClosed, false, decide.StoreError, 1},
+		{"outage, fail open", unavailable, decide.FailOpen, false, decide.Admitted, 0},
+		{"outage, fail closed", unavailable, decide.FailClosed, false, decide.Unavailable, 1},
+		{"deadline, fail closed", context.DeadlineExceeded, decide.FailClosed, false, decide.Unavailable, 1},
+		{"script error in a shadow rule", errScript, decide.FailClosed, true, decide.Admitted, 0},
+		{"outage in a shadow rule", unavailable, decide.FailClosed, true, decide.Admitted, 0},
+		{"invalid limit from the store", floodgate.ErrInvalidLimit, decide.FailOpen, false, decide.Invalid, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &faulty{Store: sequential{memory.New()}, fail: map[string]error{"bad": tt.err}}
+			e := newEngine(t, f)
+			for i := range 3 {
+				r := e.Decide(context.Background(), []decide.Check{
+					{Rule: "ok", Key: fmt.Sprint("ok", i), Limit: lim},
+					{Rule: "bad", Key: "bad", Limit: lim, Failure: tt.mode, Shadow: tt.shadow},
+				})
+				if r.Verdict != tt.want {
+					t.Fatalf("request %d: verdict %v, want %v (err %v)", i, r.Verdict, tt.want, r.Err)
+				}
+				if r.Allowed() != (tt.want == decide.Admitted) {
+					t.Fatalf("Allowed() = %v with verdict %v", r.Allowed(), r.Verdict)
+				}
+				if tt.want != decide.Admitted {
+					if r.Deciding != 1 || !errors.Is(r.Err, tt.err) {
+						t.Errorf("deciding %d err %v, want check 1 and %v", r.Deciding, r.Err, tt.err)
+					}
+					if got := remaining(t, f.Store, fmt.Sprint("ok", i), lim); got != 1 {
+						t.Errorf("the admitted rule kept its cost: remaining %d, want 1", got)
+					}
+				}
+				if tt.want == decide.Unavailable && r.RetryAfter != decide.DefaultUnavailableRetryAfter {
+					t.Errorf("RetryAfter = %v, want %v", r.RetryAfter, decide.DefaultUnavailableRetryAfter)
+				}
+			}
+			if got := len(f.refunds); got != 3*tt.wantRefunds {
+				t.Errorf("%d refunds, want %d", got, 3*tt.wantRefunds)
+			}
+		})
+	}
+}
+
+func TestShadow(t *testing.T) {
+	for name, newStore := range stores() {
+		t.Run(name, func(t *testing.T) {
+			s := newStore()
+			e := newEngine(t, s)
+			ctx := context.Background()
+			enforced, shadow := floodgate.PerMinute(3), floodgate.PerMinute(1)
+			checks := []decide.Check{
+				{Rule: "enforced", Key: "e", Limit: enforced},
+				{Rule: "shadow", Key: "s", Limit: shadow, Shadow: true},
+			}
+			want := []decide.Verdict{decide.Admitted, decide.Denied, decide.Denied}
+			for i, w := range want {
+				r := e.Decide(ctx, checks)
+				if !r.Allowed() || r.Deciding != 0 {
+					t.Fatalf("request %d: %v deciding %d, want admitted, deciding 0", i, r.Verdict, r.Deciding)
+				}
+				if o := r.Outcomes[1]; !o.Decided || o.Verdict != w {
+					t.Fatalf("request %d: shadow outcome %+v, want decided %v", i, o, w)
+				}
+			}
+			// Denied by the enforced rule: the shadow rule is not asked.
+			r := e.Decide(ctx, checks)
+			if r.Verdict != decide.Denied || r.Deciding != 0 || r.Outcomes[1].Decided {
+				t.Fatalf("fourth request: %v deciding %d shadow %+v", r.Verdict, r.Deciding, r.Outcomes[1])
+			}
+			// A shadow rule alone: decided, never denying, never deciding.
+			r = e.Decide(ctx, checks[1:])
+			if !r.Allowed() || r.Deciding != -1 || r.Outcomes[0].Verdict != decide.Denied {
+				t.Fatalf("shadow alone: %v deciding %d outcome %v", r.Verdict, r.Deciding, r.Outcomes[0].Verdict)
+			}
+		})
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	s := &faulty{Store: memory.New()}
+	e := newEngine(t, s)
+	lim := floodgate.PerMinute(5)
+	tests := []struct {
+		cost int64
+		want error
+	}{{-1, floodgate.ErrInvalidCost}, {6, floodgate.ErrCostExceedsLimit}}
+	for _, tt := range tests {
+		r := e.Decide(context.Background(), []decide.Check{
+			{Rule: "a", Key: "a", Limit: lim},
+			{Rule: "b", Key: "b", Limit: lim, Cost: tt.cost},
+		})
+		if r.Verdict != decide.Invalid || r.Deciding != 1 || !errors.Is(r.Err, tt.want) {
+			t.Errorf("cost %d: %v deciding %d err %v, want invalid by 1 (%v)", tt.cost, r.Verdict, r.Deciding, r.Err, tt.want)
+		}
+		if r.Outcomes[0].Decided {
+			t.Errorf("cost %d: the valid check was asked", tt.cost)
+		}
+	}
+	if got := remaining(t, s, "a", lim); got != 5 {
+		t.Errorf("remaining %d, want 5: an invalid request took quota", got)
+	}
+}
+
+func TestDeciding(t *testing.T) {
+	e := newEngine(t, memory.New())
+	ctx := context.Background()
+	// Equal remaining: the longest reset decides.
+	r := e.Decide(ctx, []decide.Check{
+		{Rule: "minute", Key: "m", Limit: floodgate.PerMinute(5)},
+		{Rule: "hour", Key: "h", Limit: floodgate.PerHour(5)},
+	})
+	if r.Deciding != 1 {
+		t.Errorf("deciding %d, want the hour rule (1)", r.Deciding)
+	}
+	// Two denials: the longer retry decides.
+	checks := []decide.Check{
+		{Rule: "second", Key: "s2", Limit: floodgate.PerSecond(1)},
+		{Rule: "minute", Key: "m2", Limit: floodgate.PerMinute(1)},
+	}
+	e.Decide(ctx, checks[:1])
+	e.Decide(ctx, checks[1:])
+	r = e.Decide(ctx, checks)
+	if r.Verdict != decide.Denied || r.Deciding != 1 || r.RetryAfter < 59*time.Second {
+		t.Errorf("%v deciding %d retry %v, want denied by the minute rule", r.Verdict, r.Deciding, r.RetryAfter)
+	}
+	if r := e.Decide(ctx, nil); !r.Allowed() || r.Deciding != -1 {
+		t.Errorf("no checks: %v deciding %d, want admitted, -1", r.Verdict, r.Deciding)
+	}
+}
+
+// blocking answers only when its context is done.
+type blocking struct{ floodgate.Store }
+
+func (blocking) AllowN(ctx context.Context, _ string, _ floodgate.Limit, _ int64) (floodgate.Decision, error) {
+	<-ctx.Done()
+	return floodgate.Decision{}, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, ctx.Err())
+}
+
+func TestTimeout(t *testing.T) {
+	e, err := decide.New(blocking{memory.New()}, decide.Options{Timeout: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.Decide(context.Background(), []decide.Check{{Rule: "r", Key: "k", Limit: floodgate.PerMinute(1), Failure: decide.FailClosed}})
+	if r.Verdict != decide.Unavailable {
+		t.Fatalf("verdict %v, want unavailable", r.Verdict)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	for _, o := range []decide.Options{{Timeout: -1}, {UnavailableRetryAfter: -1}, {LogInterval: -1}} {
+		if _, err := decide.New(memory.New(), o); err == nil {
+			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+	if _, err := decide.New(nil, decide.Options{}); err == nil {
+		t.Error("New(nil store) accepted")
+	}
+}
+
+// TestConcurrentExact: 64 goroutines send three-rule requests; every key's
+// count equals the number of admitted requests that touched it.
+func TestConcurrentExact(t *testing.T) {
+	for name, newStore := range stores() {
+		t.Run(name, func(t *testing.T) {
+			s := newStore()
+			e := newEngine(t, s)
+			shared, group, own := floodgate.PerHour(300), floodgate.PerHour(60), floodgate.PerHour(8)
+			var mu sync.Mutex
+			admitted := map[string]int64{}
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					checks := []decide.Check{
+						{Rule: "shared", Key: "shared", Limit: shared},
+						{Rule: "group", Key: fmt.Sprint("group", g%8), Limit: group},
+						{Rule: "own", Key: fmt.Sprint("own", g), Limit: own},
+					}
+					for range 12 {
+						if r := e.Decide(context.Background(), checks); r.Allowed() {
+							mu.Lock()
+							for _, c := range checks {
+								admitted[c.Key]++
+							}
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if admitted["shared"] != 300 {
+				t.Errorf("shared admitted %d, want exactly 300", admitted["shared"])
+			}
+			check := func(key string, l floodgate.Limit) {
+				if got, want := remaining(t, s, key, l), l.Quota-admitted[key]; got != want {
+					t.Errorf("%s: remaining %d, want %d (admitted %d)", key, got, want, admitted[key])
+				}
+			}
+			check("shared", shared)
+			for g := range 8 {
+				check(fmt.Sprint("group", g), group)
+			}
+			for g := range 64 {
+				check(fmt.Sprint("own", g), own)
+			}
+		})
+	}
+}

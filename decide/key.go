@@ -1,0 +1,62 @@
+package decide
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// MaxKeyLen is the longest key that [StoreKey] keeps as it is; a longer one
+// (a huge header value, an attacker's padding) is stored as its SHA-256, so
+// no client can make a store hold arbitrarily long keys.
+const MaxKeyLen = 256
+
+// StoreKey returns the store key under which the rule named rule counts key,
+// in namespace ns: ns, the rule's name with '\', '|' and '#' escaped by '\',
+// then '|' and the key, or '#' and the key's SHA-256 in hex when the key is
+// longer than MaxKeyLen. Distinct (rule, key) pairs in one namespace never
+// share a store key, whatever bytes they hold.
+//
+// Every front end keys its rules with it: the server and the CLI in the
+// empty namespace, so a key the server wrote is the key `floodgate check`
+// reads; the middleware in its Config.KeyPrefix; Envoy's service in "rls|",
+// with the descriptor's domain as the rule.
+func StoreKey(ns, rule, key string) string {
+	var b strings.Builder
+	hashed := len(key) > MaxKeyLen
+	n := len(ns) + len(rule) + 1
+	if hashed {
+		n += 2 * sha256.Size
+	} else {
+		n += len(key)
+	}
+	b.Grow(n + 4)
+	b.WriteString(ns)
+	Escape(&b, rule, "\\|#")
+	if !hashed {
+		b.WriteByte('|')
+		b.WriteString(key)
+		return b.String()
+	}
+	sum := sha256.Sum256([]byte(key))
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	b.WriteByte('#')
+	b.Write(hx[:])
+	return b.String()
+}
+
+// Escape writes s to b with '\' before every byte of s that is in special
+// (which should include '\').
+func Escape(b *strings.Builder, s, special string) {
+	if !strings.ContainsAny(s, special) {
+		b.WriteString(s)
+		return
+	}
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(special, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+}

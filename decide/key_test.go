@@ -1,0 +1,41 @@
+package decide_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/decide"
+)
+
+func TestStoreKey(t *testing.T) {
+	long := strings.Repeat("x", decide.MaxKeyLen+1)
+	sum := sha256.Sum256([]byte(long))
+	tests := []struct{ ns, rule, key, want string }{
+		{"", "login", "user-42", "login|user-42"},
+		{"fg:", "a|b", "c", `fg:a\|b|c`},
+		{"", `a\`, "|b", `a\\||b`},
+		{"", "r#", "k", `r\#|k`},
+		{"", "r", strings.Repeat("x", decide.MaxKeyLen), "r|" + strings.Repeat("x", decide.MaxKeyLen)},
+		{"", "r", long, "r#" + hex.EncodeToString(sum[:])},
+	}
+	for _, tt := range tests {
+		got := decide.StoreKey(tt.ns, tt.rule, tt.key)
+		if got != tt.want {
+			t.Errorf("StoreKey(%q, %q, %q) = %q, want %q", tt.ns, tt.rule, tt.key, got, tt.want)
+		}
+	}
+	// Distinct pairs never share a key, whatever bytes they hold.
+	parts := []string{"", "a", "|", `\`, "#", "a|b", `a\|b`, "a#b", long, "a|" + long}
+	seen := map[string][2]string{}
+	for _, r := range parts {
+		for _, k := range parts {
+			got := decide.StoreKey("", r, k)
+			if prev, ok := seen[got]; ok {
+				t.Errorf("(%q, %q) and (%q, %q) share key %q", prev[0], prev[1], r, k, got)
+			}
+			seen[got] = [2]string{r, k}
+		}
+	}
+}
