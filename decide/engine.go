@@ -104,6 +104,9 @@ type Result struct {
 	// decision's exact RetryAfter, for Unavailable the engine's
 	// UnavailableRetryAfter, otherwise 0.
 	RetryAfter time.Duration
+	// RefundErr is the last error from giving back what a request that was
+	// not admitted took (that quota stays taken); nil normally.
+	RefundErr error
 }
 
 // Allowed reports whether the request is admitted.
@@ -394,7 +397,7 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
 		case Unavailable:
 			r.RetryAfter = e.unavailable
 		}
-		e.refund(ctx, checks, r.Outcomes)
+		r.RefundErr = e.refund(ctx, checks, r.Outcomes)
 		return
 	}
 	for i := range checks {
@@ -410,8 +413,8 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
 }
 
 // refund gives back every cost the store holds for a request that is not
-// admitted, even if the caller has gone away.
-func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
+// admitted, even if the caller has gone away. It returns the last failure.
+func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) (failed error) {
 	var cancel context.CancelFunc
 	for i := range out {
 		o := &out[i]
@@ -431,10 +434,12 @@ func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
 			e.warn.Warn(ctx, "floodgate: refund failed: a request that was not admitted keeps the quota it took",
 				slog.String("rule", c.Rule), slog.String("error", err.Error()))
 			o.taken = false
+			failed = fmt.Errorf("rule %q: refund: %w", c.Rule, err)
 			continue
 		}
 		o.giveBack(c.Cost)
 	}
+	return failed
 }
 
 // report logs a check's failure, unless the caller went away.
