@@ -178,6 +178,10 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 	return e, nil
 }
 
+// UnavailableRetryAfter returns the retry delay of a request that a
+// fail-closed check could not decide (Options.UnavailableRetryAfter).
+func (e *Engine) UnavailableRetryAfter() time.Duration { return e.unavailable }
+
 // Store returns the engine's store.
 func (e *Engine) Store() floodgate.Store { return e.store }
 

@@ -47,11 +47,11 @@ func (s *brokenStore) broken(ctx context.Context, key string) error {
 	return nil
 }
 
-func (s *brokenStore) Allow(ctx context.Context, key string, l floodgate.Limit) (floodgate.Decision, error) {
+func (s *brokenStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
 	if err := s.broken(ctx, key); err != nil {
 		return floodgate.Decision{}, err
 	}
-	return s.Store.Allow(ctx, key, l)
+	return s.Store.AllowN(ctx, key, l, n)
 }
 
 func (s *brokenStore) RefundN(ctx context.Context, key string, l floodgate.Limit, n int64) error {
@@ -76,7 +76,7 @@ func TestStoreFailureModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			base := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{{Name: "x", Limit: floodgate.PerMinute(1)}}})
-			bs := &brokenStore{Store: base.store, prefixes: []string{"broken:"}, hang: tt.hang}
+			bs := &brokenStore{Store: base.store, prefixes: []string{"broken|"}, hang: tt.hang}
 			var hooked []string
 			e := newEnv(t, httplimit.Config{
 				Store:   bs,
@@ -139,7 +139,7 @@ func TestStoreFailureModes(t *testing.T) {
 			if tt.mode == httplimit.FailClosed {
 				want = 10
 			}
-			if got := remainingIn(t, base.store, "ok:192.0.2.1", floodgate.PerMinute(10)); got != want {
+			if got := remainingIn(t, base.store, "ok|192.0.2.1", floodgate.PerMinute(10)); got != want {
 				t.Errorf("ok rule has %d left, want %d", got, want)
 			}
 		})
@@ -206,7 +206,7 @@ func TestFailureLogOncePerInterval(t *testing.T) {
 	base := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{{Name: "x", Limit: floodgate.PerMinute(1)}}})
 	logs := &countingHandler{}
 	e := newEnv(t, httplimit.Config{
-		Store:       &brokenStore{Store: base.store, prefixes: []string{"r:"}},
+		Store:       &brokenStore{Store: base.store, prefixes: []string{"r|"}},
 		Logger:      slog.New(logs),
 		LogInterval: 10 * time.Second,
 		Rules:       []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(10)}},
@@ -244,7 +244,7 @@ func TestFailureLogOncePerInterval(t *testing.T) {
 func TestClientGoneIsNotAStoreError(t *testing.T) {
 	base := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{{Name: "x", Limit: floodgate.PerMinute(1)}}})
 	e := newEnv(t, httplimit.Config{
-		Store: &brokenStore{Store: base.store, prefixes: []string{"r:"}, hang: true},
+		Store: &brokenStore{Store: base.store, prefixes: []string{"r|"}, hang: true},
 		Rules: []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(10)}},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -263,3 +263,46 @@ func newDiscardWriter() *discardWriter               { return &discardWriter{h: 
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(int)             {}
+
+// scriptErrorStore fails every call with an error that is not an outage, as
+// the Redis store's ErrScript is.
+type scriptErrorStore struct{ floodgate.Store }
+
+var errScript = errors.New("redisstore: script: reply is not an array")
+
+func (scriptErrorStore) AllowN(context.Context, string, floodgate.Limit, int64) (floodgate.Decision, error) {
+	return floodgate.Decision{}, errScript
+}
+
+// TestStoreErrorNeverAdmits: a store error that is not an outage is never
+// let through, whatever the rule's failure mode; it is answered 500, or by
+// the ErrorHandler.
+func TestStoreErrorNeverAdmits(t *testing.T) {
+	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			base := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{{Name: "x", Limit: floodgate.PerMinute(1)}}})
+			e := newEnv(t, httplimit.Config{
+				Store: scriptErrorStore{base.store},
+				Rules: []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(1), Failure: mode}},
+			})
+			for i := range 3 {
+				w := e.do(req{})
+				if w.Code != http.StatusInternalServerError || w.Header().Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("request %d: %d %q, want a 500 problem", i, w.Code, w.Header().Get("Content-Type"))
+				}
+			}
+			if st := e.lim.Stats(); st.StoreErrors != 3 {
+				t.Errorf("Stats %+v, want 3 store errors", st)
+			}
+			var got error
+			e = newEnv(t, httplimit.Config{
+				Store:        scriptErrorStore{base.store},
+				Rules:        []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(1), Failure: mode}},
+				ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) { got = err; w.WriteHeader(http.StatusTeapot) },
+			})
+			if w := e.do(req{}); w.Code != http.StatusTeapot || !errors.Is(got, errScript) {
+				t.Errorf("ErrorHandler: code %d err %v", w.Code, got)
+			}
+		})
+	}
+}

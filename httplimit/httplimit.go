@@ -41,9 +41,6 @@
 package httplimit
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,50 +51,38 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/logthrottle"
+	"github.com/floodgate-rl/floodgate/internal/problem"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
 // Defaults for the zero fields of a Config.
 const (
-	// DefaultTimeout bounds each store call.
-	DefaultTimeout = 100 * time.Millisecond
 	// DefaultUnavailableRetryAfter is the Retry-After of a 503 answered
 	// because a fail-closed rule could not decide.
-	DefaultUnavailableRetryAfter = 5 * time.Second
+	DefaultUnavailableRetryAfter = decide.DefaultUnavailableRetryAfter
 	// DefaultLogInterval is the least time between two log lines about
 	// failures.
-	DefaultLogInterval = 30 * time.Second
+	DefaultLogInterval = decide.DefaultLogInterval
 )
 
-// maxKeyLen is the longest key stored as it is; longer keys (a huge header
-// value) are stored as their SHA-256, so a client cannot make the store hold
-// arbitrarily long keys.
-const maxKeyLen = 256
-
-// FailureMode says what a rule does when it cannot decide: its store call
-// failed or timed out, or its key function returned an error.
-type FailureMode uint8
+// FailureMode says what a rule does when it cannot decide: the store is
+// unavailable (floodgate.ErrStoreUnavailable) or the decision's deadline
+// passed, or its key function returned an error. It is decide.FailureMode,
+// the one vocabulary every front end shares. A store error that is not an
+// outage (a bad script reply) never admits, whatever the mode.
+type FailureMode = decide.FailureMode
 
 const (
 	// FailOpen lets the request through as if the rule did not exist (the
 	// zero value): availability first, for public APIs.
-	FailOpen FailureMode = iota
+	FailOpen = decide.FailOpen
 	// FailClosed answers 503 Service Unavailable with Retry-After: for
 	// routes where an unlimited client is worse than an outage, such as
 	// login or payment endpoints.
-	FailClosed
+	FailClosed = decide.FailClosed
 )
-
-// String returns "open" or "closed".
-func (m FailureMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	}
-	return fmt.Sprintf("FailureMode(%d)", m)
-}
 
 // Rule is one rate limit and the requests it applies to.
 type Rule struct {
@@ -141,7 +126,9 @@ type Denial struct {
 
 // RetryAfterSeconds returns d.Decision.RetryAfter in whole seconds as the
 // Retry-After header states it: rounded up, and never below 1.
-func (d Denial) RetryAfterSeconds() int64 { return retryAfterSeconds(d.Decision.RetryAfter) }
+func (d Denial) RetryAfterSeconds() int64 {
+	return ratelimitheader.RetryAfterSeconds(d.Decision.RetryAfter)
+}
 
 // Config configures a Limiter. Store and Rules are required; every other
 // zero field has a documented default.
@@ -156,15 +143,18 @@ type Config struct {
 	ClientIP *clientip.Extractor
 	// KeyPrefix is put before every store key, so several Limiters (or
 	// applications) can share one store. Store keys are
-	// KeyPrefix + rule name + ":" + key.
+	// decide.StoreKey(KeyPrefix, rule name, key): the prefix, the rule's
+	// name escaped, '|' and the key (its SHA-256 when over 256 bytes).
 	KeyPrefix string
 	// Headers selects the rate-limit response headers; the zero value sends
 	// both the IETF and the X-RateLimit ones.
 	Headers HeaderMode
-	// Timeout bounds each store call (the context passed to the store has
-	// this deadline; refunds get one too). Zero: DefaultTimeout. Negative:
-	// no deadline beyond the request's own, for in-process stores that
-	// never wait (it saves a timer per call; see docs/PERFORMANCE.md).
+	// Timeout, if positive, bounds each request's whole decision: its rules'
+	// store calls share this one deadline, and passing it counts as the
+	// store being unavailable. Zero (or negative): no deadline beyond the
+	// request's own and the store's (the Redis store's Config.Timeout bounds
+	// every round trip; the memory store never waits). Set it only below the
+	// store's own timeout, never above: one budget, not two.
 	//
 	// A call that times out may still have been counted by the store (the
 	// script ran, the reply came late); the middleware cannot tell, so it
@@ -181,6 +171,12 @@ type Config struct {
 	// 429 problem. When it runs, the rate-limit headers and Retry-After are
 	// already set on w; it writes the status and body.
 	DenyHandler func(w http.ResponseWriter, r *http.Request, d Denial)
+	// ErrorHandler, if set, answers requests that a store error which is not
+	// an outage keeps from being decided (a bad script reply, a
+	// misconfiguration: err wraps the store's error). Such requests are never
+	// let through, whatever the rule's FailureMode. Nil: 500 Internal Server
+	// Error with an application/problem+json body.
+	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 	// OnStoreError, if set, is called for every failure: a store call that
 	// failed or timed out (err wraps the store's error, often
 	// floodgate.ErrStoreUnavailable or context.DeadlineExceeded), a refund
@@ -240,25 +236,22 @@ type Stats struct {
 // Limiter is the middleware. Create it with New; it is safe for concurrent
 // use, and holds no goroutines or resources.
 type Limiter struct {
-	store            floodgate.Store
-	rules            []rule
-	headers          HeaderMode
-	timeout          time.Duration
-	unavailableAfter string
-	skip             func(*http.Request) bool
-	deny             func(http.ResponseWriter, *http.Request, Denial)
-	onStoreError     func(*http.Request, string, error)
-	onShadowDeny     func(*http.Request, string, floodgate.Decision)
-	logger           *slog.Logger
-	logEvery         int64 // nanoseconds
-	clock            floodgate.Clock
+	engine       *decide.Engine
+	rules        []rule
+	headers      HeaderMode
+	skip         func(*http.Request) bool
+	deny         func(http.ResponseWriter, *http.Request, Denial)
+	onError      func(http.ResponseWriter, *http.Request, error)
+	onStoreError func(*http.Request, string, error)
+	onShadowDeny func(*http.Request, string, floodgate.Decision)
+	clock        floodgate.Clock
+	keyLog       *logthrottle.Logger
 
-	failureLog *logthrottle.Logger
-	denied     atomic.Uint64
-	shadowed   atomic.Uint64
-	unavail    atomic.Uint64
-	storeErrs  atomic.Uint64
-	keyErrs    atomic.Uint64
+	denied    atomic.Uint64
+	shadowed  atomic.Uint64
+	unavail   atomic.Uint64
+	storeErrs atomic.Uint64
+	keyErrs   atomic.Uint64
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
@@ -273,42 +266,43 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Headers > HeadersNone {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
 	}
-	l := &Limiter{
-		store:        cfg.Store,
-		headers:      cfg.Headers,
-		timeout:      cfg.Timeout,
-		skip:         cfg.Skip,
-		deny:         cfg.DenyHandler,
-		onStoreError: cfg.OnStoreError,
-		onShadowDeny: cfg.OnShadowDeny,
-		logger:       cfg.Logger,
-		logEvery:     int64(cfg.LogInterval),
-		clock:        cfg.Clock,
-	}
-	if l.timeout == 0 {
-		l.timeout = DefaultTimeout
-	}
-	if l.logger == nil {
-		l.logger = slog.Default()
-	}
-	if l.logEvery == 0 {
-		l.logEvery = int64(DefaultLogInterval)
-	}
-	if l.clock == nil {
-		l.clock = floodgate.SystemClock{}
-	}
-	l.failureLog = logthrottle.New(l.logger, time.Duration(l.logEvery), l.clock.Now)
-	ra := cfg.UnavailableRetryAfter
-	if ra == 0 {
-		ra = DefaultUnavailableRetryAfter
-	}
-	if ra < 0 {
-		return nil, &ConfigError{Field: "UnavailableRetryAfter", Value: ra.String(), Reason: "must not be negative"}
+	if cfg.UnavailableRetryAfter < 0 {
+		return nil, &ConfigError{Field: "UnavailableRetryAfter", Value: cfg.UnavailableRetryAfter.String(), Reason: "must not be negative"}
 	}
 	if cfg.LogInterval < 0 {
 		return nil, &ConfigError{Field: "LogInterval", Value: cfg.LogInterval.String(), Reason: "must not be negative"}
 	}
-	l.unavailableAfter = formatSeconds(retryAfterSeconds(ra))
+	l := &Limiter{
+		headers:      cfg.Headers,
+		skip:         cfg.Skip,
+		deny:         cfg.DenyHandler,
+		onError:      cfg.ErrorHandler,
+		onStoreError: cfg.OnStoreError,
+		onShadowDeny: cfg.OnShadowDeny,
+		clock:        cfg.Clock,
+	}
+	if l.clock == nil {
+		l.clock = floodgate.SystemClock{}
+	}
+	logger, every := cfg.Logger, cfg.LogInterval
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if every == 0 {
+		every = DefaultLogInterval
+	}
+	l.keyLog = logthrottle.New(logger, every, l.clock.Now)
+	engine, err := decide.New(cfg.Store, decide.Options{
+		Timeout:               max(0, cfg.Timeout),
+		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
+		Logger:                logger,
+		LogInterval:           every,
+		Now:                   l.clock.Now,
+	})
+	if err != nil {
+		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
+	}
+	l.engine = engine
 	clientKey := ClientIP(cfg.ClientIP)
 	seen := map[string]bool{}
 	for i, r := range cfg.Rules {
@@ -351,22 +345,20 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// outcome is one applicable rule's part in a request.
-type outcome struct {
-	rule     *rule
-	key      string // the store key
-	d        floodgate.Decision
-	decided  bool // the store answered and the rule allowed (d is valid)
-	admitted bool // the request took quota that a denial must give back
-}
+// maxInline is the number of rules a request can match before check's
+// buffers leave the stack.
+const maxInline = 8
 
-// check applies the rules to r. It returns true to pass the request on,
-// having set the rate-limit headers; otherwise it has answered r.
+// check applies the rules to r through the engine. It returns true to pass
+// the request on, having set the rate-limit headers; otherwise it has
+// answered r.
 func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
-	var buf [8]outcome
-	out := buf[:0]
-	// First find the rules that apply and their keys, so the policy header
-	// can list them all even if one denies before the others are asked.
+	var (
+		checksBuf   [maxInline]decide.Check
+		rulesBuf    [maxInline]*rule
+		outcomesBuf [maxInline]decide.Outcome
+	)
+	checks, rules := checksBuf[:0], rulesBuf[:0]
 	for i := range l.rules {
 		ru := &l.rules[i]
 		if !ru.matches(r) {
@@ -375,9 +367,9 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		key, err := ru.key(r)
 		if err != nil {
 			l.keyErrs.Add(1)
-			l.failure(r, ru, fmt.Errorf("%w: %w", ErrKey, err))
-			if ru.closed() {
-				l.unavailable(w, r)
+			l.keyFailure(r, ru, fmt.Errorf("%w: %w", ErrKey, err))
+			if ru.failure == FailClosed && !ru.shadow {
+				l.unavailable(w, l.engineRetryAfter())
 				return false
 			}
 			continue
@@ -385,128 +377,92 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		if key == "" {
 			continue // the rule does not apply to this request
 		}
-		out = append(out, outcome{rule: ru, key: ru.storeKey(key)})
+		checks = append(checks, decide.Check{Rule: ru.name, Key: decide.StoreKey(ru.prefix, ru.name, key),
+			Limit: ru.limit, Failure: ru.failure, Shadow: ru.shadow})
+		rules = append(rules, ru)
 	}
-	for i := range out {
-		o := &out[i]
-		d, err := l.allow(r.Context(), o.rule, o.key)
-		if err != nil {
-			if r.Context().Err() == nil { // not the client going away
-				l.storeErrs.Add(1)
-				l.failure(r, o.rule, err)
-			}
-			if o.rule.closed() {
-				l.refund(r, out[:i])
-				l.unavailable(w, r)
-				return false
-			}
-			continue
+	res := decide.Result{Outcomes: outcomesBuf[:0]}
+	l.engine.DecideInto(r.Context(), checks, &res)
+	l.count(r, rules, &res)
+	switch res.Verdict {
+	case decide.Admitted:
+		l.writeHeaders(w.Header(), rules, &res)
+		return true
+	case decide.Denied:
+		l.denied.Add(1)
+		l.writeHeaders(w.Header(), rules, &res)
+		ru := rules[res.Deciding]
+		dn := Denial{Rule: ru.name, Limit: ru.limit, Decision: res.Outcomes[res.Deciding].Decision}
+		if l.deny != nil {
+			l.deny(w, r, dn)
+		} else {
+			ru.writeProblem(w)
 		}
-		if !d.Allowed {
-			if o.rule.shadow {
-				l.shadowed.Add(1)
-				if l.onShadowDeny != nil {
-					l.onShadowDeny(r, o.rule.name, d)
-				}
-				continue
-			}
-			l.refund(r, out[:i])
-			l.denied.Add(1)
-			l.writeHeaders(w.Header(), out, o.rule, d)
-			w.Header()["Retry-After"] = []string{formatSeconds(retryAfterSeconds(d.RetryAfter))}
-			dn := Denial{Rule: o.rule.name, Limit: o.rule.limit, Decision: d}
-			if l.deny != nil {
-				l.deny(w, r, dn)
-			} else {
-				o.rule.writeProblem(w)
-			}
-			return false
-		}
-		o.d, o.decided, o.admitted = d, true, true
-	}
-	var most *outcome
-	for i := range out {
-		o := &out[i]
-		if !o.decided || o.rule.shadow {
-			continue
-		}
-		if most == nil || o.d.Remaining < most.d.Remaining ||
-			o.d.Remaining == most.d.Remaining && o.d.ResetAfter > most.d.ResetAfter {
-			most = o
+	case decide.Unavailable:
+		l.unavailable(w, res.RetryAfter)
+	default: // StoreError, or Invalid, which a validated rule of cost 1 cannot be
+		if l.onError != nil {
+			l.onError(w, r, res.Err)
+		} else {
+			w.Header()["Cache-Control"] = []string{"no-store"}
+			problem.Error(w, http.StatusInternalServerError, "The rate-limit store failed; the request was not let through.")
 		}
 	}
-	if most != nil {
-		l.writeHeaders(w.Header(), out, most.rule, most.d)
-	} else {
-		l.writeHeaders(w.Header(), out, nil, floodgate.Decision{})
-	}
-	return true
+	return false
 }
 
-// allow asks the store about one rule, within the timeout.
-func (l *Limiter) allow(ctx context.Context, ru *rule, key string) (floodgate.Decision, error) {
-	if l.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
-	d, err := l.store.Allow(ctx, key, ru.limit)
-	if err != nil {
-		return d, fmt.Errorf("httplimit: rule %q: store: %w", ru.name, err)
-	}
-	return d, nil
-}
-
-// refund gives back what the outcomes admitted, newest first. It runs even
-// if the client has gone away, within the timeout.
-func (l *Limiter) refund(r *http.Request, out []outcome) {
-	for i := len(out) - 1; i >= 0; i-- {
-		o := &out[i]
-		if !o.admitted {
-			continue
-		}
-		ctx := context.WithoutCancel(r.Context())
-		var cancel context.CancelFunc = func() {}
-		if l.timeout > 0 {
-			ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		}
-		err := l.store.RefundN(ctx, o.key, o.rule.limit, 1)
-		cancel()
-		if err != nil {
+// count updates the counters and calls the hooks for a request's outcomes.
+func (l *Limiter) count(r *http.Request, rules []*rule, res *decide.Result) {
+	for i := range res.Outcomes {
+		o, ru := &res.Outcomes[i], rules[i]
+		switch {
+		case o.Err != nil && o.Verdict != decide.Invalid && r.Context().Err() == nil:
 			l.storeErrs.Add(1)
-			l.failure(r, o.rule, fmt.Errorf("httplimit: rule %q: refund: %w", o.rule.name, err))
+			if l.onStoreError != nil {
+				l.onStoreError(r, ru.name, fmt.Errorf("httplimit: rule %q: store: %w", ru.name, o.Err))
+			}
+		case ru.shadow && o.Decided && o.Verdict == decide.Denied:
+			l.shadowed.Add(1)
+			if l.onShadowDeny != nil {
+				l.onShadowDeny(r, ru.name, o.Decision)
+			}
 		}
-		o.admitted = false
 	}
+	if res.RefundErr != nil {
+		l.storeErrs.Add(1)
+		if l.onStoreError != nil && res.Deciding >= 0 {
+			l.onStoreError(r, rules[res.Deciding].name, fmt.Errorf("httplimit: %w", res.RefundErr))
+		}
+	}
+}
+
+// engineRetryAfter is the Retry-After of a 503 from a fail-closed rule.
+func (l *Limiter) engineRetryAfter() time.Duration {
+	return l.engine.UnavailableRetryAfter()
 }
 
 // unavailable answers 503 for a fail-closed rule that could not decide.
-func (l *Limiter) unavailable(w http.ResponseWriter, r *http.Request) {
+func (l *Limiter) unavailable(w http.ResponseWriter, retry time.Duration) {
 	l.unavail.Add(1)
-	w.Header()["Retry-After"] = []string{l.unavailableAfter}
+	w.Header()["Retry-After"] = []string{ratelimitheader.RetryAfter(retry)}
 	writeUnavailable(w)
 }
 
-// failure reports a rule's failure to the hook, and to the log unless a
-// line was written less than LogInterval ago.
-func (l *Limiter) failure(r *http.Request, ru *rule, err error) {
+// keyFailure reports a rule's key function failure to the hook, and to the
+// log unless a line was written less than LogInterval ago.
+func (l *Limiter) keyFailure(r *http.Request, ru *rule, err error) {
 	if l.onStoreError != nil {
 		l.onStoreError(r, ru.name, err)
 	}
-	l.failureLog.Warn(r.Context(), "floodgate: rate-limit rule cannot decide",
+	mode := ru.failure
+	if ru.shadow {
+		mode = FailOpen
+	}
+	l.keyLog.Warn(r.Context(), "floodgate: rate-limit rule cannot decide",
 		slog.String("rule", ru.name),
-		slog.String("failure_mode", ru.failureMode().String()),
+		slog.String("failure_mode", mode.String()),
 		slog.String("error", err.Error()),
 	)
-}
-
-// storeKey returns the key the store keeps the rule's state for key under.
-func (ru *rule) storeKey(key string) string {
-	if len(key) > maxKeyLen {
-		sum := sha256.Sum256([]byte(key))
-		key = "sha256:" + hex.EncodeToString(sum[:])
-	}
-	return ru.prefix + key
 }
 
 // rule is a Rule checked and prepared for serving.
@@ -518,20 +474,9 @@ type rule struct {
 	key     KeyFunc
 	failure FailureMode
 	shadow  bool
-	prefix  string // Config.KeyPrefix + name + ":"
-	sfName  string // the name serialized as a Structured Fields String
-	policy  string // the rule's RateLimit-Policy list member
-	problem []byte // the default 429 body
-}
-
-func (ru *rule) closed() bool { return ru.failureMode() == FailClosed }
-
-// failureMode returns the mode that applies: shadow rules always fail open.
-func (ru *rule) failureMode() FailureMode {
-	if ru.shadow {
-		return FailOpen
-	}
-	return ru.failure
+	prefix  string                 // Config.KeyPrefix: the store keys' namespace
+	policy  ratelimitheader.Policy // the rule's header pieces
+	problem []byte                 // the default 429 body
 }
 
 func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, error) {
@@ -556,7 +501,7 @@ func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, erro
 		key:     r.Key,
 		failure: r.Failure,
 		shadow:  r.Shadow,
-		prefix:  keyPrefix + r.Name + ":",
+		prefix:  keyPrefix,
 	}
 	for j, m := range r.Methods {
 		if m == "" || strings.IndexFunc(m, func(c rune) bool { return !isTchar(c) }) >= 0 {
@@ -576,7 +521,7 @@ func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, erro
 		cr.key = clientKey
 	}
 	var err error
-	if cr.sfName, cr.policy, err = policyItem(r.Name, r.Limit); err != nil {
+	if cr.policy, err = ratelimitheader.ForLimit(r.Name, r.Limit); err != nil {
 		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be serialized", Err: err}
 	}
 	cr.problem = quotaProblem(r.Name, r.Limit)

@@ -115,7 +115,7 @@ func Window(l floodgate.Limit) int64 {
 	if hi, lo := bits.Mul64(uint64(l.Quota), us); hi == 0 {
 		return int64((lo + div - 1) / div) // lo < 2^64 - div: the quota is below 2^41
 	}
-	return int64(math.Ceil(float64(l.Quota) * float64(us) / float64(div)))
+	return int64(min(math.Ceil(float64(l.Quota)*float64(us)/float64(div)), sfMaxInteger))
 }
 
 func clamp(n, lo int64) int64 { return max(lo, min(n, sfMaxInteger)) }
