@@ -16,10 +16,11 @@
 // Each [Rule] names a limit, the requests it applies to (methods and
 // net/http ServeMux path patterns) and how to key them (the client's
 // address by default; a header, a request-context value or a combination).
-// A request passes only if every rule that applies to it allows it. Rules are
-// checked in order; when one denies, the rules that had already admitted the
-// request are refunded ([floodgate.Store.RefundN]), so a denied request uses
-// up no quota anywhere, and the rules after it are not consulted.
+// A request passes only if every rule that applies to it allows it. The rules
+// are decided together by the decide engine that every front end shares: in
+// one store call when the store is a [floodgate.BatchStore] (the memory and
+// Redis stores are), all or nothing, so a denied request uses up no quota
+// anywhere.
 //
 // # Responses
 //
@@ -33,11 +34,13 @@
 //
 // # Failures
 //
-// When the store fails or times out ([Config.Timeout] bounds each call), or
-// a rule's key cannot be found, the rule's [FailureMode] decides: FailOpen
+// When the store is unavailable or the decision's deadline passes, or a
+// rule's key cannot be found, the rule's [FailureMode] decides: FailOpen
 // lets the request through, FailClosed answers 503 Service Unavailable with
-// Retry-After. Every failure is counted ([Limiter.Stats]), reported to
-// [Config.OnStoreError] and logged, at most once per [Config.LogInterval].
+// Retry-After. Any other store error (a bad script reply) never lets the
+// request through: it is answered 500, or by [Config.ErrorHandler]. Every
+// failure is counted ([Limiter.Stats]), reported to [Config.OnStoreError]
+// and logged, at most once per [Config.LogInterval].
 package httplimit
 
 import (
