@@ -82,6 +82,9 @@ type Outcome struct {
 	Decided bool
 	// Err is the error behind Unavailable, StoreError and Invalid.
 	Err error
+	// RefundErr is the error from giving back this check's cost when the
+	// request was not admitted (the quota stays taken); nil normally.
+	RefundErr error
 
 	taken bool // the store holds this check's cost, to give back if the request is not admitted
 }
@@ -98,19 +101,24 @@ type Result struct {
 	Deciding int
 	// Outcomes holds one Outcome per Check, in order.
 	Outcomes []Outcome
-	// Err is the error behind Unavailable, StoreError and Invalid.
-	Err error
 	// RetryAfter is when a retry may succeed: for Denied the deciding
 	// decision's exact RetryAfter, for Unavailable the engine's
 	// UnavailableRetryAfter, otherwise 0.
 	RetryAfter time.Duration
-	// RefundErr is the last error from giving back what a request that was
-	// not admitted took (that quota stays taken); nil normally.
-	RefundErr error
 }
 
 // Allowed reports whether the request is admitted.
 func (r *Result) Allowed() bool { return r.Verdict == Admitted }
+
+// Err returns the error behind an Unavailable, StoreError or Invalid
+// verdict: the deciding check's; nil otherwise. (The Result holds no error
+// of its own, so front ends can keep it and its Outcomes on the stack.)
+func (r *Result) Err() error {
+	if r.Verdict == Admitted || r.Verdict == Denied || r.Deciding < 0 {
+		return nil
+	}
+	return r.Outcomes[r.Deciding].Err
+}
 
 // Options configure an Engine. The zero value of each field picks its
 // default.
@@ -188,18 +196,23 @@ func (e *Engine) Store() floodgate.Store { return e.store }
 // Decide decides a request's checks and returns the result. It never panics
 // and never admits on a store error that is not an outage.
 func (e *Engine) Decide(ctx context.Context, checks []Check) Result {
-	var r Result
-	e.DecideInto(ctx, checks, &r)
+	return e.DecideInto(ctx, checks, nil)
+}
+
+// DecideInto is Decide with the Outcomes written to outcomes when it is long
+// enough (a new slice otherwise): front ends on a hot path keep that buffer
+// on the stack.
+func (e *Engine) DecideInto(ctx context.Context, checks []Check, outcomes []Outcome) Result {
+	if len(outcomes) < len(checks) {
+		outcomes = make([]Outcome, len(checks))
+	}
+	r := Result{Deciding: -1, Outcomes: outcomes[:len(checks)]}
+	clear(r.Outcomes)
+	e.decide(ctx, checks, &r)
 	return r
 }
 
-// DecideInto is Decide writing into r, reusing r.Outcomes' storage: front
-// ends on a hot path keep one Result per request on the stack.
-func (e *Engine) DecideInto(ctx context.Context, checks []Check, r *Result) {
-	*r = Result{Deciding: -1, Outcomes: r.Outcomes[:0]}
-	for range checks {
-		r.Outcomes = append(r.Outcomes, Outcome{})
-	}
+func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	if len(checks) == 0 {
 		return
 	}
@@ -254,7 +267,7 @@ func (e *Engine) DecideInto(ctx context.Context, checks []Check, r *Result) {
 func (e *Engine) verdictSoFar(checks []Check, r *Result) bool {
 	for i := range checks {
 		if o := &r.Outcomes[i]; o.Verdict == Invalid && !checks[i].Shadow {
-			r.Verdict, r.Deciding, r.Err = Invalid, i, o.Err
+			r.Verdict, r.Deciding = Invalid, i
 			return false
 		}
 	}
@@ -394,14 +407,14 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
 	}
 	if best >= 0 {
 		o := &r.Outcomes[best]
-		r.Deciding, r.Verdict, r.Err = best, o.Verdict, o.Err
+		r.Deciding, r.Verdict = best, o.Verdict
 		switch o.Verdict {
 		case Denied:
 			r.RetryAfter = o.Decision.RetryAfter
 		case Unavailable:
 			r.RetryAfter = e.unavailable
 		}
-		r.RefundErr = e.refund(ctx, checks, r.Outcomes)
+		e.refund(ctx, checks, r.Outcomes)
 		return
 	}
 	for i := range checks {
@@ -417,8 +430,8 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
 }
 
 // refund gives back every cost the store holds for a request that is not
-// admitted, even if the caller has gone away. It returns the last failure.
-func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) (failed error) {
+// admitted, even if the caller has gone away.
+func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
 	var cancel context.CancelFunc
 	for i := range out {
 		o := &out[i]
@@ -438,12 +451,11 @@ func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) (fai
 			e.warn.Warn(ctx, "floodgate: refund failed: a request that was not admitted keeps the quota it took",
 				slog.String("rule", c.Rule), slog.String("error", err.Error()))
 			o.taken = false
-			failed = fmt.Errorf("rule %q: refund: %w", c.Rule, err)
+			o.RefundErr = fmt.Errorf("rule %q: refund: %w", c.Rule, err)
 			continue
 		}
 		o.giveBack(c.Cost)
 	}
-	return failed
 }
 
 // report logs a check's failure, unless the caller went away.

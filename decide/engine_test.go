@@ -146,14 +146,14 @@ func TestErrorPolicy(t *testing.T) {
 					{Rule: "bad", Key: "bad", Limit: lim, Failure: tt.mode, Shadow: tt.shadow},
 				})
 				if r.Verdict != tt.want {
-					t.Fatalf("request %d: verdict %v, want %v (err %v)", i, r.Verdict, tt.want, r.Err)
+					t.Fatalf("request %d: verdict %v, want %v (err %v)", i, r.Verdict, tt.want, r.Err())
 				}
 				if r.Allowed() != (tt.want == decide.Admitted) {
 					t.Fatalf("Allowed() = %v with verdict %v", r.Allowed(), r.Verdict)
 				}
 				if tt.want != decide.Admitted {
-					if r.Deciding != 1 || !errors.Is(r.Err, tt.err) {
-						t.Errorf("deciding %d err %v, want check 1 and %v", r.Deciding, r.Err, tt.err)
+					if r.Deciding != 1 || !errors.Is(r.Err(), tt.err) {
+						t.Errorf("deciding %d err %v, want check 1 and %v", r.Deciding, r.Err(), tt.err)
 					}
 					if got := remaining(t, f.Store, fmt.Sprint("ok", i), lim); got != 1 {
 						t.Errorf("the admitted rule kept its cost: remaining %d, want 1", got)
@@ -218,8 +218,8 @@ func TestInvalid(t *testing.T) {
 			{Rule: "a", Key: "a", Limit: lim},
 			{Rule: "b", Key: "b", Limit: lim, Cost: tt.cost},
 		})
-		if r.Verdict != decide.Invalid || r.Deciding != 1 || !errors.Is(r.Err, tt.want) {
-			t.Errorf("cost %d: %v deciding %d err %v, want invalid by 1 (%v)", tt.cost, r.Verdict, r.Deciding, r.Err, tt.want)
+		if r.Verdict != decide.Invalid || r.Deciding != 1 || !errors.Is(r.Err(), tt.want) {
+			t.Errorf("cost %d: %v deciding %d err %v, want invalid by 1 (%v)", tt.cost, r.Verdict, r.Deciding, r.Err(), tt.want)
 		}
 		if r.Outcomes[0].Decided {
 			t.Errorf("cost %d: the valid check was asked", tt.cost)

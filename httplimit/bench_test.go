@@ -57,7 +57,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		{"bare", handler},
 		{"skipped", newLim(b, httplimit.Config{Rules: oneRule, Skip: func(*http.Request) bool { return true }})},
 		{"1-rule", newLim(b, httplimit.Config{Rules: oneRule})},
-		{"1-rule-no-timeout", newLim(b, httplimit.Config{Rules: oneRule, Timeout: -1})},
+		{"1-rule-deadline", newLim(b, httplimit.Config{Rules: oneRule, Timeout: 50 * time.Millisecond})},
 		{"1-rule-no-headers", newLim(b, httplimit.Config{Rules: oneRule, Headers: httplimit.HeadersNone})},
 		{"3-rules", newLim(b, httplimit.Config{Rules: threeRules})},
 		{"denied", newLim(b, httplimit.Config{Rules: []httplimit.Rule{{Name: "none", Limit: floodgate.PerHour(1)}}})},

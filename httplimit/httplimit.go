@@ -384,8 +384,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 			Limit: ru.limit, Failure: ru.failure, Shadow: ru.shadow})
 		rules = append(rules, ru)
 	}
-	res := decide.Result{Outcomes: outcomesBuf[:0]}
-	l.engine.DecideInto(r.Context(), checks, &res)
+	res := l.engine.DecideInto(r.Context(), checks, outcomesBuf[:])
 	l.count(r, rules, &res)
 	switch res.Verdict {
 	case decide.Admitted:
@@ -405,7 +404,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		l.unavailable(w, res.RetryAfter)
 	default: // StoreError, or Invalid, which a validated rule of cost 1 cannot be
 		if l.onError != nil {
-			l.onError(w, r, res.Err)
+			l.onError(w, r, res.Err())
 		} else {
 			w.Header()["Cache-Control"] = []string{"no-store"}
 			problem.Error(w, http.StatusInternalServerError, "The rate-limit store failed; the request was not let through.")
@@ -430,11 +429,11 @@ func (l *Limiter) count(r *http.Request, rules []*rule, res *decide.Result) {
 				l.onShadowDeny(r, ru.name, o.Decision)
 			}
 		}
-	}
-	if res.RefundErr != nil {
-		l.storeErrs.Add(1)
-		if l.onStoreError != nil && res.Deciding >= 0 {
-			l.onStoreError(r, rules[res.Deciding].name, fmt.Errorf("httplimit: %w", res.RefundErr))
+		if o.RefundErr != nil {
+			l.storeErrs.Add(1)
+			if l.onStoreError != nil {
+				l.onStoreError(r, ru.name, fmt.Errorf("httplimit: %w", o.RefundErr))
+			}
 		}
 	}
 }
