@@ -20,7 +20,9 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // Config is the whole server configuration.
@@ -588,4 +590,21 @@ func hasField(v any, name string) bool {
 		}
 	}
 	return false
+}
+
+// Policy returns the server policy the config describes.
+func (c *Config) Policy() (server.Policy, error) {
+	ex, err := clientip.New(c.ClientIP.Resolver())
+	if err != nil {
+		return server.Policy{}, fmt.Errorf("client_ip: %w", err)
+	}
+	p := server.Policy{ClientIP: ex, Headers: c.HeaderMode(), DenyStatus: c.ForwardAuth.DenyStatus, RuleHeader: c.ForwardAuth.RuleHeader}
+	for _, r := range c.Rules {
+		mode := decide.FailClosed
+		if r.FailOpen() {
+			mode = decide.FailOpen
+		}
+		p.Rules = append(p.Rules, server.Rule{Name: r.Name, Limit: r.RateLimit(), Failure: mode, Shadow: r.Shadow})
+	}
+	return p, nil
 }

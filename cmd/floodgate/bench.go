@@ -27,6 +27,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/decide"
 )
 
 const benchSynopsis = `bench [--target store|http|grpc] [--concurrency N] [--keys N] [--duration D] [--requests N] [--json] ...
@@ -272,14 +273,15 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 		cfg.Store = sc
 	}
 	var limit floodgate.Limit
-	keyPrefix := o.keyPrefix
+	storeKey := func(key string) string { return o.keyPrefix + key }
 	if o.rule != "" {
 		r, ok := cfg.Rule(o.rule)
 		if !ok {
 			return nil, fmt.Errorf("no rule named %q in %s", o.rule, cfg.Source)
 		}
 		limit = r.RateLimit()
-		keyPrefix = r.Name + "/" + keyPrefix // as floodgate serve keys a rule
+		// As floodgate serve keys a rule.
+		storeKey = func(key string) string { return decide.StoreKey("", r.Name, o.keyPrefix+key) }
 	} else {
 		alg, err := floodgate.ParseAlgorithm(o.algorithm)
 		if err != nil {
@@ -302,7 +304,7 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 		desc:  "store " + cfg.Store.String(),
 		limit: limit.String(),
 		decide: func(ctx context.Context, key string) (bool, error) {
-			d, err := store.AllowN(ctx, keyPrefix+key, limit, cost)
+			d, err := store.AllowN(ctx, storeKey(key), limit, cost)
 			return d.Allowed, err
 		},
 		close: closeStore,

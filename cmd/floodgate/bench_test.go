@@ -118,7 +118,11 @@ func TestBenchHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(cfg, memory.New(), server.Options{})
+	policy, err := cfg.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(memory.New(), policy, server.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

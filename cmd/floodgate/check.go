@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/decide"
 )
 
 // errDenied makes `floodgate check` exit non-zero when the request is over
@@ -43,7 +44,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeStore()
-	d, err := store.AllowN(ctx, rule.Name+"/"+*key, rule.RateLimit(), *cost)
+	d, err := store.AllowN(ctx, decide.StoreKey("", rule.Name, *key), rule.RateLimit(), *cost)
 	if err != nil {
 		if errors.Is(err, floodgate.ErrStoreUnavailable) {
 			mode := "denied"
