@@ -44,7 +44,8 @@ type Rule struct {
 // Policy is everything Reload replaces at once: the rules, how forward auth
 // finds a client's address, and the response settings.
 type Policy struct {
-	// Rules are the named limits; at least one.
+	// Rules are the named limits. None is valid: a server that only hosts
+	// other routes (Options.Routes), such as Envoy's /json.
 	Rules []Rule
 	// ClientIP finds forward auth's client address. Nil: a zero
 	// clientip.Resolver, which trusts no proxy.
@@ -86,16 +87,13 @@ func (p *Policy) Validate() error {
 	bad := func(field, value, reason string, err error) {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason, Err: err})
 	}
-	if len(p.Rules) == 0 {
-		bad("Rules", "[]", "must hold at least one rule", nil)
-	}
 	seen := make(map[string]int, len(p.Rules))
 	for i, r := range p.Rules {
 		field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
 		if !ruleName.MatchString(r.Name) {
 			bad(field("Name"), strconv.Quote(r.Name), "must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", nil)
 		} else if prev, dup := seen[r.Name]; dup {
-			bad(field("Name"), strconv.Quote(r.Name), fmt.Sprintf("is already the name of Rules[%d]", prev), nil)
+			bad(field("Name"), strconv.Quote(r.Name), fmt.Sprintf("is already the name of the rule at index %d", prev), nil)
 		} else {
 			seen[r.Name] = i
 		}

@@ -582,7 +582,6 @@ func TestPolicyErrors(t *testing.T) {
 		p     server.Policy
 		field string
 	}{
-		{"no rules", server.Policy{}, "Rules"},
 		{"bad name", server.Policy{Rules: []server.Rule{{Name: "a/b", Limit: floodgate.PerMinute(1)}}}, "Rules[0].Name"},
 		{"duplicate", server.Policy{Rules: []server.Rule{ok, ok}}, "Rules[1].Name"},
 		{"zero limit", server.Policy{Rules: []server.Rule{{Name: "z"}}}, "Rules[0].Limit"},
@@ -606,8 +605,8 @@ func TestPolicyErrors(t *testing.T) {
 
 func TestReloadErrorCounted(t *testing.T) {
 	f := newFixture(t, testConfig, nil)
-	if err := f.srv.Reload(server.Policy{}); err == nil {
-		t.Fatal("Reload accepted a policy with no rules")
+	if err := f.srv.Reload(server.Policy{Rules: []server.Rule{{Name: "bad"}}}); err == nil {
+		t.Fatal("Reload accepted a rule with no limit")
 	}
 	f.srv.ReloadFailed()
 	if rec := f.do("POST", "/v1/check", `{"rule":"login","key":"k"}`); rec.Code != 200 {

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 const benchSynopsis = `bench [--target store|http|grpc] [--concurrency N] [--keys N] [--duration D] [--requests N] [--json] ...
@@ -275,11 +277,16 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 	var limit floodgate.Limit
 	storeKey := func(key string) string { return o.keyPrefix + key }
 	if o.rule != "" {
-		r, ok := cfg.Rule(o.rule)
-		if !ok {
+		policy, err := cfg.Policy()
+		if err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(policy.Rules, func(r server.Rule) bool { return r.Name == o.rule })
+		if i < 0 {
 			return nil, fmt.Errorf("no rule named %q in %s", o.rule, cfg.Source)
 		}
-		limit = r.RateLimit()
+		r := policy.Rules[i]
+		limit = r.Limit
 		// As floodgate serve keys a rule.
 		storeKey = func(key string) string { return decide.StoreKey("", r.Name, o.keyPrefix+key) }
 	} else {
@@ -295,7 +302,7 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 	if err := limit.CheckCost(o.cost); err != nil {
 		return nil, err
 	}
-	store, closeStore, err := openStore(ctx, cfg.Store)
+	store, closeStore, err := openStore(cfg.Store)
 	if err != nil {
 		return nil, err
 	}

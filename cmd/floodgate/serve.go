@@ -48,7 +48,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(ctx, cfg.Store)
+	store, closeStore, err := openStore(cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -82,9 +82,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	printBanner(stdout, cfg, ln.Addr().String())
+	printBanner(stdout, cfg, policy, ln.Addr().String())
 	rls.banner(stdout)
-	logger.Info("serving", "listen", ln.Addr().String(), "store", cfg.Store.String(), "rules", len(cfg.Rules), "config", cfg.Source)
+	logger.Info("serving", "listen", ln.Addr().String(), "store", cfg.Store.String(), "rules", len(policy.Rules), "config", cfg.Source)
 
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(ln) }()
@@ -213,22 +213,19 @@ func newLogger(c config.Log, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
 }
 
-func printBanner(w io.Writer, cfg *config.Config, addr string) {
+func printBanner(w io.Writer, cfg *config.Config, policy server.Policy, addr string) {
 	fmt.Fprintf(w, "floodgate listening on http://%s (store: %s; config: %s)\n", addr, cfg.Store.String(), cfg.Source)
 	fmt.Fprintln(w, "active rules:")
-	for _, r := range cfg.Rules {
-		mode := "fail-" + r.FailureMode
+	first := "RULE"
+	for i, r := range policy.Rules {
+		if i == 0 {
+			first = r.Name
+		}
+		mode := "fail-" + r.Failure.String()
 		if r.Shadow {
 			mode += ", shadow"
 		}
-		fmt.Fprintf(w, "  %-16s %s [%s]\n", r.Name, r.RateLimit(), mode)
+		fmt.Fprintf(w, "  %-16s %s [%s]\n", r.Name, r.Limit, mode)
 	}
-	fmt.Fprintf(w, "try: curl -s -X POST http://%s/v1/check -d '{\"rule\":\"%s\",\"key\":\"user-42\"}'\n", addr, firstRule(cfg))
-}
-
-func firstRule(cfg *config.Config) string {
-	if len(cfg.Rules) == 0 {
-		return "RULE"
-	}
-	return cfg.Rules[0].Name
+	fmt.Fprintf(w, "try: curl -s -X POST http://%s/v1/check -d '{\"rule\":\"%s\",\"key\":\"user-42\"}'\n", addr, first)
 }
