@@ -2,11 +2,15 @@ package config
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -14,13 +18,79 @@ func TestDefaultIsValid(t *testing.T) {
 	if len(c.Rules) != 2 || c.Store.Type != StoreMemory || c.Listen != DefaultListen {
 		t.Fatalf("Default() = %+v", c)
 	}
-	login, ok := c.Rule("login")
-	if !ok || login.RateLimit() != floodgate.NewLimit(floodgate.SlidingWindowLog, 5, time.Minute) || login.FailOpen() {
-		t.Fatalf("login rule = %+v", login)
+	p, err := c.Policy()
+	if err != nil {
+		t.Fatal(err)
 	}
-	api, _ := c.Rule("api")
-	if api.RateLimit() != floodgate.NewTokenBucket(100, 10, time.Second) || !api.FailOpen() {
-		t.Fatalf("api rule = %+v", api)
+	want := []server.Rule{
+		{Name: "login", Limit: floodgate.NewLimit(floodgate.SlidingWindowLog, 5, time.Minute), Failure: decide.FailClosed},
+		{Name: "api", Limit: floodgate.NewTokenBucket(100, 10, time.Second), Failure: decide.FailOpen},
+	}
+	if !reflect.DeepEqual(p.Rules, want) {
+		t.Fatalf("rules = %+v, want %+v", p.Rules, want)
+	}
+	if rc, err := c.RedisConfig(); rc != nil || err != nil {
+		t.Fatalf("RedisConfig() of the memory store = %+v, %v", rc, err)
+	}
+}
+
+// TestLiteralConfig: a Config written in Go gives the same policy as the
+// same config read from YAML (a literal once failed with "Algorithm 0 is
+// not a known algorithm").
+func TestLiteralConfig(t *testing.T) {
+	literal := &Config{
+		Rules: []Rule{
+			{Name: "login", Algorithm: "sliding_window_log", Limit: 5, Window: time.Minute, FailureMode: decide.FailClosed},
+			{Name: "api", Algorithm: "token_bucket", Capacity: 100, Refill: "10/s"},
+		},
+		ClientIP:    ClientIP{TrustedProxies: []string{"10.0.0.0/8"}},
+		ForwardAuth: ForwardAuth{DenyStatus: 403},
+		Headers:     "ietf",
+	}
+	got, err := literal.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := Parse([]byte(Example+"client_ip:\n  trusted_proxies: [10.0.0.0/8]\nforward_auth:\n  deny_status: 403\nheaders: ietf\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := parsed.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("literal policy %+v\nparsed policy %+v", got, want)
+	}
+	// A literal's errors name the field, without a line.
+	literal.Rules[0].Window = 0
+	if _, err := literal.Policy(); err == nil || !strings.Contains(err.Error(), "rules[0].window: 0s must be at least 1ms") {
+		t.Fatalf("literal with no window: %v", err)
+	}
+}
+
+func TestRedisConfig(t *testing.T) {
+	t.Setenv("FLOODGATE_TEST_PW", "p")
+	c, err := Parse([]byte("store:\n  type: redis-sentinel\n  addrs: [\"s:26379\"]\n  master_name: m\n  username: u\n  password_env: FLOODGATE_TEST_PW\n"+
+		"  tls: true\n  db: 2\n  timeout: 1s\n  key_prefix: \"app:\"\n  flush_delay: -1ns\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := c.RedisConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Mode != redisstore.ModeSentinel || rc.SentinelMaster != "m" || rc.Username != "u" || rc.Password != "p" || rc.TLS == nil ||
+		rc.DB != 2 || rc.Timeout != time.Second || rc.KeyPrefix != "app:" || rc.FlushDelay != -1 || len(rc.Addrs) != 1 {
+		t.Fatalf("RedisConfig() = %+v", rc)
+	}
+	// The library's defaults apply to what the file leaves out.
+	c, err = Parse([]byte("store:\n  type: redis\n  addrs: [\"127.0.0.1:6379\"]\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, _ := c.RedisConfig(); rc.Timeout != 0 || rc.KeyPrefix != "" || rc.Mode != redisstore.ModeStandalone {
+		t.Fatalf("RedisConfig() = %+v, want zero (default) timeout and prefix", rc)
 	}
 }
 
@@ -70,14 +140,14 @@ func TestParseErrors(t *testing.T) {
 		want []string // substrings of the error: line, field, value
 	}{
 		{"unknown top-level key", "listen: x\nlistn: y\n", []string{"line 2", `unknown key "listn"`}},
-		{"unknown store key", "store:\n  type: memory\n  timout: 5ms\n", []string{"line 3", `unknown key "timout"`}},
+		{"unknown store key", "store:\n  type: memory\n  timout: 5ms\n", []string{"line 3", `unknown key "timout"`, `did you mean "timeout"?`}},
 		{"unknown rule key", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n    burst: 3\n", []string{"line 6", `unknown key "burst"`}},
 		{"bad algorithm", "rules:\n  - name: a\n    algorithm: leaky_bucket\n", []string{"line 3", "rules[0].algorithm", "leaky_bucket"}},
 		{"zero limit", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 0\n    window: 1s\n", []string{"line 4", "rules[0].limit", "0", "at least 1"}},
 		{"short window", "rules:\n  - name: a\n    algorithm: sliding_window_log\n    limit: 3\n    window: 500us\n", []string{"line 5", "rules[0].window", "500µs", "1ms"}},
 		{"bad duration", "rules:\n  - name: a\n    algorithm: sliding_window_log\n    limit: 3\n    window: soon\n", []string{"line 5", "soon"}},
 		{"bad refill", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: 3\n    refill: fast\n", []string{"line 5", "rules[0].refill", "fast"}},
-		{"bucket with window", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: 3\n    window: 1s\n", []string{"rules[0].limit", "token_bucket"}},
+		{"bucket with window", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: 3\n    window: 1s\n", []string{"line 5", "rules[0].window", "token_bucket"}},
 		{"negative capacity", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: -3\n    refill: 1/s\n", []string{"line 4", "rules[0].capacity", "-3"}},
 		{"duplicate name", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n  - name: a\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n", []string{"line 6", "rules[1].name", "already"}},
 		{"bad name", "rules:\n  - name: a/b\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n", []string{"line 2", "rules[0].name", "a/b"}},
@@ -86,14 +156,19 @@ func TestParseErrors(t *testing.T) {
 		{"redis without addrs", "store:\n  type: redis\n", []string{"store.addrs", "at least one"}},
 		{"bad addr", "store:\n  type: redis\n  addrs: [localhost]\n", []string{"line 3", "store.addrs[0]", "localhost"}},
 		{"sentinel without master", "store:\n  type: redis-sentinel\n  addrs: [127.0.0.1:26379]\n", []string{"store.master_name"}},
-		{"brace in prefix", "store:\n  key_prefix: \"a{b\"\n", []string{"line 2", "store.key_prefix", "a{b"}},
+		{"brace in prefix", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  key_prefix: \"a{b\"\n", []string{"line 4", "store.key_prefix", "a{b"}},
+		{"two standalone addrs", "store:\n  type: redis\n  addrs: [127.0.0.1:6379, 127.0.0.1:6380]\n", []string{"line 3", "store.addrs", "exactly one"}},
+		{"db on a cluster", "store:\n  type: redis-cluster\n  addrs: [127.0.0.1:7000]\n  db: 1\n", []string{"line 4", "store.db", "cluster"}},
 		{"timeout too long", "store:\n  timeout: 2h\n", []string{"line 2", "store.timeout", "2h0m0s"}},
-		{"flush delay too long", "store:\n  flush_delay: 5ms\n", []string{"line 2", "store.flush_delay", "5ms"}},
+		{"flush delay too long", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  flush_delay: 5ms\n", []string{"line 4", "store.flush_delay", "5ms"}},
 		{"unset password env", "store:\n  password_env: FLOODGATE_TEST_SURELY_UNSET\n", []string{"line 2", "FLOODGATE_TEST_SURELY_UNSET"}},
 		{"bad proxy", "client_ip:\n  trusted_proxies: [10.0.0.0/8, banana]\n", []string{"line 2", "client_ip.trusted_proxies[1]", "banana"}},
 		{"bad prefix", "client_ip:\n  ipv6_prefix: 200\n", []string{"line 2", "client_ip.ipv6_prefix", "200"}},
 		{"bad deny status", "forward_auth:\n  deny_status: 200\n", []string{"line 2", "forward_auth.deny_status", "200"}},
 		{"bad log format", "log:\n  format: xml\n", []string{"line 2", "log.format", "xml"}},
+		{"bad headers", "listen: x\nheaders: all\n", []string{"line 2", "headers", "all"}},
+		{"bad forwarding header", "client_ip:\n  header: via\n", []string{"line 2", "client_ip.header", "via"}},
+		{"bad duration type", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: ten\n    window: 1s\n", []string{"line 4", "rules[0].limit", "ten", "whole number"}},
 		{"not a mapping", "rules:\n  - just-a-string\n", []string{"line 2"}},
 		{"empty", "", []string{"empty"}},
 		{"two errors reported", "rules:\n  - name: a\n    algorithm: nope\n  - name: b\n    algorithm: nope2\n", []string{"nope", "nope2"}},
@@ -119,7 +194,7 @@ func TestParseErrors(t *testing.T) {
 func TestFieldErrorIsStructured(t *testing.T) {
 	_, err := Parse([]byte("store:\n  type: nope\n"), "f.yaml")
 	var fe *FieldError
-	if !errors.As(err, &fe) || fe.Line != 2 || fe.Field != "store.type" || fe.Value != "nope" {
+	if !errors.As(err, &fe) || fe.Line != 2 || fe.Path != "store.type" || fe.Value != "nope" {
 		t.Fatalf("error %v is not FieldError{Line: 2, Field: store.type, Value: nope}", err)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -53,17 +52,14 @@ func BenchmarkCheckHTTP(b *testing.B) {
 			return openRedis(b, redisstore.Config{Addrs: redistest.ClusterAddrs(b), Mode: redisstore.ModeCluster})
 		}},
 	}
-	cfg, err := config.Parse([]byte(benchConfig), "bench.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
+	policy := policyOf(b, benchConfig)
 	bodies := make([][]byte, 10_000)
 	for i := range bodies {
 		bodies[i] = []byte(`{"rule":"api","key":"user-` + strconv.Itoa(i) + `"}`)
 	}
 	for _, s := range stores {
 		b.Run(s.name+"/conc64", func(b *testing.B) {
-			srv, err := server.New(cfg, s.open(b), server.Options{})
+			srv, err := server.New(s.open(b), policy, server.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

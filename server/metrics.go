@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate/decide"
 )
 
 // metrics are the server's Prometheus collectors, registered on the
@@ -23,13 +25,14 @@ const (
 	outcomeShadowDenied = "shadow_denied"
 	outcomeFailOpen     = "fail_open"
 	outcomeFailClosed   = "fail_closed"
+	outcomeError        = "error"
 )
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
-			Help: "Rate-limit decisions by rule and outcome (allowed, denied, shadow_denied, fail_open, fail_closed).",
+			Help: "Rate-limit decisions by rule and outcome (allowed, denied, shadow_denied, fail_open, fail_closed, error).",
 		}, []string{"rule", "outcome"}),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_latency_seconds",
@@ -38,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
-			Help: "Store calls that failed, by rule.",
+			Help: "Store calls that failed (outages and other store errors), by rule.",
 		}, []string{"rule"}),
 		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_failure_mode_activations_total",
@@ -55,4 +58,40 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// count records a one-rule request's result: its decision outcome, and a
+// store failure with the failure mode it met.
+func (m *metrics) count(rl *rule, res *decide.Result) {
+	o := &res.Outcomes[0]
+	var outcome string
+	switch o.Verdict {
+	case decide.Admitted:
+		outcome = outcomeAllowed
+	case decide.Denied:
+		outcome = outcomeDenied
+		if rl.Shadow {
+			outcome = outcomeShadowDenied
+		}
+	case decide.Unavailable:
+		mode := rl.Failure
+		if rl.Shadow {
+			mode = decide.FailOpen
+		}
+		outcome = outcomeFailClosed
+		if mode == decide.FailOpen {
+			outcome = outcomeFailOpen
+		}
+		m.storeErrors.WithLabelValues(rl.Name).Inc()
+		m.failureMode.WithLabelValues(rl.Name, mode.String()).Inc()
+	case decide.StoreError:
+		outcome = outcomeError
+		m.storeErrors.WithLabelValues(rl.Name).Inc()
+	default: // Invalid: the caller's error, not a decision
+		return
+	}
+	if res.Outcomes[0].RefundErr != nil {
+		m.storeErrors.WithLabelValues(rl.Name).Inc()
+	}
+	m.decisions.WithLabelValues(rl.Name, outcome).Inc()
 }

@@ -1,108 +1,176 @@
 package server
 
 import (
+	"errors"
 	"fmt"
-	"net/http"
+	"regexp"
+	"strconv"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
-	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/httplimit"
-	"github.com/floodgate-rl/floodgate/internal/problem"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
-// policy is everything Reload replaces at once: the rules, how to find a
-// client's address, and the forward-auth settings.
+// Defaults for the zero fields of a Policy.
+const (
+	// DefaultDenyStatus is forward auth's status for a request over its
+	// limit.
+	DefaultDenyStatus = 429
+	// DefaultRuleHeader is the request header forward auth reads the rule
+	// from when the query names none.
+	DefaultRuleHeader = "X-Floodgate-Rule"
+)
+
+// Rule is one named limit the API decides against.
+type Rule struct {
+	// Name identifies the rule in requests, responses, headers, metrics and
+	// store keys: 1-64 letters, digits, '_', '.' or '-', starting with a
+	// letter or digit, unique within a Policy.
+	Name string
+	// Limit is the rate limit, as a valid [floodgate.Limit].
+	Limit floodgate.Limit
+	// Failure says what an outage of the store means for the rule.
+	Failure decide.FailureMode
+	// Shadow makes the rule decide and report but never deny; a shadow rule
+	// never appears in rate-limit headers or Retry-After.
+	Shadow bool
+	// Description describes the rule in GET /v1/rules. Empty: the limit's
+	// String.
+	Description string
+}
+
+// Policy is everything Reload replaces at once: the rules, how forward auth
+// finds a client's address, and the response settings.
+type Policy struct {
+	// Rules are the named limits. None is valid: a server that only hosts
+	// other routes (Options.Routes), such as Envoy's /json.
+	Rules []Rule
+	// ClientIP finds forward auth's client address. Nil: a zero
+	// clientip.Resolver, which trusts no proxy.
+	ClientIP *clientip.Extractor
+	// Headers selects the rate-limit response headers; the zero value sends
+	// both the IETF and the X-RateLimit ones.
+	Headers httplimit.HeaderMode
+	// DenyStatus is forward auth's status for a request over its limit, a
+	// 4xx or 5xx (nginx auth_request needs 401 or 403). Zero:
+	// DefaultDenyStatus.
+	DenyStatus int
+	// RuleHeader names the request header forward auth reads the rule from
+	// when the query has no "rule". Empty: DefaultRuleHeader.
+	RuleHeader string
+}
+
+// ConfigError reports a bad Policy field, naming the field and its value.
+type ConfigError struct {
+	Field  string // such as "Rules[1].Name"
+	Value  string // the bad value, formatted
+	Reason string
+	Err    error // the underlying error, if any (a *floodgate.LimitError for a limit)
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("server: %s %s %s", e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+var ruleName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// Validate reports every bad field of p, each as a *ConfigError, joined
+// with errors.Join.
+func (p *Policy) Validate() error {
+	var errs []error
+	bad := func(field, value, reason string, err error) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason, Err: err})
+	}
+	seen := make(map[string]int, len(p.Rules))
+	for i, r := range p.Rules {
+		field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
+		if !ruleName.MatchString(r.Name) {
+			bad(field("Name"), strconv.Quote(r.Name), "must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", nil)
+		} else if prev, dup := seen[r.Name]; dup {
+			bad(field("Name"), strconv.Quote(r.Name), fmt.Sprintf("is already the name of the rule at index %d", prev), nil)
+		} else {
+			seen[r.Name] = i
+		}
+		if err := r.Limit.Validate(); err != nil {
+			bad(field("Limit"), r.Limit.String(), "is invalid: "+err.Error(), err)
+		}
+		if r.Failure > decide.FailClosed {
+			bad(field("Failure"), r.Failure.String(), "must be FailOpen or FailClosed", nil)
+		}
+	}
+	if p.Headers > httplimit.HeadersNone {
+		bad("Headers", p.Headers.String(), "is not a HeaderMode", nil)
+	}
+	if p.DenyStatus != 0 && (p.DenyStatus < 400 || p.DenyStatus > 599) {
+		bad("DenyStatus", strconv.Itoa(p.DenyStatus), "must be a 4xx or 5xx status such as 429, 401 or 403", nil)
+	}
+	return errors.Join(errs...)
+}
+
+// policy is a validated Policy, ready to serve.
 type policy struct {
-	cfg       *config.Config
-	rules     map[string]*rule
-	ordered   []*rule
-	clientIP  *clientip.Extractor
-	denyCode  int
-	ruleField string
-	headers   httplimit.HeaderMode
+	rules      map[string]*rule
+	ordered    []*rule
+	clientIP   *clientip.Extractor
+	headers    httplimit.HeaderMode
+	denyStatus int
+	ruleHeader string
 }
 
-// rule is a config rule compiled for deciding.
+// rule is a Rule prepared for deciding.
 type rule struct {
-	name     string
-	limit    floodgate.Limit
-	failOpen bool
-	shadow   bool
+	Rule
+	policy  ratelimitheader.Policy // the rule's header pieces
+	listing string                 // its RateLimit-Policy value
 }
 
-// storeKey namespaces a caller's key by rule. Rule names cannot contain '/',
-// so distinct (rule, key) pairs never share a store key.
-func (r *rule) storeKey(key string) string { return r.name + "/" + key }
-
-func newPolicy(cfg *config.Config) (*policy, error) {
-	ex, err := clientip.New(cfg.ClientIP.Resolver())
-	if err != nil {
-		return nil, fmt.Errorf("client_ip: %w", err)
+func newPolicy(p Policy) (*policy, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
-	p := &policy{
-		cfg:       cfg,
-		rules:     make(map[string]*rule, len(cfg.Rules)),
-		clientIP:  ex,
-		denyCode:  cfg.ForwardAuth.DenyStatus,
-		ruleField: cfg.ForwardAuth.RuleHeader,
-		headers:   cfg.HeaderMode(),
+	out := &policy{
+		rules:      make(map[string]*rule, len(p.Rules)),
+		clientIP:   p.ClientIP,
+		headers:    p.Headers,
+		denyStatus: p.DenyStatus,
+		ruleHeader: p.RuleHeader,
 	}
-	for _, r := range cfg.Rules {
-		if err := r.RateLimit().Validate(); err != nil {
-			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
+	if out.clientIP == nil {
+		out.clientIP, _ = clientip.New(clientip.Resolver{}) // the zero Resolver is valid
+	}
+	if out.denyStatus == 0 {
+		out.denyStatus = DefaultDenyStatus
+	}
+	if out.ruleHeader == "" {
+		out.ruleHeader = DefaultRuleHeader
+	}
+	for i, r := range p.Rules {
+		pol, err := ratelimitheader.ForLimit(r.Name, r.Limit)
+		if err != nil { // a valid name is a Structured Fields String
+			return nil, &ConfigError{Field: fmt.Sprintf("Rules[%d].Name", i), Value: strconv.Quote(r.Name), Reason: "cannot be serialized", Err: err}
 		}
-		rl := &rule{name: r.Name, limit: r.RateLimit(), failOpen: r.FailOpen(), shadow: r.Shadow}
-		p.rules[r.Name] = rl
-		p.ordered = append(p.ordered, rl)
+		if r.Description == "" {
+			r.Description = r.Limit.String()
+		}
+		var list ratelimitheader.List
+		list.Add(&pol)
+		rl := &rule{Rule: r, policy: pol, listing: list.String()}
+		out.rules[r.Name] = rl
+		out.ordered = append(out.ordered, rl)
 	}
-	return p, nil
+	return out, nil
 }
 
-// handleForwardAuth answers a reverse proxy's sub-request: 200 when the
-// original client is within the rule, the configured deny status when not.
-// The rule comes from the "rule" query parameter or the rule header; the key
-// is the client's address found with the trusted-proxy and IPv6-prefix
-// rules, so a client cannot choose it.
-func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
-	p := s.policy.Load()
-	name := r.URL.Query().Get("rule")
-	if name == "" {
-		name = r.Header.Get(p.ruleField)
-	}
-	rl, ok := p.ruleFor(w, name)
-	if !ok {
-		return
-	}
-	key, err := p.clientIP.Key(r)
-	if err != nil {
-		problem.Error(w, http.StatusBadRequest, "cannot find the client's address: "+err.Error())
-		return
-	}
-	out := s.decide(r.Context(), rl, key, 1)
-	if out.err != nil {
-		problem.Error(w, http.StatusInternalServerError, out.err.Error())
-		return
-	}
-	if out.unavailable {
-		if rl.failOpen {
-			w.WriteHeader(http.StatusOK)
-			return
-		}
-		w.Header().Set("Retry-After", "1")
-		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("the rate-limit store is unavailable and rule %q fails closed", rl.name))
-		return
-	}
-	p.writeRateLimitHeaders(w.Header(), rl, out.d)
-	if out.allowed {
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	problem.Write(w, problem.Details{
-		Type:             problem.QuotaExceeded,
-		Title:            "Too Many Requests",
-		Status:           p.denyCode,
-		Detail:           fmt.Sprintf("rule %q: limit of %s exceeded", rl.name, rl.limit),
-		ViolatedPolicies: []string{rl.name},
-	})
+// check is the engine's check of one request under rl: the server keys
+// its rules with decide.StoreKey in the empty namespace, as `floodgate
+// check` and `floodgate bench --rule` do.
+func (rl *rule) check(key string, cost int64) decide.Check {
+	return decide.Check{Rule: rl.Name, Key: decide.StoreKey("", rl.Name, key), Limit: rl.Limit, Cost: cost,
+		Failure: rl.Failure, Shadow: rl.Shadow}
 }

@@ -23,9 +23,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/config"
-	"github.com/floodgate-rl/floodgate/internal/logthrottle"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/problem"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
 // MaxBodyBytes bounds request bodies; larger ones are answered 413.
@@ -45,22 +46,32 @@ type Options struct {
 	// Routes adds handlers to the API by ServeMux pattern (such as the Envoy
 	// service's "POST /json"), under the same in-flight bound.
 	Routes map[string]http.Handler
+	// Timeout, if positive, bounds each decision (decide.Options.Timeout).
+	// Zero: the store's own per-call timeout is the one budget.
+	Timeout time.Duration
+	// UnavailableRetryAfter is the Retry-After of a 503 from a fail-closed
+	// rule. Zero: decide.DefaultUnavailableRetryAfter.
+	UnavailableRetryAfter time.Duration
+	// Clock tells the time for X-RateLimit-Reset and log throttling. Nil:
+	// the system clock. Decisions take the store's time.
+	Clock floodgate.Clock
 }
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
 type Server struct {
+	engine   *decide.Engine
 	store    floodgate.Store
-	logger   *slog.Logger
+	clock    floodgate.Clock
 	registry *prometheus.Registry
 	metrics  *metrics
 	policy   atomic.Pointer[policy]
 	inFlight chan struct{}
-	storeLog *logthrottle.Logger
 	routes   map[string]http.Handler
 }
 
-// New returns a server deciding with store under cfg's rules.
-func New(cfg *config.Config, store floodgate.Store, opts Options) (*Server, error) {
+// New returns a server deciding with store under p. The error names the
+// bad Policy field (a *ConfigError, several joined with errors.Join).
+func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -70,49 +81,59 @@ func New(cfg *config.Config, store floodgate.Store, opts Options) (*Server, erro
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 4096
 	}
+	if opts.Clock == nil {
+		opts.Clock = floodgate.SystemClock{}
+	}
+	if store == nil {
+		return nil, &ConfigError{Field: "store", Value: "<nil>", Reason: "is required"}
+	}
+	engine, err := decide.New(store, decide.Options{
+		Timeout:               opts.Timeout,
+		UnavailableRetryAfter: opts.UnavailableRetryAfter,
+		Logger:                opts.Logger,
+		Now:                   opts.Clock.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	pol, err := newPolicy(p)
+	if err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(opts.Registry)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
+		engine:   engine,
 		store:    store,
-		logger:   opts.Logger,
+		clock:    opts.Clock,
 		registry: opts.Registry,
 		metrics:  m,
 		inFlight: make(chan struct{}, opts.MaxInFlight),
-		storeLog: logthrottle.New(opts.Logger, 10*time.Second, nil),
 		routes:   opts.Routes,
 	}
-	p, err := newPolicy(cfg)
-	if err != nil {
-		return nil, err
-	}
-	s.policy.Store(p)
+	s.policy.Store(pol)
 	return s, nil
 }
 
-// Reload replaces the rules, client-IP and forward-auth settings with cfg's.
-// Store and listen settings need a restart; Reload reports whether they
-// differ so the caller can say so.
-func (s *Server) Reload(cfg *config.Config) (needsRestart bool, err error) {
-	p, err := newPolicy(cfg)
+// Reload replaces the policy with p; requests in flight finish under the
+// one they started with. If p is invalid, the policy in force stays. Either
+// way the reload is counted in floodgate_config_reloads_total.
+func (s *Server) Reload(p Policy) error {
+	pol, err := newPolicy(p)
 	if err != nil {
-		s.metrics.reloads.WithLabelValues("error").Inc()
-		return false, err
+		s.ReloadFailed()
+		return err
 	}
-	old := s.policy.Swap(p)
+	s.policy.Store(pol)
 	s.metrics.reloads.WithLabelValues("ok").Inc()
-	return !sameStore(old.cfg.Store, cfg.Store) || old.cfg.Listen != cfg.Listen || old.cfg.GRPCListen != cfg.GRPCListen, nil
+	return nil
 }
 
-func sameStore(a, b config.Store) bool {
-	return a.Type == b.Type && fmt.Sprint(a.Addrs) == fmt.Sprint(b.Addrs) && a.MasterName == b.MasterName &&
-		a.Username == b.Username && a.PasswordValue() == b.PasswordValue() && a.TLS == b.TLS && a.DB == b.DB &&
-		a.Timeout == b.Timeout && a.KeyPrefix == b.KeyPrefix
-}
-
-// Config returns the configuration currently in force.
-func (s *Server) Config() *config.Config { return s.policy.Load().cfg }
+// ReloadFailed counts a reload that failed before it reached Reload, such
+// as a configuration file that does not parse.
+func (s *Server) ReloadFailed() { s.metrics.reloads.WithLabelValues("error").Inc() }
 
 // Handler returns the HTTP API:
 //
@@ -278,80 +299,89 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	cost := int64(1)
 	if req.Cost != nil {
-		cost = *req.Cost
+		// Zero would mean 1 to the engine; the API asks for an explicit cost.
+		if cost = *req.Cost; cost < 1 {
+			problem.Error(w, http.StatusBadRequest, fmt.Sprintf("cost %d must be between 1 and the rule's limit %d", cost, rl.Limit.Quota))
+			return
+		}
 	}
-	if cost < 1 || cost > rl.limit.Quota {
-		problem.Error(w, http.StatusBadRequest, fmt.Sprintf("cost %d must be between 1 and the rule's limit %d", cost, rl.limit.Quota))
+	res := s.decide(r.Context(), rl, *req.Key, cost)
+	if !s.answerFailure(w, rl, &res) {
 		return
 	}
-	out := s.decide(r.Context(), rl, *req.Key, cost)
-	if out.err != nil {
-		problem.Error(w, http.StatusInternalServerError, out.err.Error())
-		return
-	}
-	if out.unavailable && !rl.failOpen {
-		w.Header().Set("Retry-After", "1")
-		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("the rate-limit store is unavailable and rule %q fails closed", rl.name))
-		return
-	}
+	o := &res.Outcomes[0]
 	resp := CheckResponse{
-		Allowed:          out.allowed,
-		Limit:            out.d.Limit,
-		Remaining:        out.d.Remaining,
-		RetryAfterMs:     ceilMillis(out.d.RetryAfter),
-		ResetAfterMs:     ceilMillis(out.d.ResetAfter),
-		Rule:             rl.name,
-		Shadow:           rl.shadow,
-		ShadowDenied:     rl.shadow && !out.d.Allowed && !out.unavailable,
-		StoreUnavailable: out.unavailable,
+		Allowed:          res.Allowed(),
+		Limit:            rl.Limit.Quota,
+		Rule:             rl.Name,
+		Shadow:           rl.Shadow,
+		ShadowDenied:     rl.Shadow && o.Decided && o.Verdict == decide.Denied,
+		StoreUnavailable: o.Verdict == decide.Unavailable,
 	}
-	if !out.unavailable {
-		p.writeRateLimitHeaders(w.Header(), rl, out.d)
+	if o.Decided {
+		d := o.Decision
+		resp.Limit, resp.Remaining = d.Limit, d.Remaining
+		resp.RetryAfterMs, resp.ResetAfterMs = ceilMillis(d.RetryAfter), ceilMillis(d.ResetAfter)
 	}
+	p.writeHeaders(w.Header(), rl, &res, s.clock.Now())
 	status := http.StatusOK
-	if !out.allowed {
+	if !res.Allowed() {
 		status = http.StatusTooManyRequests
 	}
 	writeJSON(w, status, resp)
 }
 
-// outcome is one decision as the API reports it.
-type outcome struct {
-	d           floodgate.Decision
-	allowed     bool // what the caller is told: shadow rules and fail-open admit
-	unavailable bool // the store could not decide
-	err         error
+// decide decides one request under rl through the engine and counts it.
+func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64) decide.Result {
+	checks := [1]decide.Check{rl.check(key, cost)}
+	var outcomes [1]decide.Outcome
+	start := time.Now()
+	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
+	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
+	s.metrics.count(rl, &res)
+	return res
 }
 
-// decide asks the store and applies the rule's shadow and failure modes.
-func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64) outcome {
-	start := time.Now()
-	d, err := s.store.AllowN(ctx, rl.storeKey(key), rl.limit, cost)
-	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
-	if err != nil {
-		if !errors.Is(err, floodgate.ErrStoreUnavailable) {
-			return outcome{err: err}
-		}
-		s.metrics.storeErrors.WithLabelValues(rl.name).Inc()
-		mode, result := config.FailClosed, outcomeFailClosed
-		if rl.failOpen {
-			mode, result = config.FailOpen, outcomeFailOpen
-		}
-		s.metrics.failureMode.WithLabelValues(rl.name, mode).Inc()
-		s.metrics.decisions.WithLabelValues(rl.name, result).Inc()
-		s.storeLog.Warn(ctx, "rate-limit store unavailable; applying the rule's failure mode",
-			slog.String("rule", rl.name), slog.String("failure_mode", mode), slog.String("error", err.Error()))
-		return outcome{d: floodgate.Decision{Limit: rl.limit.Quota}, allowed: rl.failOpen, unavailable: true}
+// answerFailure answers a request the engine did not decide: 503 for a
+// fail-closed rule the store could not decide, 500 for any other store
+// error, 400 for input the engine rejects. It reports whether the request
+// was decided (admitted, denied, or admitted by a fail-open rule) and is
+// still to be answered.
+func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Result) bool {
+	switch res.Verdict {
+	case decide.Admitted, decide.Denied:
+		return true
+	case decide.Unavailable:
+		w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
+		w.Header()["Cache-Control"] = []string{"no-store"}
+		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("the rate-limit store is unavailable and rule %q fails closed; retry after the number of seconds in Retry-After", rl.Name))
+	case decide.Invalid:
+		problem.Error(w, http.StatusBadRequest, res.Err().Error())
+	default:
+		w.Header()["Cache-Control"] = []string{"no-store"}
+		problem.Error(w, http.StatusInternalServerError, fmt.Sprintf("the rate-limit store failed for rule %q; the request was not decided: %v", rl.Name, res.Err()))
 	}
-	result := outcomeAllowed
-	switch {
-	case !d.Allowed && rl.shadow:
-		result = outcomeShadowDenied
-	case !d.Allowed:
-		result = outcomeDenied
+	return false
+}
+
+// writeHeaders sets the rate-limit headers of a decided request as the
+// middleware does: the rule's RateLimit-Policy and, when it decided, the
+// RateLimit and X-RateLimit-* fields, with Retry-After when it denied. A
+// shadow rule never appears in them.
+func (p *policy) writeHeaders(h http.Header, rl *rule, res *decide.Result, now time.Time) {
+	if rl.Shadow {
+		return
 	}
-	s.metrics.decisions.WithLabelValues(rl.name, result).Inc()
-	return outcome{d: d, allowed: d.Allowed || rl.shadow}
+	listing := ""
+	if p.headers != httplimit.HeadersNone && p.headers != httplimit.HeadersLegacy {
+		listing = rl.listing
+	}
+	var most *ratelimitheader.Policy
+	var d floodgate.Decision
+	if res.Deciding >= 0 {
+		most, d = &rl.policy, res.Outcomes[res.Deciding].Decision
+	}
+	ratelimitheader.Write(h, p.headers, listing, most, d, now)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -375,7 +405,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	err := s.store.Reset(r.Context(), rl.storeKey(*req.Key), rl.limit)
+	err := s.store.Reset(r.Context(), decide.StoreKey("", rl.Name, *req.Key), rl.Limit)
 	s.metrics.storeLatency.WithLabelValues("reset").Observe(time.Since(start).Seconds())
 	if err != nil {
 		status := http.StatusInternalServerError
@@ -386,7 +416,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		problem.Error(w, status, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": rl.name})
+	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": rl.Name})
 }
 
 // RuleInfo describes one rule in GET /v1/rules.
@@ -408,15 +438,12 @@ func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
 	}{Rules: []RuleInfo{}}
 	for _, rl := range p.ordered {
 		info := RuleInfo{
-			Name: rl.name, Algorithm: rl.limit.Algorithm.String(), Limit: rl.limit.Quota,
-			WindowMs: rl.limit.Window.Milliseconds(), FailureMode: config.FailClosed, Shadow: rl.shadow,
-			Description: rl.limit.String(),
+			Name: rl.Name, Algorithm: rl.Limit.Algorithm.String(), Limit: rl.Limit.Quota,
+			WindowMs: rl.Limit.Window.Milliseconds(), FailureMode: rl.Failure.String(), Shadow: rl.Shadow,
+			Description: rl.Description,
 		}
-		if rl.limit.Algorithm == floodgate.TokenBucket {
-			info.Refill = rl.limit.RefillTokens()
-		}
-		if rl.failOpen {
-			info.FailureMode = config.FailOpen
+		if rl.Limit.Algorithm == floodgate.TokenBucket {
+			info.Refill = rl.Limit.RefillTokens()
 		}
 		out.Rules = append(out.Rules, info)
 	}

@@ -16,7 +16,9 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -53,15 +55,29 @@ type fixture struct {
 
 func newFixture(t *testing.T, yaml string, store func(floodgate.Clock) floodgate.Store) *fixture {
 	t.Helper()
+	return newPolicyFixture(t, policyOf(t, yaml), store)
+}
+
+func policyOf(t testing.TB, yaml string) server.Policy {
+	t.Helper()
 	cfg, err := config.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p, err := cfg.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newPolicyFixture(t *testing.T, p server.Policy, store func(floodgate.Clock) floodgate.Store) *fixture {
+	t.Helper()
 	clock := floodgate.NewManualClock(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC))
 	if store == nil {
 		store = func(c floodgate.Clock) floodgate.Store { return memory.New(memory.WithClock(c)) }
 	}
-	srv, err := server.New(cfg, store(clock), server.Options{})
+	srv, err := server.New(store(clock), p, server.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,21 +307,31 @@ func TestFailureModes(t *testing.T) {
 	f := newFixture(t, testConfig, func(floodgate.Clock) floodgate.Store { return failingStore{} })
 	rec := f.do("POST", "/v1/check", `{"rule":"api","key":"k"}`)
 	got := decode[server.CheckResponse](t, rec)
-	if rec.Code != 200 || !got.Allowed || !got.StoreUnavailable {
+	if rec.Code != 200 || !got.Allowed || !got.StoreUnavailable || got.Limit != 10 {
 		t.Fatalf("fail-open rule: %d %+v", rec.Code, got)
 	}
+	if rec.Header().Get("RateLimit") != "" || rec.Header().Get("Retry-After") != "" {
+		t.Fatalf("fail-open rule, undecided: headers %v, want no RateLimit or Retry-After", rec.Header())
+	}
 	rec = f.do("POST", "/v1/check", `{"rule":"login","key":"k"}`)
-	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" || rec.Header().Get("Content-Type") != "application/problem+json" {
-		t.Fatalf("fail-closed rule: %d %v", rec.Code, rec.Header())
+	if rec.Code != 503 || rec.Header().Get("Retry-After") != "5" || rec.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("fail-closed rule: %d %v, want 503 with Retry-After 5 (decide.DefaultUnavailableRetryAfter)", rec.Code, rec.Header())
+	}
+	if rec := f.do("GET", "/v1/forward-auth?rule=login", ""); rec.Code != 503 || rec.Header().Get("Retry-After") != "5" {
+		t.Fatalf("forward auth, fail-closed rule: %d %v", rec.Code, rec.Header())
+	}
+	if rec := f.do("GET", "/v1/forward-auth?rule=api", ""); rec.Code != 200 {
+		t.Fatalf("forward auth, fail-open rule: %d", rec.Code)
 	}
 	if rec := f.do("GET", "/readyz", ""); rec.Code != 503 {
 		t.Fatalf("readyz with the store down: %d", rec.Code)
 	}
 	body := f.do("GET", "/metrics", "").Body.String()
 	for _, want := range []string{
-		`floodgate_failure_mode_activations_total{mode="open",rule="api"} 1`,
-		`floodgate_failure_mode_activations_total{mode="closed",rule="login"} 1`,
-		`floodgate_store_errors_total{rule="login"} 1`,
+		`floodgate_failure_mode_activations_total{mode="open",rule="api"} 2`,
+		`floodgate_failure_mode_activations_total{mode="closed",rule="login"} 2`,
+		`floodgate_store_errors_total{rule="login"} 2`,
+		`floodgate_decisions_total{outcome="fail_open",rule="api"} 2`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
@@ -315,11 +341,7 @@ func TestFailureModes(t *testing.T) {
 
 func TestReload(t *testing.T) {
 	f := newFixture(t, testConfig, nil)
-	next, err := config.Parse([]byte(strings.Replace(testConfig, "limit: 3", "limit: 1", 1)), "next.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.srv.Reload(next); err != nil {
+	if err := f.srv.Reload(policyOf(t, strings.Replace(testConfig, "limit: 3", "limit: 1", 1))); err != nil {
 		t.Fatal(err)
 	}
 	f.do("POST", "/v1/check", `{"rule":"login","key":"r"}`)
@@ -329,10 +351,10 @@ func TestReload(t *testing.T) {
 }
 
 func TestMaxInFlight(t *testing.T) {
-	cfg := config.Default()
 	block := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	srv, err := server.New(cfg, blockingStore{block: block, entered: entered}, server.Options{MaxInFlight: 1})
+	p := server.Policy{Rules: []server.Rule{{Name: "api", Limit: floodgate.NewTokenBucket(100, 10, time.Second)}}}
+	srv, err := server.New(blockingStore{Store: memory.New(), block: block, entered: entered}, p, server.Options{MaxInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,5 +431,189 @@ func TestCheckHeaders(t *testing.T) {
 	rec = f.do("POST", "/v1/check", `{"rule":"login","key":"h"}`)
 	if rec.Code != 429 || rec.Header().Get("Retry-After") != "60" || rec.Header().Get("X-RateLimit-Remaining") != "0" {
 		t.Fatalf("denied: %d %v", rec.Code, rec.Header())
+	}
+}
+
+// rateLimitHeaders lists the rate-limit header fields a response carries.
+func rateLimitHeaders(h http.Header) []string {
+	var got []string
+	for _, k := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+		if v := h.Values(k); len(v) > 0 {
+			got = append(got, k+": "+strings.Join(v, ", "))
+		}
+	}
+	return got
+}
+
+// TestShadowRuleHeaders: a shadow rule never appears in a header or in
+// Retry-After, even when it would deny, on /v1/check and forward auth.
+func TestShadowRuleHeaders(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	for i := range 3 {
+		rec := f.do("POST", "/v1/check", `{"rule":"shadowed","key":"k"}`)
+		got := decode[server.CheckResponse](t, rec)
+		if rec.Code != 200 || !got.Allowed || got.ShadowDenied != (i > 0) {
+			t.Fatalf("/v1/check request %d: %d %+v", i+1, rec.Code, got)
+		}
+		if h := rateLimitHeaders(rec.Header()); len(h) > 0 {
+			t.Fatalf("/v1/check request %d on a shadow rule sends %q", i+1, h)
+		}
+	}
+	for i := range 3 {
+		req := httptest.NewRequest("GET", "/v1/forward-auth?rule=shadowed", nil)
+		req.RemoteAddr = "198.51.100.9:1234"
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("forward auth request %d on a shadow rule: %d", i+1, rec.Code)
+		}
+		if h := rateLimitHeaders(rec.Header()); len(h) > 0 {
+			t.Fatalf("forward auth request %d on a shadow rule sends %q", i+1, h)
+		}
+	}
+	body := f.do("GET", "/metrics", "").Body.String()
+	if want := `floodgate_decisions_total{outcome="shadow_denied",rule="shadowed"} 4`; !strings.Contains(body, want) {
+		t.Errorf("metrics lack %q", want)
+	}
+}
+
+// TestForwardAuthHeaders: forward auth sends the headers the middleware
+// would: the rule's policy and its state, and Retry-After on a denial.
+func TestForwardAuthHeaders(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	var rec *httptest.ResponseRecorder
+	for range 4 {
+		rec = f.do("GET", "/v1/forward-auth?rule=login", "")
+	}
+	want := []string{`RateLimit-Policy: "login";q=3;w=60`, `RateLimit: "login";r=0;t=60`, "X-RateLimit-Limit: 3",
+		"X-RateLimit-Remaining: 0", "Retry-After: 60"}
+	// The log's entries sit at distinct microseconds: the reset may be a
+	// second later.
+	h := rec.Header().Clone()
+	if reset, now := h.Get("X-RateLimit-Reset"), f.clock.Now().Unix(); reset != fmt.Sprint(now+60) && reset != fmt.Sprint(now+61) {
+		t.Errorf("X-RateLimit-Reset %s, want %d", reset, now+60)
+	}
+	h.Del("X-RateLimit-Reset")
+	if got := rateLimitHeaders(h); rec.Code != 403 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("denied: %d %q, want 403 %q", rec.Code, got, want)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("denied: Content-Type %q", ct)
+	}
+}
+
+// errScript is a store error that is not an outage, as redisstore.ErrScript.
+var errScript = errors.New("script failed: ERR user_script:1: bad")
+
+type scriptErrorStore struct{ floodgate.Store }
+
+func (scriptErrorStore) AllowN(context.Context, string, floodgate.Limit, int64) (floodgate.Decision, error) {
+	return floodgate.Decision{}, errScript
+}
+
+// TestStoreErrorNeverAdmits: a store error that is not an outage, behind a
+// fail-open rule of 1 per minute, answers 500 every time on /v1/check and
+// forward auth, never 200.
+func TestStoreErrorNeverAdmits(t *testing.T) {
+	p := server.Policy{Rules: []server.Rule{{Name: "one", Limit: floodgate.PerMinute(1), Failure: decide.FailOpen}}}
+	f := newPolicyFixture(t, p, func(floodgate.Clock) floodgate.Store { return scriptErrorStore{memory.New()} })
+	for i := range 3 {
+		for _, rec := range []*httptest.ResponseRecorder{
+			f.do("POST", "/v1/check", `{"rule":"one","key":"k"}`),
+			f.do("GET", "/v1/forward-auth?rule=one", ""),
+		} {
+			if rec.Code != 500 || rec.Header().Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("request %d: %d %q %s, want a 500 problem", i+1, rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+			}
+			if h := rateLimitHeaders(rec.Header()); len(h) > 0 {
+				t.Fatalf("request %d: a store error sends %q", i+1, h)
+			}
+		}
+	}
+	body := f.do("GET", "/metrics", "").Body.String()
+	for _, want := range []string{`floodgate_decisions_total{outcome="error",rule="one"} 6`, `floodgate_store_errors_total{rule="one"} 6`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestLiteralPolicy: a policy written in Go serves exactly as the same
+// policy read from YAML.
+func TestLiteralPolicy(t *testing.T) {
+	ex, err := clientip.New(clientip.Resolver{TrustedProxies: []string{"10.0.0.0/8"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	literal := server.Policy{
+		Rules: []server.Rule{
+			{Name: "login", Limit: floodgate.NewLimit(floodgate.SlidingWindowLog, 3, time.Minute), Failure: decide.FailClosed},
+			{Name: "api", Limit: floodgate.NewTokenBucket(10, 1, time.Second)},
+			{Name: "shadowed", Limit: floodgate.NewLimit(floodgate.FixedWindow, 1, time.Minute), Shadow: true},
+		},
+		ClientIP:   ex,
+		DenyStatus: 403,
+	}
+	fromYAML, fromGo := newFixture(t, testConfig, nil), newPolicyFixture(t, literal, nil)
+	requests := []struct{ method, target, body string }{
+		{"GET", "/v1/rules", ""},
+		{"POST", "/v1/check", `{"rule":"login","key":"k","cost":2}`},
+		{"POST", "/v1/check", `{"rule":"login","key":"k","cost":2}`},
+		{"POST", "/v1/check", `{"rule":"api","key":"k"}`},
+		{"POST", "/v1/check", `{"rule":"shadowed","key":"k"}`},
+		{"POST", "/v1/check", `{"rule":"shadowed","key":"k"}`},
+		{"GET", "/v1/forward-auth?rule=login", ""},
+		{"GET", "/v1/forward-auth?rule=login", ""},
+		{"GET", "/v1/forward-auth?rule=login", ""},
+		{"GET", "/v1/forward-auth?rule=login", ""},
+	}
+	for _, r := range requests {
+		a, b := fromYAML.do(r.method, r.target, r.body), fromGo.do(r.method, r.target, r.body)
+		if a.Code != b.Code || a.Body.String() != b.Body.String() || fmt.Sprint(a.Header()) != fmt.Sprint(b.Header()) {
+			t.Fatalf("%s %s %s:\nYAML %d %v %s\nGo   %d %v %s", r.method, r.target, r.body, a.Code, a.Header(), a.Body, b.Code, b.Header(), b.Body)
+		}
+	}
+}
+
+func TestPolicyErrors(t *testing.T) {
+	ok := server.Rule{Name: "ok", Limit: floodgate.PerMinute(1)}
+	cases := []struct {
+		name  string
+		p     server.Policy
+		field string
+	}{
+		{"bad name", server.Policy{Rules: []server.Rule{{Name: "a/b", Limit: floodgate.PerMinute(1)}}}, "Rules[0].Name"},
+		{"duplicate", server.Policy{Rules: []server.Rule{ok, ok}}, "Rules[1].Name"},
+		{"zero limit", server.Policy{Rules: []server.Rule{{Name: "z"}}}, "Rules[0].Limit"},
+		{"bad failure", server.Policy{Rules: []server.Rule{{Name: "f", Limit: floodgate.PerMinute(1), Failure: 7}}}, "Rules[0].Failure"},
+		{"deny status", server.Policy{Rules: []server.Rule{ok}, DenyStatus: 200}, "DenyStatus"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := server.New(memory.New(), c.p, server.Options{})
+			var ce *server.ConfigError
+			if !errors.As(err, &ce) || ce.Field != c.field {
+				t.Fatalf("New: %v, want a ConfigError naming %s", err, c.field)
+			}
+		})
+	}
+	_, err := server.New(memory.New(), server.Policy{Rules: []server.Rule{{Name: "z"}}}, server.Options{})
+	if !errors.Is(err, floodgate.ErrInvalidLimit) {
+		t.Errorf("an invalid limit's error %v does not match ErrInvalidLimit", err)
+	}
+}
+
+func TestReloadErrorCounted(t *testing.T) {
+	f := newFixture(t, testConfig, nil)
+	if err := f.srv.Reload(server.Policy{Rules: []server.Rule{{Name: "bad"}}}); err == nil {
+		t.Fatal("Reload accepted a rule with no limit")
+	}
+	f.srv.ReloadFailed()
+	if rec := f.do("POST", "/v1/check", `{"rule":"login","key":"k"}`); rec.Code != 200 {
+		t.Fatalf("after a failed reload: %d", rec.Code)
+	}
+	body := f.do("GET", "/metrics", "").Body.String()
+	if want := `floodgate_config_reloads_total{result="error"} 2`; !strings.Contains(body, want) {
+		t.Errorf("metrics lack %q", want)
 	}
 }

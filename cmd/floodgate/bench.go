@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,24 +8,15 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"math/rand/v2"
-	"net/http"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/loadgen"
 )
 
 const benchSynopsis = `bench [--target store|http|grpc] [--concurrency N] [--keys N] [--duration D] [--requests N] [--json] ...
@@ -172,7 +162,7 @@ func (o *benchOptions) validate(set map[string]bool) error {
 	storeOnly := []string{"config", "store", "algorithm", "limit", "window", "redis-addr", "redis-addrs", "sentinel-addrs", "sentinel-master"}
 	only := func(target string, allowed ...string) error {
 		for _, name := range storeOnly {
-			if set[name] && !benchContains(allowed, name) {
+			if set[name] && !slices.Contains(allowed, name) {
 				return fmt.Errorf("--%s does not apply to --target %s (the server's rules decide)", name, target)
 			}
 		}
@@ -217,364 +207,75 @@ func (o *benchOptions) validate(set map[string]bool) error {
 	return nil
 }
 
-func benchContains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// benchTarget is what the callers load: decide answers one request.
-type benchTarget struct {
-	// desc and limit describe it in the summary.
-	desc, limit string
-	decide      func(ctx context.Context, key string) (allowed bool, err error)
-	close       func()
-}
-
-// open connects to the target o names.
-func (o *benchOptions) open(ctx context.Context) (*benchTarget, error) {
-	switch o.target {
-	case "http":
-		return o.openHTTP(ctx)
-	case "grpc":
-		return o.openGRPC()
-	}
-	return o.openStore(ctx)
-}
-
-func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
-	cfg, err := loadConfig(o.cfgPath)
-	if err != nil {
-		return nil, err
-	}
-	if o.cfgPath == "" {
-		// The built-in example runs on memory; without --config only
-		// --store chooses.
-		cfg.Store = config.Store{Type: config.StoreMemory}
-	}
-	if o.store != "" {
-		sc := cfg.Store
-		sc.Type = o.store
-		switch o.store {
-		case config.StoreMemory:
-		case config.StoreRedis:
-			sc.Addrs = []string{o.redisAddr}
-		case config.StoreRedisCluster:
-			sc.Addrs = simSplitList(o.redisAddrs)
-		case config.StoreRedisSentinel:
-			sc.Addrs, sc.MasterName = simSplitList(o.sentinels), o.master
-		default:
-			return nil, fmt.Errorf("--store %q is not memory, redis, redis-cluster or redis-sentinel", o.store)
-		}
-		cfg.Store = sc
-	}
-	var limit floodgate.Limit
-	keyPrefix := o.keyPrefix
-	if o.rule != "" {
-		r, ok := cfg.Rule(o.rule)
-		if !ok {
-			return nil, fmt.Errorf("no rule named %q in %s", o.rule, cfg.Source)
-		}
-		limit = r.RateLimit()
-		keyPrefix = r.Name + "/" + keyPrefix // as floodgate serve keys a rule
-	} else {
-		alg, err := floodgate.ParseAlgorithm(o.algorithm)
-		if err != nil {
-			return nil, err
-		}
-		limit = floodgate.NewLimit(alg, o.limit, o.window)
-	}
-	if err := limit.Validate(); err != nil {
-		return nil, err
-	}
-	if err := limit.CheckCost(o.cost); err != nil {
-		return nil, err
-	}
-	store, closeStore, err := openStore(ctx, cfg.Store)
-	if err != nil {
-		return nil, err
-	}
-	cost := o.cost
-	return &benchTarget{
-		desc:  "store " + cfg.Store.String(),
-		limit: limit.String(),
-		decide: func(ctx context.Context, key string) (bool, error) {
-			d, err := store.AllowN(ctx, keyPrefix+key, limit, cost)
-			return d.Allowed, err
-		},
-		close: closeStore,
-	}, nil
-}
-
-func (o *benchOptions) openHTTP(ctx context.Context) (*benchTarget, error) {
-	base := strings.TrimRight(o.url, "/")
-	client := &http.Client{Transport: &http.Transport{
-		MaxIdleConns:        o.concurrency,
-		MaxIdleConnsPerHost: o.concurrency,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}}
-	// Ask the server for its rules: to default to the first, and to say
-	// what the rule is.
-	rule, limit := o.rule, ""
-	rules, err := fetchRules(ctx, client, base, o.timeout)
-	switch {
-	case err != nil && rule == "":
-		return nil, fmt.Errorf("--target http without --rule: %w", err)
-	case err == nil && len(rules) == 0:
-		return nil, fmt.Errorf("%s/v1/rules lists no rules", base)
-	case err == nil:
-		if rule == "" {
-			rule = rules[0].Name
-		}
-		found := false
-		for _, r := range rules {
-			if r.Name == rule {
-				limit, found = r.Description, true
-			}
-		}
-		if !found {
-			return nil, fmt.Errorf("the server at %s has no rule %q", base, rule)
-		}
-	}
-	endpoint := base + "/v1/check"
-	ruleJSON, _ := json.Marshal(rule)
-	prefix, cost := o.keyPrefix, o.cost
-	return &benchTarget{
-		desc:  "http " + endpoint + " rule " + rule,
-		limit: limit,
-		decide: func(ctx context.Context, key string) (bool, error) {
-			body := make([]byte, 0, 64+len(prefix)+len(key))
-			body = append(body, `{"rule":`...)
-			body = append(body, ruleJSON...)
-			body = append(body, `,"key":`...)
-			body = strconv.AppendQuote(body, prefix+key)
-			body = append(body, `,"cost":`...)
-			body = strconv.AppendInt(body, cost, 10)
-			body = append(body, '}')
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
-			if err != nil {
-				return false, err
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := client.Do(req)
-			if err != nil {
-				return false, err
-			}
-			defer resp.Body.Close()
-			switch resp.StatusCode {
-			case http.StatusOK:
-				_, err = io.Copy(io.Discard, resp.Body)
-				return true, err
-			case http.StatusTooManyRequests:
-				_, err = io.Copy(io.Discard, resp.Body)
-				return false, err
-			}
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-			return false, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
-		},
-		close: client.CloseIdleConnections,
-	}, nil
-}
-
-// fetchRules reads GET /v1/rules.
-func fetchRules(ctx context.Context, client *http.Client, base string, timeout time.Duration) ([]struct{ Name, Description string }, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/rules", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("cannot list the server's rules: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/v1/rules: HTTP %d", base, resp.StatusCode)
-	}
-	var out struct {
-		Rules []struct{ Name, Description string } `json:"rules"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("GET %s/v1/rules: %w", base, err)
-	}
-	return out.Rules, nil
-}
-
-func (o *benchOptions) openGRPC() (*benchTarget, error) {
-	conn, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("grpc: %w", err)
-	}
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	domain, descKey, prefix, cost := o.domain, o.descriptor, o.keyPrefix, uint32(o.cost)
-	return &benchTarget{
-		desc: fmt.Sprintf("grpc %s domain %s descriptor %s", o.grpcAddr, domain, descKey),
-		decide: func(ctx context.Context, key string) (bool, error) {
-			resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-				Domain:      domain,
-				HitsAddend:  cost,
-				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: prefix + key}}}},
-			})
-			if err != nil {
-				return false, err
-			}
-			switch resp.GetOverallCode() {
-			case rlsv3.RateLimitResponse_OK:
-				return true, nil
-			case rlsv3.RateLimitResponse_OVER_LIMIT:
-				return false, nil
-			}
-			return false, fmt.Errorf("overall_code %s", resp.GetOverallCode())
-		},
-		close: func() { _ = conn.Close() },
-	}, nil
-}
-
 // ---------------------------------------------------------------- the run --
-
-// benchWorker is one caller's tally, read live by the progress line. Only
-// the caller writes; readers load atomically.
-type benchWorker struct {
-	allowed, denied, errors atomic.Int64
-	hist                    latencyHist
-	_                       [64]byte // keep callers' hot counters apart
-}
 
 // benchRun drives t with o's load and returns the summary. progress, if not
 // nil, gets a live line about once a second.
 func benchRun(ctx context.Context, t *benchTarget, o *benchOptions, progress io.Writer) *benchResult {
-	keys := make([]string, o.keys)
-	for i := range keys {
-		keys[i] = strconv.Itoa(i)
-	}
-	workers := make([]benchWorker, o.concurrency)
-	var (
-		stop     atomic.Bool
-		claimed  atomic.Int64
-		errOnce  sync.Once
-		firstErr string
-		wg       sync.WaitGroup
-	)
-	// Requests in flight finish when the run ends or is interrupted: an
-	// answer cut off would be neither allowed, denied nor a real error.
-	callCtx := context.WithoutCancel(ctx)
-	start := time.Now()
-	deadline := time.AfterFunc(o.duration, func() { stop.Store(true) })
-	defer deadline.Stop()
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			stop.Store(true)
-		case <-done:
-		}
-	}()
-	for g := range workers {
-		w := &workers[g]
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(g)+1, uint64(start.UnixNano())))
-			for !stop.Load() {
-				if o.requests > 0 && claimed.Add(1) > o.requests {
-					return
-				}
-				key := keys[r.IntN(len(keys))]
-				cctx, cancel := context.WithTimeout(callCtx, o.timeout)
-				t0 := time.Now()
-				ok, err := t.decide(cctx, key)
-				lat := time.Since(t0)
-				cancel()
-				switch {
-				case err != nil:
-					w.errors.Add(1)
-					errOnce.Do(func() { firstErr = err.Error() })
-				case ok:
-					w.allowed.Add(1)
-				default:
-					w.denied.Add(1)
-				}
-				w.hist.record(lat)
-			}
-		})
-	}
-	go func() { wg.Wait(); close(done) }()
+	run := loadgen.Start(ctx, loadgen.Load{Concurrency: o.concurrency, Keys: o.keys, Duration: o.duration,
+		Requests: o.requests, Timeout: o.timeout}, t.decide)
 	if progress != nil {
-		showProgress(progress, workers, start, done)
-	} else {
-		<-done
+		showProgress(progress, run)
 	}
-	elapsed := time.Since(start)
-	stop.Store(true)
-
+	r := run.Wait()
 	res := &benchResult{
 		Target: t.desc, Limit: t.limit, Concurrency: o.concurrency, Keys: o.keys, Cost: o.cost,
-		DurationS: elapsed.Seconds(), Interrupted: ctx.Err() != nil,
+		DurationS: r.Elapsed.Seconds(), Interrupted: r.Interrupted,
+		Requests: r.Requests(), Allowed: r.Allowed, Denied: r.Denied, Errors: r.Errors, FirstError: r.FirstError,
 	}
-	var all latencyHist
-	for i := range workers {
-		w := &workers[i]
-		res.Allowed += w.allowed.Load()
-		res.Denied += w.denied.Load()
-		res.Errors += w.errors.Load()
-		all.add(&w.hist)
+	if r.Elapsed > 0 {
+		res.RequestsPerS = math.Round(10*float64(res.Requests)/r.Elapsed.Seconds()) / 10
+		res.DecisionsPerS = math.Round(10*float64(res.Allowed+res.Denied)/r.Elapsed.Seconds()) / 10
 	}
-	res.Requests = res.Allowed + res.Denied + res.Errors
-	res.FirstError = firstErr
-	if elapsed > 0 {
-		res.RequestsPerS = math.Round(10*float64(res.Requests)/elapsed.Seconds()) / 10
-		res.DecisionsPerS = math.Round(10*float64(res.Allowed+res.Denied)/elapsed.Seconds()) / 10
-	}
-	res.LatencyMs = all.summary()
+	res.LatencyMs = summarize(r.Latency)
 	return res
 }
 
-// showProgress prints the live line about once a second until done: the
+// summarize returns a histogram's percentiles in milliseconds, to the
+// nanosecond (a memory store answers in well under a microsecond).
+func summarize(h *loadgen.Hist) latencySummary {
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	return latencySummary{
+		P50: ms(h.Quantile(0.50)), P90: ms(h.Quantile(0.90)), P99: ms(h.Quantile(0.99)),
+		P999: ms(h.Quantile(0.999)), Max: ms(h.Max()),
+	}
+}
+
+// showProgress prints the live line about once a second until the run ends: the
 // rate and p99 of the last second, and the totals so far. On a terminal it
 // rewrites one line; otherwise it prints one line per second.
-func showProgress(w io.Writer, workers []benchWorker, start time.Time, done <-chan struct{}) {
+func showProgress(w io.Writer, run *loadgen.Run) {
 	tty := isTerminal(w)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	prev := &latencyHist{}
+	start := run.Started()
+	prev := &loadgen.Hist{}
 	prevAt := start
 	printed := false
 	for {
 		select {
-		case <-done:
+		case <-run.Done():
 			if tty && printed {
 				fmt.Fprintln(w)
 			}
 			return
 		case now := <-tick.C:
-			cur := &latencyHist{}
-			var allowed, denied, errs int64
-			for i := range workers {
-				cur.add(&workers[i].hist)
-				allowed += workers[i].allowed.Load()
-				denied += workers[i].denied.Load()
-				errs += workers[i].errors.Load()
-			}
-			interval := cur.minus(prev)
-			n := interval.count()
-			rate := float64(n) / now.Sub(prevAt).Seconds()
-			total := allowed + denied + errs
+			cur := run.Snapshot()
+			interval := cur.Latency.Minus(prev)
+			rate := float64(interval.Count()) / now.Sub(prevAt).Seconds()
 			admitted := 0.0
-			if allowed+denied > 0 {
-				admitted = 100 * float64(allowed) / float64(allowed+denied)
+			if cur.Allowed+cur.Denied > 0 {
+				admitted = 100 * float64(cur.Allowed) / float64(cur.Allowed+cur.Denied)
 			}
 			line := fmt.Sprintf("%6.1fs  %10s req/s  p99 %8s  | total %d, admitted %.1f%%, errors %d",
-				now.Sub(start).Seconds(), fmtCount(rate), fmtLatency(interval.quantile(0.99)), total, admitted, errs)
+				now.Sub(start).Seconds(), fmtCount(rate), fmtLatency(interval.Quantile(0.99)), cur.Requests(), admitted, cur.Errors)
 			if tty {
 				fmt.Fprint(w, "\r\033[K"+line)
 			} else {
 				fmt.Fprintln(w, line)
 			}
 			printed = true
-			prev, prevAt = cur, now
+			prev, prevAt = cur.Latency, now
 		}
 	}
 }
@@ -676,105 +377,4 @@ func (r *benchResult) writeTable(w io.Writer) error {
 	l := r.LatencyMs
 	fmt.Fprintf(tw, "latency\tp50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n", ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max))
 	return tw.Flush()
-}
-
-// ---------------------------------------------------------------- latency --
-
-// latencyHist is a log-linear histogram of durations: exact below 32ns,
-// then 16 buckets per power of two (within about 3%). Its counters are
-// atomic, so one goroutine can record while others read.
-type latencyHist struct {
-	counts [histBuckets]atomic.Uint64
-	max    atomic.Int64
-}
-
-const histBuckets = 32 + 59*16
-
-func histIndex(ns uint64) int {
-	if ns < 32 {
-		return int(ns)
-	}
-	shift := bits.Len64(ns) - 5 // top = ns >> shift is in [16, 32)
-	return 32 + (shift-1)*16 + int(ns>>shift) - 16
-}
-
-// histValue returns the middle of bucket i, in nanoseconds.
-func histValue(i int) float64 {
-	if i < 32 {
-		return float64(i)
-	}
-	shift := (i-32)/16 + 1
-	top := uint64((i-32)%16 + 16)
-	lo, hi := top<<shift, (top+1)<<shift
-	return float64(lo+hi) / 2
-}
-
-func (h *latencyHist) record(d time.Duration) {
-	ns := max(int64(d), 0)
-	h.counts[histIndex(uint64(ns))].Add(1)
-	if ns > h.max.Load() {
-		h.max.Store(ns) // only the recording goroutine writes max
-	}
-}
-
-// add adds o's counts into h (h must not be recorded into concurrently).
-func (h *latencyHist) add(o *latencyHist) {
-	for i := range o.counts {
-		if c := o.counts[i].Load(); c > 0 {
-			h.counts[i].Add(c)
-		}
-	}
-	if m := o.max.Load(); m > h.max.Load() {
-		h.max.Store(m)
-	}
-}
-
-// minus returns h - o, counts only: what was recorded between two
-// snapshots.
-func (h *latencyHist) minus(o *latencyHist) *latencyHist {
-	d := &latencyHist{}
-	for i := range h.counts {
-		d.counts[i].Store(h.counts[i].Load() - o.counts[i].Load())
-	}
-	return d
-}
-
-func (h *latencyHist) count() uint64 {
-	var n uint64
-	for i := range h.counts {
-		n += h.counts[i].Load()
-	}
-	return n
-}
-
-// quantile returns the q-quantile (nearest rank), 0 when empty.
-func (h *latencyHist) quantile(q float64) time.Duration {
-	n := h.count()
-	if n == 0 {
-		return 0
-	}
-	rank := uint64(q*float64(n) + 0.999999)
-	rank = min(max(rank, 1), n)
-	var seen uint64
-	for i := range h.counts {
-		seen += h.counts[i].Load()
-		if seen >= rank {
-			v := time.Duration(histValue(i))
-			if m := time.Duration(h.max.Load()); m > 0 && v > m {
-				v = m // never report more than the largest seen
-			}
-			return v
-		}
-	}
-	return time.Duration(h.max.Load())
-}
-
-func (h *latencyHist) summary() latencySummary {
-	// Milliseconds to the nanosecond (a memory store answers in well under
-	// a microsecond).
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	return latencySummary{
-		P50: ms(h.quantile(0.50)), P90: ms(h.quantile(0.90)), P99: ms(h.quantile(0.99)),
-		P999: ms(h.quantile(0.999)), Max: ms(time.Duration(h.max.Load())),
-	}
 }

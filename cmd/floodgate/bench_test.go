@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -118,7 +117,11 @@ func TestBenchHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(cfg, memory.New(), server.Options{})
+	policy, err := cfg.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(memory.New(), policy, server.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,37 +291,5 @@ func TestFmtLatency(t *testing.T) {
 	}
 	if got := fmtCount(1234567.4); got != "1,234,567" {
 		t.Errorf("fmtCount = %q", got)
-	}
-}
-
-func TestLatencyHist(t *testing.T) {
-	var h latencyHist
-	for i := 1; i <= 1000; i++ {
-		h.record(time.Duration(i) * time.Microsecond)
-	}
-	for _, tt := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {0.999, 999 * time.Microsecond}, {1, 1000 * time.Microsecond}} {
-		got := h.quantile(tt.q)
-		if rel := math.Abs(float64(got-tt.want)) / float64(tt.want); rel > 1.0/32 {
-			t.Errorf("quantile(%v) = %v, want %v within 3%%", tt.q, got, tt.want)
-		}
-	}
-	if got := h.count(); got != 1000 {
-		t.Errorf("count = %d, want 1000", got)
-	}
-	for _, ns := range []uint64{0, 1, 31, 32, 33, 1000, 1 << 20, 1<<40 + 12345, math.MaxInt64} {
-		i := histIndex(ns)
-		if i < 0 || i >= histBuckets {
-			t.Fatalf("histIndex(%d) = %d, out of range", ns, i)
-		}
-		if v := histValue(i); ns > 0 && math.Abs(v-float64(ns))/float64(ns) > 1.0/32 {
-			t.Errorf("histValue(histIndex(%d)) = %v, more than 3%% off", ns, v)
-		}
-	}
-	var empty latencyHist
-	if got := empty.quantile(0.99); got != 0 {
-		t.Errorf("empty quantile = %v, want 0", got)
 	}
 }

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"slices"
+	"time"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // errDenied makes `floodgate check` exit non-zero when the request is over
@@ -30,48 +34,76 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.Usage()
 		return errUsage
 	}
+	if *cost < 1 {
+		return fmt.Errorf("--cost %d must be at least 1", *cost)
+	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
 	}
-	rule, ok := cfg.Rule(*ruleName)
-	if !ok {
+	policy, err := cfg.Policy()
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(policy.Rules, func(r server.Rule) bool { return r.Name == *ruleName })
+	if i < 0 {
 		return fmt.Errorf("no rule named %q in %s", *ruleName, cfg.Source)
 	}
-	store, closeStore, err := openStore(ctx, cfg.Store)
+	rule := policy.Rules[i]
+	store, closeStore, err := openStore(cfg.Store)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	d, err := store.AllowN(ctx, rule.Name+"/"+*key, rule.RateLimit(), *cost)
+	// The engine decides as the server does: the same store key, failure
+	// mode, shadow mode and error policy.
+	engine, err := decide.New(store, decide.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		if errors.Is(err, floodgate.ErrStoreUnavailable) {
-			mode := "denied"
-			if rule.FailOpen() {
-				mode = "allowed"
-			}
-			return fmt.Errorf("store unavailable (rule %q fails %s, so a server would have %s it): %w", rule.Name, rule.FailureMode, mode, err)
-		}
 		return err
 	}
+	res := engine.Decide(ctx, []decide.Check{{Rule: rule.Name, Key: decide.StoreKey("", rule.Name, *key),
+		Limit: rule.Limit, Cost: *cost, Failure: rule.Failure, Shadow: rule.Shadow}})
+	o := res.Outcomes[0]
+	switch res.Verdict {
+	case decide.Unavailable:
+		return fmt.Errorf("store unavailable, and rule %q fails closed: the server would answer 503: %w", rule.Name, res.Err())
+	case decide.StoreError:
+		return fmt.Errorf("store error for rule %q: the server would answer 500, whatever the failure mode: %w", rule.Name, res.Err())
+	case decide.Invalid:
+		return res.Err()
+	}
+	d := o.Decision
 	if *asJSON {
-		b, _ := json.Marshal(map[string]any{
-			"allowed": d.Allowed, "limit": d.Limit, "remaining": d.Remaining,
-			"retry_after_ms": d.RetryAfter.Milliseconds(), "reset_after_ms": d.ResetAfter.Milliseconds(),
+		b, _ := json.Marshal(server.CheckResponse{
+			Allowed: res.Allowed(), Limit: rule.Limit.Quota, Remaining: d.Remaining,
+			RetryAfterMs: ceilMillis(d.RetryAfter), ResetAfterMs: ceilMillis(d.ResetAfter), Rule: rule.Name,
+			Shadow: rule.Shadow, ShadowDenied: rule.Shadow && o.Verdict == decide.Denied, StoreUnavailable: o.Verdict == decide.Unavailable,
 		})
 		fmt.Fprintln(stdout, string(b))
 	} else {
 		verdict := "allowed"
-		if !d.Allowed {
+		switch {
+		case !res.Allowed():
 			verdict = "denied"
+		case o.Verdict == decide.Unavailable:
+			fmt.Fprintf(stdout, "allowed: store unavailable, and rule %s (%s) fails open: %v\n", rule.Name, rule.Limit, o.Err)
+			return nil
+		case o.Verdict == decide.Denied:
+			verdict = "allowed (shadow rule: would have denied)"
 		}
 		fmt.Fprintf(stdout, "%s: rule %s (%s), key %q, cost %d: remaining %d, retry after %s, reset after %s\n",
-			verdict, rule.Name, rule.RateLimit(), *key, *cost, d.Remaining, d.RetryAfter, d.ResetAfter)
+			verdict, rule.Name, rule.Limit, *key, *cost, d.Remaining, d.RetryAfter, d.ResetAfter)
 	}
-	if !d.Allowed {
+	if !res.Allowed() {
 		return errDenied
 	}
 	return nil
+}
+
+// ceilMillis rounds a duration up to whole milliseconds, as the server's
+// answers do.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {

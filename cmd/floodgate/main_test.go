@@ -104,6 +104,10 @@ func TestServeReload(t *testing.T) {
 	if code, body := post(t, base+"/v1/check", `{"rule":"r","key":"k"}`); code != 200 {
 		t.Fatalf("after reload to limit 5: %d %s", code, body)
 	}
+	// --listen overrides the file's listen: not a change that needs a restart.
+	if strings.Contains(logs.String(), "restart") {
+		t.Errorf("a reload of the same store and listen settings warns of a restart:\n%s", logs)
+	}
 	// A bad file keeps the running config and says why.
 	if err := os.WriteFile(path, []byte("rules:\n  - name: r\n    algorithm: nope\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -115,6 +119,20 @@ func TestServeReload(t *testing.T) {
 	if code, _ := post(t, base+"/v1/check", `{"rule":"r","key":"k2"}`); code != 200 {
 		t.Fatalf("after a bad reload the old rule should still work: %d", code)
 	}
+	metrics, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	if want := `floodgate_config_reloads_total{result="error"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("metrics lack %q", want)
+	}
+	// A changed store is applied on restart only, and says so.
+	if err := os.WriteFile(path, []byte("store:\n  key_prefix: \"other:\"\nrules:\n  - name: r\n    algorithm: fixed_window\n    limit: 5\n    window: 1h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup("take effect on restart only")
 }
 
 func TestCommands(t *testing.T) {

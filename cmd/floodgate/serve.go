@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,21 +34,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	over := serveOverrides{listen: *listen, grpcListen: *grpcListen, envoyConfig: *envoyConfig, logFormat: *logFormat}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
 	}
-	if *listen != "" {
-		cfg.Listen = *listen
-	}
-	if *logFormat != "" {
-		cfg.Log.Format = *logFormat
+	over.apply(cfg)
+	policy, err := cfg.Policy()
+	if err != nil {
+		return err
 	}
 	logger, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(ctx, cfg.Store)
+	store, closeStore, err := openStore(cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -58,7 +60,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer rls.stop()
-	srv, err := server.New(cfg, store, server.Options{Logger: logger, Registry: reg, Routes: rls.routes()})
+	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes()})
 	if err != nil {
 		return err
 	}
@@ -80,9 +82,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	printBanner(stdout, cfg, ln.Addr().String())
+	printBanner(stdout, cfg, policy, ln.Addr().String())
 	rls.banner(stdout)
-	logger.Info("serving", "listen", ln.Addr().String(), "store", cfg.Store.String(), "rules", len(cfg.Rules), "config", cfg.Source)
+	logger.Info("serving", "listen", ln.Addr().String(), "store", cfg.Store.String(), "rules", len(policy.Rules), "config", cfg.Source)
 
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(ln) }()
@@ -92,7 +94,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
 		case <-hup:
-			reload(srv, *cfgPath, logger)
+			if next := reload(srv, *cfgPath, cfg, over, logger); next != nil {
+				cfg = next
+			}
 		case <-ctx.Done():
 			logger.Info("shutting down: finishing requests in flight", "grace", shutdownGrace)
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
@@ -109,27 +113,82 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 }
 
-// reload re-reads the config file on SIGHUP. A bad file keeps the running
-// config and logs why.
-func reload(srv *server.Server, path string, logger *slog.Logger) {
+// serveOverrides are serve's flags that override the config file's values.
+type serveOverrides struct {
+	listen, grpcListen, envoyConfig, logFormat string
+}
+
+// apply sets the overridden values on cfg, as they are in force.
+func (o serveOverrides) apply(cfg *config.Config) {
+	if o.listen != "" {
+		cfg.Listen = o.listen
+	}
+	if o.grpcListen != "" {
+		cfg.GRPCListen = o.grpcListen
+	}
+	if o.envoyConfig != "" {
+		cfg.EnvoyConfig = o.envoyConfig
+	}
+	if o.logFormat != "" {
+		cfg.Log.Format = o.logFormat
+	}
+}
+
+// reload re-reads the config file on SIGHUP and returns it, as in force,
+// once the server runs its policy. A bad file keeps the running policy,
+// logs why and returns nil.
+func reload(srv *server.Server, path string, running *config.Config, over serveOverrides, logger *slog.Logger) *config.Config {
 	if path == "" {
 		logger.Warn("SIGHUP ignored: running the built-in policy, no --config file to reload")
-		return
+		return nil
 	}
 	cfg, err := config.Load(path)
+	var policy server.Policy
+	if err == nil {
+		policy, err = cfg.Policy()
+	}
 	if err != nil {
+		srv.ReloadFailed()
 		logger.Error("reload failed; keeping the running config", "config", path, "err", err)
-		return
+		return nil
 	}
-	needsRestart, err := srv.Reload(cfg)
-	if err != nil {
+	if err := srv.Reload(policy); err != nil {
 		logger.Error("reload failed; keeping the running config", "config", path, "err", err)
-		return
+		return nil
 	}
-	logger.Info("config reloaded", "config", path, "rules", len(cfg.Rules))
-	if needsRestart {
-		logger.Warn("store or listen settings changed; they take effect on restart")
+	over.apply(cfg)
+	logger.Info("config reloaded", "config", path, "rules", len(policy.Rules))
+	if changed := restartSettings(running, cfg); len(changed) > 0 {
+		logger.Warn("settings changed that take effect on restart only", "changed", strings.Join(changed, ","))
 	}
+	return cfg
+}
+
+// restartSettings lists the settings a reload cannot apply that differ
+// between the config in force and the next one (both with serve's flags
+// applied, so a flag never counts as a change).
+func restartSettings(running, next *config.Config) []string {
+	var changed []string
+	a, b := running.Store, next.Store
+	if a.Type != b.Type || !slices.Equal(a.Addrs, b.Addrs) || a.MasterName != b.MasterName || a.Username != b.Username ||
+		a.PasswordValue() != b.PasswordValue() || a.TLS != b.TLS || a.DB != b.DB || a.Timeout != b.Timeout ||
+		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay {
+		changed = append(changed, "store")
+	}
+	for _, f := range []struct {
+		name string
+		a, b string
+	}{
+		{"listen", running.Listen, next.Listen},
+		{"grpc_listen", running.GRPCListen, next.GRPCListen},
+		{"envoy_config", running.EnvoyConfig, next.EnvoyConfig},
+		{"log", running.Log.Format + " " + running.Log.Level, next.Log.Format + " " + next.Log.Level},
+	} {
+		if f.a != f.b {
+			changed = append(changed, f.name)
+		}
+	}
+	return changed
 }
 
 func loadConfig(path string) (*config.Config, error) {
@@ -154,22 +213,19 @@ func newLogger(c config.Log, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
 }
 
-func printBanner(w io.Writer, cfg *config.Config, addr string) {
+func printBanner(w io.Writer, cfg *config.Config, policy server.Policy, addr string) {
 	fmt.Fprintf(w, "floodgate listening on http://%s (store: %s; config: %s)\n", addr, cfg.Store.String(), cfg.Source)
 	fmt.Fprintln(w, "active rules:")
-	for _, r := range cfg.Rules {
-		mode := "fail-" + r.FailureMode
+	first := "RULE"
+	for i, r := range policy.Rules {
+		if i == 0 {
+			first = r.Name
+		}
+		mode := "fail-" + r.Failure.String()
 		if r.Shadow {
 			mode += ", shadow"
 		}
-		fmt.Fprintf(w, "  %-16s %s [%s]\n", r.Name, r.RateLimit(), mode)
+		fmt.Fprintf(w, "  %-16s %s [%s]\n", r.Name, r.Limit, mode)
 	}
-	fmt.Fprintf(w, "try: curl -s -X POST http://%s/v1/check -d '{\"rule\":\"%s\",\"key\":\"user-42\"}'\n", addr, firstRule(cfg))
-}
-
-func firstRule(cfg *config.Config) string {
-	if len(cfg.Rules) == 0 {
-		return "RULE"
-	}
-	return cfg.Rules[0].Name
+	fmt.Fprintf(w, "try: curl -s -X POST http://%s/v1/check -d '{\"rule\":\"%s\",\"key\":\"user-42\"}'\n", addr, first)
 }

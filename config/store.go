@@ -1,0 +1,163 @@
+package config
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/yamlfield"
+	"github.com/floodgate-rl/floodgate/redisstore"
+)
+
+// Store configures the rate-limit store: the memory store, or Redis
+// (redisstore.Config, whose defaults apply to the fields left out).
+type Store struct {
+	// Type is memory, redis, redis-cluster or redis-sentinel.
+	Type string `yaml:"type"`
+	// Addrs are the Redis addresses (seeds, for a cluster; sentinels, for
+	// redis-sentinel).
+	Addrs []string `yaml:"addrs"`
+	// MasterName is the Sentinel master set (redis-sentinel only).
+	MasterName string `yaml:"master_name"`
+	// Username is the Redis ACL user, if any.
+	Username string `yaml:"username"`
+	// Password is the Redis password. Prefer PasswordEnv. Never logged.
+	Password string `yaml:"password"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `yaml:"password_env"`
+	// TLS turns on TLS to Redis with the system's roots.
+	TLS bool `yaml:"tls"`
+	// DB selects the Redis database (standalone and sentinel only).
+	DB int `yaml:"db"`
+	// Timeout bounds each store call, 1ms to 1m (0 or absent: the Redis
+	// store's default, 50ms).
+	Timeout time.Duration `yaml:"timeout"`
+	// KeyPrefix starts every Redis key (empty: the Redis store's default,
+	// "fg:").
+	KeyPrefix string `yaml:"key_prefix"`
+	// FlushDelay is how long the Redis connection may wait to gather
+	// concurrent calls into one batch (0 or absent: 20µs; a negative value
+	// such as -1ns turns it off; at most 1ms). See redisstore.Config.
+	FlushDelay time.Duration `yaml:"flush_delay"`
+}
+
+// Store types.
+const (
+	StoreMemory        = "memory"
+	StoreRedis         = "redis"
+	StoreRedisCluster  = "redis-cluster"
+	StoreRedisSentinel = "redis-sentinel"
+)
+
+// PasswordValue returns the Redis password from Password or PasswordEnv.
+func (s Store) PasswordValue() string {
+	if s.PasswordEnv != "" {
+		return os.Getenv(s.PasswordEnv)
+	}
+	return s.Password
+}
+
+// String describes the store without secrets.
+func (s Store) String() string {
+	if s.Type == StoreMemory || s.Type == "" {
+		return "memory (embedded, this process only)"
+	}
+	return fmt.Sprintf("%s %s", s.Type, strings.Join(s.Addrs, ","))
+}
+
+// RedisConfig returns the Redis store's config for the store section,
+// checked by redisstore.Config.Validate; nil for the memory store.
+func (c *Config) RedisConfig() (*redisstore.Config, error) {
+	return c.Store.redisConfig(c.lines)
+}
+
+// RedisConfig returns the Redis store's config for s, checked by
+// redisstore.Config.Validate; nil for the memory store.
+func (s Store) RedisConfig() (*redisstore.Config, error) { return s.redisConfig(nil) }
+
+func (s Store) redisConfig(lines yamlfield.Lines) (*redisstore.Config, error) {
+	rc := &redisstore.Config{
+		Addrs:      s.Addrs,
+		Username:   s.Username,
+		Password:   s.PasswordValue(),
+		DB:         s.DB,
+		KeyPrefix:  s.KeyPrefix,
+		Timeout:    s.Timeout,
+		FlushDelay: s.FlushDelay,
+	}
+	if s.TLS {
+		rc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	switch s.Type {
+	case StoreMemory, "":
+		return nil, nil
+	case StoreRedis:
+		rc.Mode = redisstore.ModeStandalone
+	case StoreRedisCluster:
+		rc.Mode = redisstore.ModeCluster
+	case StoreRedisSentinel:
+		rc.Mode = redisstore.ModeSentinel
+		rc.SentinelMaster = s.MasterName
+	default:
+		return nil, lines.Error("store.type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel")
+	}
+	if err := rc.Validate(); err != nil {
+		var ce *redisstore.ConfigError
+		if !errors.As(err, &ce) {
+			return nil, lines.Error("store", "", err.Error())
+		}
+		path, value := redisField(ce.Field), ce.Value
+		if path == "store.type" {
+			value = s.Type
+		}
+		return nil, lines.Error(path, value, ce.Reason)
+	}
+	return rc, nil
+}
+
+// redisField maps a redisstore.Config field to the YAML path the user wrote.
+func redisField(field string) string {
+	switch {
+	case strings.HasPrefix(field, "Addrs"):
+		return "store.addrs" + strings.TrimPrefix(field, "Addrs")
+	case field == "SentinelMaster":
+		return "store.master_name"
+	case field == "DB":
+		return "store.db"
+	case field == "KeyPrefix":
+		return "store.key_prefix"
+	case field == "FlushDelay":
+		return "store.flush_delay"
+	case field == "Timeout":
+		return "store.timeout"
+	case field == "Mode":
+		return "store.type"
+	}
+	return "store"
+}
+
+// check reports what no library checks: the store type, the timeout's
+// range, and where the password comes from.
+func (s *Store) check(lines yamlfield.Lines) []error {
+	var errs []error
+	switch s.Type {
+	case "", StoreMemory, StoreRedis, StoreRedisCluster, StoreRedisSentinel:
+	default:
+		errs = append(errs, lines.Error("store.type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel"))
+	}
+	if s.Timeout != 0 && (s.Timeout < time.Millisecond || s.Timeout > time.Minute) {
+		errs = append(errs, lines.Error("store.timeout", s.Timeout.String(), "must be between 1ms and 1m (0 or absent: "+redisstore.DefaultTimeout.String()+")"))
+	}
+	if s.Password != "" && s.PasswordEnv != "" {
+		errs = append(errs, lines.Error("store.password_env", s.PasswordEnv, "cannot be used together with store.password"))
+	}
+	if s.PasswordEnv != "" {
+		if _, ok := os.LookupEnv(s.PasswordEnv); !ok {
+			errs = append(errs, lines.Error("store.password_env", s.PasswordEnv, "names an environment variable that is not set"))
+		}
+	}
+	return errs
+}

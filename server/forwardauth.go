@@ -1,0 +1,47 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/floodgate-rl/floodgate/internal/problem"
+)
+
+// handleForwardAuth answers a reverse proxy's sub-request: 200 when the
+// original client is within the rule, the configured deny status when not.
+// The rule comes from the "rule" query parameter or the rule header; the key
+// is the client's address found with the trusted-proxy and IPv6-prefix
+// rules, so a client cannot choose it.
+func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
+	p := s.policy.Load()
+	name := r.URL.Query().Get("rule")
+	if name == "" {
+		name = r.Header.Get(p.ruleHeader)
+	}
+	rl, ok := p.ruleFor(w, name)
+	if !ok {
+		return
+	}
+	key, err := p.clientIP.Key(r)
+	if err != nil {
+		problem.Error(w, http.StatusBadRequest, "cannot find the client's address: "+err.Error())
+		return
+	}
+	res := s.decide(r.Context(), rl, key, 1)
+	if !s.answerFailure(w, rl, &res) {
+		return
+	}
+	p.writeHeaders(w.Header(), rl, &res, s.clock.Now())
+	if res.Allowed() {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.Header()["Cache-Control"] = []string{"no-store"}
+	problem.Write(w, problem.Details{
+		Type:             problem.QuotaExceeded,
+		Title:            "Too Many Requests",
+		Status:           p.denyStatus,
+		Detail:           fmt.Sprintf("rule %q: limit of %s exceeded", rl.Name, rl.Limit),
+		ViolatedPolicies: []string{rl.Name},
+	})
+}
