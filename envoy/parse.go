@@ -123,7 +123,7 @@ type parser struct {
 	domainLine int
 	domain     string
 	alg        floodgate.Algorithm
-	failure    FailureMode
+	failure    failure
 }
 
 // maxErrors bounds the errors reported per file.
@@ -225,15 +225,15 @@ func (p *parser) algorithm(n *yaml.Node, field string) (floodgate.Algorithm, boo
 	return alg, true
 }
 
-func (p *parser) failureMode(n *yaml.Node, field string) (FailureMode, bool) {
+func (p *parser) failureMode(n *yaml.Node, field string) (failure, bool) {
 	s, ok := p.str(n, field)
 	if !ok {
-		return 0, false
+		return failure{}, false
 	}
-	m, err := ParseFailureMode(s)
+	m, err := parseFailure(s)
 	if err != nil {
 		p.bad(n.Line, field, strconv.Quote(s), "is not error, open or closed")
-		return 0, false
+		return failure{}, false
 	}
 	return m, true
 }
@@ -358,6 +358,7 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 		nd := &node{line: item.Line}
 		if rateLimit != nil {
 			nd.rule = p.rateLimit(rateLimit, rateLimitLine, join(ipath, "rate_limit"), fullKey, shadow, detailed)
+			nd.rule.compilePolicy()
 		}
 		if children != nil {
 			nd.children = keyTable{}
@@ -386,7 +387,8 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 // rateLimit compiles one rate_limit block, whose key is on line.
 func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow, detailed bool) *Rule {
 	r := &Rule{Domain: p.domain, Key: fullKey, ShadowMode: shadow, DetailedMetric: detailed,
-		FailureMode: p.failure, Source: p.file + ":" + strconv.Itoa(line)}
+		Source: p.file + ":" + strconv.Itoa(line)}
+	r.setFailure(p.failure)
 	var (
 		unitNode, rpuNode, algNode, capNode *yaml.Node
 		replacesLine                        int
@@ -420,7 +422,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 			capacity, _ = p.uint32v(v, f)
 		case "failure_mode":
 			if m, ok := p.failureMode(v, f); ok {
-				r.FailureMode = m
+				r.setFailure(m)
 			}
 		}
 	}

@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
 // DefaultAlgorithm is the algorithm of a rate_limit that names none, in a
@@ -18,52 +19,39 @@ import (
 // so files written for envoyproxy/ratelimit admit what they admitted there.
 const DefaultAlgorithm = floodgate.FixedWindow
 
-// FailureMode says what a rule answers when the store cannot decide
-// (floodgate.ErrStoreUnavailable).
-type FailureMode uint8
-
-// The failure modes. The zero value defers to the domain's failure_mode,
-// then to [Options.FailureMode], whose own zero value is FailureModeError.
-const (
-	// FailureModeDefault defers to the enclosing setting.
-	FailureModeDefault FailureMode = iota
-	// FailureModeError fails the whole call with gRPC UNAVAILABLE, as
-	// envoyproxy/ratelimit does, so Envoy's failure_mode_deny decides
-	// (by default Envoy lets the request through).
-	FailureModeError
-	// FailureModeOpen answers OK for the descriptor (no limit applied).
-	FailureModeOpen
-	// FailureModeClosed answers OVER_LIMIT for the descriptor.
-	FailureModeClosed
-)
-
-var failureModeNames = [...]string{
-	FailureModeDefault: "default",
-	FailureModeError:   "error",
-	FailureModeOpen:    "open",
-	FailureModeClosed:  "closed",
+// failure is a failure_mode as rule files write it. "open" and "closed" are
+// the engine's modes; "error" is FailClosed to the engine (nothing is
+// admitted for the request), and the service then fails the whole call with
+// UNAVAILABLE, so that Envoy's failure_mode_deny decides, as with
+// envoyproxy/ratelimit.
+type failure struct {
+	mode decide.FailureMode
+	call bool // "error": an outage fails the call
+	set  bool // written in the file; else the Service's default applies
 }
 
-// String returns the mode's configuration name: error, open or closed
-// ("default" for FailureModeDefault).
-func (m FailureMode) String() string {
-	if int(m) < len(failureModeNames) {
-		return failureModeNames[m]
-	}
-	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
-}
+// errorMode is failure_mode error, the default.
+var errorMode = failure{mode: decide.FailClosed, call: true}
 
-// ParseFailureMode returns the mode named s: error, open or closed.
-func ParseFailureMode(s string) (FailureMode, error) {
+// parseFailure returns the failure mode named s: error, open or closed.
+func parseFailure(s string) (failure, error) {
 	switch s {
 	case "error":
-		return FailureModeError, nil
+		return failure{mode: decide.FailClosed, call: true, set: true}, nil
 	case "open":
-		return FailureModeOpen, nil
+		return failure{mode: decide.FailOpen, set: true}, nil
 	case "closed":
-		return FailureModeClosed, nil
+		return failure{mode: decide.FailClosed, set: true}, nil
 	}
-	return FailureModeDefault, fmt.Errorf("failure mode %q is not error, open or closed", s)
+	return failure{}, fmt.Errorf("failure mode %q is not error, open or closed", s)
+}
+
+// String returns the mode's name: error, open or closed.
+func (f failure) String() string {
+	if f.call {
+		return "error"
+	}
+	return f.mode.String()
 }
 
 // units are the rate_limit units, shortest first, named as their RLS enum
@@ -151,11 +139,44 @@ type Rule struct {
 	// DetailedMetric labels the rule's metrics with the request's values
 	// rather than the configured ones.
 	DetailedMetric bool
-	// FailureMode is the rule's own failure mode, or the domain's;
-	// FailureModeDefault defers to the service's.
-	FailureMode FailureMode
+	// FailureMode is what an outage of the store means for the rule, from
+	// its failure_mode or else its domain's: FailOpen answers OK for the
+	// descriptor; FailClosed answers OVER_LIMIT, or fails the whole call
+	// with UNAVAILABLE when FailCall is set (failure_mode error, the
+	// default). When neither the rule nor its domain sets failure_mode, the
+	// two fields hold the default, error, and the Service's
+	// Options.FailureMode applies instead. Shadow rules always fail open.
+	FailureMode decide.FailureMode
+	FailCall    bool
 	// Source is where the rule was written: "file:line".
 	Source string
+
+	failureSet bool                   // failure_mode is the file's, not the default
+	policy     ratelimitheader.Policy // the rule's header pieces
+	policyErr  error                  // the name cannot be a header value
+	override   bool                   // a request's limit override: its policy is compiled when needed
+}
+
+// setFailure sets the rule's failure mode.
+func (r *Rule) setFailure(f failure) {
+	if !f.set {
+		f = errorMode
+	}
+	r.FailureMode, r.FailCall, r.failureSet = f.mode, f.call, f.set
+}
+
+// compilePolicy serializes the rule's RateLimit-Policy member: q is the
+// quota (the capacity for a token bucket, 0 for a rule that blocks
+// everything), w the window (for a token bucket the time to refill it).
+func (r *Rule) compilePolicy() {
+	if r.Unlimited {
+		return
+	}
+	if r.blocked() {
+		r.policy, r.policyErr = ratelimitheader.NewPolicy(r.policyName(), 0, ratelimitheader.CeilSeconds(UnitDuration(r.Unit)))
+		return
+	}
+	r.policy, r.policyErr = ratelimitheader.ForLimit(r.policyName(), r.Limit)
 }
 
 // blocked reports whether the rule denies every request (requests_per_unit
@@ -184,7 +205,7 @@ type domain struct {
 	source  string
 	root    keyTable
 	alg     floodgate.Algorithm // the domain's default algorithm
-	failure FailureMode         // the domain's failure_mode
+	failure failure             // the domain's failure_mode
 	headers bool                // response_headers: add rate-limit headers to answers
 }
 
