@@ -207,9 +207,8 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	dom := s.rules.Load().domains[req.GetDomain()]
 	descs := req.GetDescriptors()
 	var (
-		dsBuf       [maxInline]descriptor
-		checksBuf   [maxInline]decide.Check
-		outcomesBuf [maxInline]decide.Outcome
+		dsBuf     [maxInline]descriptor
+		checksBuf [maxInline]decide.Check
 	)
 	ds := dsBuf[:0]
 	if len(descs) > maxInline {
@@ -247,7 +246,9 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				Limit: r.Limit, Cost: d.cost, Failure: d.fail.mode, Shadow: r.ShadowMode})
 		}
 	}
-	res := decide.Result{Deciding: -1, Outcomes: outcomesBuf[:0]}
+	// The engine keeps the outcomes past the call, so they live on the heap:
+	// one allocation of the exact size.
+	res := decide.Result{Deciding: -1, Outcomes: make([]decide.Outcome, 0, len(checks))}
 	if blocked {
 		for range checks {
 			res.Outcomes = append(res.Outcomes, decide.Outcome{})
@@ -276,7 +277,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		s.count(req.GetDomain(), dom != nil, descs[i], ds[i].rule, outcome)
 	}
-	if err := s.callError(ds, checks, &res); err != nil {
+	if err := callError(ds, checks, &res); err != nil {
 		return nil, err
 	}
 	if s.headers || (dom != nil && dom.headers) {
@@ -345,7 +346,7 @@ func (s *Service) giveBack(ctx context.Context, d *descriptor) {
 // (INTERNAL, whatever the failure mode), an invalid request (INVALID_ARGUMENT;
 // a cost above the quota is answered OVER_LIMIT instead), and an outage of a
 // rule whose failure mode is error (UNAVAILABLE).
-func (s *Service) callError(ds []descriptor, checks []decide.Check, res *decide.Result) error {
+func callError(ds []descriptor, checks []decide.Check, res *decide.Result) error {
 	switch res.Verdict {
 	case decide.StoreError:
 		return status.Errorf(codes.Internal, "rule %s: %v", checks[res.Deciding].Rule, res.Err)
@@ -427,25 +428,29 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 // joined by '|', with '\', '|' and '=' escaped, so distinct descriptors
 // never share a key.
 func storeKey(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
-	var b strings.Builder
-	n := 0
-	for _, e := range d.GetEntries() {
-		n += 2 + len(e.GetKey()) + len(e.GetValue())
-	}
-	b.Grow(n + 4)
+	var buf [128]byte // most keys are built on the stack
+	b := buf[:0]
 	for i, e := range d.GetEntries() {
 		if i > 0 {
-			b.WriteByte('|')
+			b = append(b, '|')
 		}
-		decide.Escape(&b, e.GetKey(), entrySpecial)
-		b.WriteByte('=')
-		decide.Escape(&b, e.GetValue(), entrySpecial)
+		b = appendEscaped(b, e.GetKey())
+		b = append(b, '=')
+		b = appendEscaped(b, e.GetValue())
 	}
-	return decide.StoreKey("rls|", domainName, b.String())
+	return decide.StoreKey("rls|", domainName, string(b))
 }
 
-// entrySpecial are the bytes escaped in a descriptor's entries.
-const entrySpecial = `\|=`
+// appendEscaped appends s to b with '\' before every '\', '|' and '='.
+func appendEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\\' || c == '|' || c == '=' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return b
+}
 
 // metricKey names a descriptor as the reference's statistics do:
 // domain.key_value.key_value.
