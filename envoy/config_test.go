@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
 )
 
 func TestParseErrors(t *testing.T) {
@@ -54,8 +55,8 @@ func TestParseErrors(t *testing.T) {
 		{"requests_per_unit not a number", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: lots}\n",
 			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "lots" is not a whole number between 0 and 4294967295`},
 		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}\n",
-			`f.yaml:4: descriptors[0].rate_limit.algorithm: "gcra" is not one of sliding_window_log, sliding_window_counter, fixed_window, token_bucket`},
-		{"unknown domain algorithm", "domain: d\nalgorithm: leaky\n", `f.yaml:2: algorithm: "leaky" is not one of sliding_window_log, sliding_window_counter, fixed_window, token_bucket`},
+			`f.yaml:4: descriptors[0].rate_limit.algorithm: "gcra" is not one of sliding_window_log, token_bucket, sliding_window_counter, fixed_window`},
+		{"unknown domain algorithm", "domain: d\nalgorithm: leaky\n", `f.yaml:2: algorithm: "leaky" is not one of sliding_window_log, token_bucket, sliding_window_counter, fixed_window`},
 		{"capacity without a bucket", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, capacity: 5}\n",
 			"f.yaml:4: descriptors[0].rate_limit.capacity: 5 applies to algorithm token_bucket only (this rule's algorithm is fixed_window)"},
 		{"capacity 0", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, capacity: 0}\n",
@@ -265,20 +266,35 @@ func TestRuleFields(t *testing.T) {
 			t.Errorf("unit %s: %s %v, want %s %v", u.value, r.Unit, r.Limit, u.unit, want)
 		}
 	}
+	// failure is the failure mode as the file names it; "" for none (the
+	// default, error, until the Service's Options.FailureMode applies).
+	failure := func(r *Rule) string {
+		switch {
+		case r.FailCall && r.FailureMode != decide.FailClosed:
+			return "invalid: FailCall without FailClosed"
+		case !r.failureSet && !r.FailCall:
+			return "invalid: not the default"
+		case !r.failureSet:
+			return ""
+		case r.FailCall:
+			return "error"
+		}
+		return r.FailureMode.String()
+	}
 	tests := []struct {
 		rule    *Rule
 		limit   floodgate.Limit
-		failure FailureMode
+		failure string
 	}{
-		{m("algorithms", "log=x"), floodgate.NewLimit(floodgate.SlidingWindowLog, 2, time.Minute), FailureModeOpen},
-		{m("algorithms", "counter=x"), floodgate.NewLimit(floodgate.SlidingWindowCounter, 2, time.Minute), FailureModeOpen},
-		{m("algorithms", "fixed=x"), floodgate.NewLimit(floodgate.FixedWindow, 2, time.Minute), FailureModeClosed},
-		{m("algorithms", "bucket=x"), floodgate.NewTokenBucket(3, 60, time.Minute), FailureModeError},
-		{m("mongo_cps", "database=users"), floodgate.NewLimit(floodgate.FixedWindow, 5, time.Second), FailureModeDefault},
+		{m("algorithms", "log=x"), floodgate.NewLimit(floodgate.SlidingWindowLog, 2, time.Minute), "open"},
+		{m("algorithms", "counter=x"), floodgate.NewLimit(floodgate.SlidingWindowCounter, 2, time.Minute), "open"},
+		{m("algorithms", "fixed=x"), floodgate.NewLimit(floodgate.FixedWindow, 2, time.Minute), "closed"},
+		{m("algorithms", "bucket=x"), floodgate.NewTokenBucket(3, 60, time.Minute), "error"},
+		{m("mongo_cps", "database=users"), floodgate.NewLimit(floodgate.FixedWindow, 5, time.Second), ""},
 	}
 	for _, tt := range tests {
-		if tt.rule.Limit != tt.limit || tt.rule.FailureMode != tt.failure {
-			t.Errorf("%s: %v %s, want %v %s", tt.rule.Key, tt.rule.Limit, tt.rule.FailureMode, tt.limit, tt.failure)
+		if got := failure(tt.rule); tt.rule.Limit != tt.limit || got != tt.failure {
+			t.Errorf("%s: %v %q, want %v %q", tt.rule.Key, tt.rule.Limit, got, tt.limit, tt.failure)
 		}
 	}
 	if r := m("edge_proxy_per_ip", "remote_address=50.0.0.5"); !r.blocked() || r.Limit != (floodgate.Limit{}) {

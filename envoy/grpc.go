@@ -29,20 +29,14 @@ func RegisterHealth(g grpc.ServiceRegistrar) *health.Server {
 	return h
 }
 
-// RegisterReflection registers the standard gRPC reflection service (v1 and
-// v1alpha) on g, so grpcurl and grpc_cli can list and call the services
-// without the .proto files.
-func RegisterReflection(g reflection.GRPCServer) {
-	reflection.Register(g)
-}
-
-// NewGRPCServer returns a gRPC server with s, the health service and
-// reflection registered, and the health server to shut down before
+// NewGRPCServer returns a gRPC server with s, the health service and the
+// reflection service (v1 and v1alpha, so grpcurl and grpc_cli can list and
+// call the services without the .proto files) registered, and the health server to shut down before
 // stopping. opts are passed to grpc.NewServer.
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	g := grpc.NewServer(opts...)
 	s.Register(g)
 	h := RegisterHealth(g)
-	RegisterReflection(g)
+	reflection.Register(g)
 	return g, h
 }

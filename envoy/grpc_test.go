@@ -2,14 +2,15 @@ package envoy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -17,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // failingStore wraps a store and fails every call for keys that contain
@@ -74,12 +77,16 @@ func TestFailureModes(t *testing.T) {
 	}{
 		{"open answers OK", Options{}, request("fail", desc("open=down"), desc("ok=a")),
 			[]ws{{limit: "fail.open 5/HOUR"}, ok("fail.ok 5/HOUR", 4, h)}, codes.OK, false},
-		{"closed answers OVER_LIMIT and refunds", Options{}, request("fail", desc("closed=down"), desc("ok=a")),
-			[]ws{{over: true, limit: "fail.closed 5/HOUR"}, ok("fail.ok 5/HOUR", 5, h)}, codes.OK, true},
+		{"closed answers OVER_LIMIT and refunds", Options{}, request("fail", desc("ok=a"), desc("closed=down")),
+			[]ws{ok("fail.ok 5/HOUR", 5, h), {over: true, limit: "fail.closed 5/HOUR"}}, codes.OK, true},
+		// Without a batch store the checks are asked in turn, and a
+		// fail-closed outage ends the request: what follows is not asked.
+		{"closed first: the rest is not asked", Options{}, request("fail", desc("closed=down"), desc("ok=a")),
+			[]ws{{over: true, limit: "fail.closed 5/HOUR"}, {limit: "fail.ok 5/HOUR"}}, codes.OK, false},
 		{"error fails the call and refunds", Options{}, request("fail", desc("ok=a"), desc("error=down")),
 			nil, codes.Unavailable, true},
 		{"default is error", Options{}, request("fail", desc("default=down")), nil, codes.Unavailable, false},
-		{"default from options", Options{FailureMode: FailureModeClosed}, request("fail", desc("default=down")),
+		{"default from options", Options{FailureMode: "closed"}, request("fail", desc("default=down")),
 			[]ws{{over: true, limit: "fail.default 5/HOUR"}}, codes.OK, false},
 		{"shadow fails open", Options{}, request("fail", desc("shadow=down")), []ws{{limit: "fail.shadow 5/HOUR"}}, codes.OK, false},
 		{"no store call, no failure", Options{}, request("fail", desc("nothing=down")), []ws{noLimit}, codes.OK, false},
@@ -132,22 +139,47 @@ func TestFailureModes(t *testing.T) {
 	})
 }
 
-// TestInternalError checks a store error that is not an outage fails the
-// call with INTERNAL (and still refunds).
+// TestInternalError checks a store error that is not an outage (a failed
+// script) fails the call with INTERNAL whatever the rule's failure mode,
+// shadow rules aside, and gives back what the request took.
 func TestInternalError(t *testing.T) {
-	mem, _ := memoryStore()
-	e := start(t, brokenStore{mem}, true, Options{}, failureRules)
-	_, err := e.client.ShouldRateLimit(context.Background(), request("fail", desc("ok=broken")))
-	if status.Code(err) != codes.Internal {
-		t.Fatalf("%v, want Internal", err)
+	tests := []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		want codes.Code
+	}{
+		{"default", request("fail", desc("ok=a"), desc("default=broken")), codes.Internal},
+		{"fail open", request("fail", desc("ok=a"), desc("open=broken")), codes.Internal},
+		{"fail closed", request("fail", desc("ok=a"), desc("closed=broken")), codes.Internal},
+		{"failure mode error", request("fail", desc("ok=a"), desc("error=broken")), codes.Internal},
+		{"shadow", request("fail", desc("ok=a"), desc("shadow=broken")), codes.OK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mem, _ := memoryStore()
+			e := start(t, brokenStore{mem}, true, Options{}, failureRules)
+			for i := range 3 {
+				_, err := e.client.ShouldRateLimit(context.Background(), tt.req)
+				if got := status.Code(err); got != tt.want {
+					t.Fatalf("request %d: %v, want %s", i, err, tt.want)
+				}
+			}
+			remaining := uint32(5)
+			if tt.want == codes.OK {
+				remaining = 2
+			}
+			e.call(t, "ok after", request("fail", desc("ok=a")), ok("fail.ok 5/HOUR", remaining-1, time.Hour))
+		})
 	}
 }
 
+// brokenStore fails every call for keys that contain "broken" with a script
+// error, which is not an outage.
 type brokenStore struct{ floodgate.Store }
 
 func (b brokenStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
 	if strings.Contains(key, "broken") {
-		return floodgate.Decision{}, errors.New("store: reply of unexpected shape")
+		return floodgate.Decision{}, fmt.Errorf("%w: ERR user_script:1: unexpected reply", redisstore.ErrScript)
 	}
 	return b.Store.AllowN(ctx, key, l, n)
 }
@@ -208,40 +240,55 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1}
   - key: free
     rate_limit: {unlimited: true}
+  - key: banned
+    rate_limit: {name: banned, unit: minute, requests_per_unit: 0}
 `
-	headers := func(resp *rlsv3.RateLimitResponse) string {
-		var out []string
-		for _, h := range resp.GetResponseHeadersToAdd() {
-			out = append(out, h.GetKey()+": "+h.GetValue())
-		}
-		return strings.Join(out, "\n")
-	}
 	mem, clock := memoryStore()
-	e := start(t, mem, true, Options{ResponseHeaders: true}, rules)
+	e := start(t, mem, true, Options{ResponseHeaders: true, Clock: clock}, rules)
+	// reset is X-RateLimit-Reset for a quota whole again in d.
+	reset := func(d time.Duration) string { return strconv.FormatInt(clock.Now().Add(d).Unix(), 10) }
 	tests := []struct {
 		name    string
 		advance time.Duration // moves the clock first
 		req     *rlsv3.RateLimitRequest
-		want    string
+		want    func() string
 	}{
 		{"most restrictive is the least remaining", 0,
 			request("hdr", desc("a=x"), desc("b=x"), desc("shadow=x"), desc("free=x")),
-			`RateLimit-Policy: "per-a";q=10;w=60, "per-b";q=2;w=3600` + "\n" +
-				`RateLimit: "per-b";r=1;t=3600` + "\n" +
-				"X-RateLimit-Limit: 2\nX-RateLimit-Remaining: 1\nX-RateLimit-Reset: 3600"},
+			func() string {
+				return `Ratelimit-Policy: "per-a";q=10;w=60, "per-b";q=2;w=3600` + "\n" +
+					`Ratelimit: "per-b";r=1;t=3600` + "\n" +
+					"X-Ratelimit-Limit: 2\nX-Ratelimit-Remaining: 1\nX-Ratelimit-Reset: " + reset(time.Hour)
+			}},
 		{"token bucket window is the time to refill", 0,
 			request("hdr", desc("bucket=x")),
-			`RateLimit-Policy: "bucket";q=12;w=120` + "\n" +
-				`RateLimit: "bucket";r=11;t=10` + "\n" +
-				"X-RateLimit-Limit: 12\nX-RateLimit-Remaining: 11\nX-RateLimit-Reset: 10"},
+			func() string {
+				return `Ratelimit-Policy: "bucket";q=12;w=120` + "\n" +
+					`Ratelimit: "bucket";r=11;t=10` + "\n" +
+					"X-Ratelimit-Limit: 12\nX-Ratelimit-Remaining: 11\nX-Ratelimit-Reset: " + reset(10*time.Second)
+			}},
+		{"shadow would deny: never in the headers", 0, request("hdr", desc("shadow=x"), desc("a=w")),
+			func() string {
+				return `Ratelimit-Policy: "per-a";q=10;w=60` + "\n" + `Ratelimit: "per-a";r=9;t=60` + "\n" +
+					"X-Ratelimit-Limit: 10\nX-Ratelimit-Remaining: 9\nX-Ratelimit-Reset: " + reset(time.Minute)
+			}},
 		{"b spent", time.Second, request("hdr", desc("b=x")),
-			`RateLimit-Policy: "per-b";q=2;w=3600` + "\n" + `RateLimit: "per-b";r=0;t=3600` + "\n" +
-				"X-RateLimit-Limit: 2\nX-RateLimit-Remaining: 0\nX-RateLimit-Reset: 3600"},
-		// b's first request left the window a second ago.
+			func() string {
+				return `Ratelimit-Policy: "per-b";q=2;w=3600` + "\n" + `Ratelimit: "per-b";r=0;t=3600` + "\n" +
+					"X-Ratelimit-Limit: 2\nX-Ratelimit-Remaining: 0\nX-Ratelimit-Reset: " + reset(time.Hour)
+			}},
+		// b's first request left the window a second ago. Reset is when
+		// b is whole again: an hour after its last admission.
 		{"over limit adds Retry-After", 0, request("hdr", desc("a=y"), desc("b=x")),
-			`RateLimit-Policy: "per-a";q=10;w=60, "per-b";q=2;w=3600` + "\n" + `RateLimit: "per-b";r=0;t=3599` + "\n" +
-				"X-RateLimit-Limit: 2\nX-RateLimit-Remaining: 0\nX-RateLimit-Reset: 3599\nRetry-After: 3599"},
-		{"no limited descriptor, no headers", 0, request("hdr", desc("free=x"), desc("shadow=x"), desc("nothing=x")), ""},
+			func() string {
+				return `Ratelimit-Policy: "per-a";q=10;w=60, "per-b";q=2;w=3600` + "\n" + `Ratelimit: "per-b";r=0;t=3599` + "\n" +
+					"X-Ratelimit-Limit: 2\nX-Ratelimit-Remaining: 0\nX-Ratelimit-Reset: " + reset(time.Hour) + "\nRetry-After: 3599"
+			}},
+		{"blocked: the policies only", 0, request("hdr", desc("a=z"), desc("banned=x")),
+			func() string { return `Ratelimit-Policy: "per-a";q=10;w=60, "banned";q=0;w=60` }},
+		{"no limited descriptor, no headers", 0, request("hdr", desc("free=x"), desc("shadow=x"), desc("nothing=x")),
+			func() string { return "" }},
+		{"shadow alone would deny, no headers", 0, request("hdr", desc("shadow=x")), func() string { return "" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -250,10 +297,13 @@ descriptors:
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := headers(resp); got != tt.want {
-				t.Errorf("headers\n%s\nwant\n%s", got, tt.want)
+			if got, want := headerLines(resp), tt.want(); got != want {
+				t.Errorf("headers\n%s\nwant\n%s", got, want)
 			}
 		})
+	}
+	if got := e.counter(t, "floodgate_envoy_descriptors_total", "descriptor=hdr.shadow", "outcome=shadow_over_limit"); got != 2 {
+		t.Errorf("shadow_over_limit %v, want 2: the shadow rule did not deny", got)
 	}
 	// Off by default.
 	mem2, _ := memoryStore()
@@ -278,6 +328,16 @@ descriptors:
 			t.Errorf("domain %s: %d headers, want %d", domain, got, want)
 		}
 	}
+}
+
+// headerLines shows an answer's response_headers_to_add, one "key: value"
+// a line.
+func headerLines(resp *rlsv3.RateLimitResponse) string {
+	var out []string
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		out = append(out, h.GetKey()+": "+h.GetValue())
+	}
+	return strings.Join(out, "\n")
 }
 
 // TestSetRules checks rules swap while serving.
@@ -308,6 +368,7 @@ func TestStoreKey(t *testing.T) {
 		{"d", []string{"k=v|b=2"}, `rls|d|k=v\|b\=2`},
 		{"d", []string{`k=v\`}, `rls|d|k=v\\`},
 		{"d", []string{"k"}, "rls|d|k="},
+		{"d", []string{"k=a#b"}, "rls|d|k=a#b"},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
@@ -319,5 +380,53 @@ func TestStoreKey(t *testing.T) {
 			t.Errorf("key %q produced twice", got)
 		}
 		seen[got] = true
+	}
+}
+
+// TestStoreKeyUnchanged checks the keys are the ones earlier releases wrote,
+// so counters survive an upgrade: "rls|", the domain, and each entry as
+// "|key=value", with '\', '|' and '=' escaped. They differ only for a domain
+// holding '=' or '#' and for entries longer than decide.MaxKeyLen, which are
+// hashed.
+func TestStoreKeyUnchanged(t *testing.T) {
+	escape := func(b *strings.Builder, s string) {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c == '\\' || c == '|' || c == '=' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(s[i])
+		}
+	}
+	before := func(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
+		var b strings.Builder
+		b.WriteString("rls|")
+		escape(&b, domainName)
+		for _, e := range d.GetEntries() {
+			b.WriteByte('|')
+			escape(&b, e.GetKey())
+			b.WriteByte('=')
+			escape(&b, e.GetValue())
+		}
+		return b.String()
+	}
+	parts := []string{"", "a", "|", `\`, "=", "#", "a|b", `a\|b`, "a=b", "a#b", "x=y|z", strings.Repeat("v", 200)}
+	domains := []string{"d", "a|b", `a\b`, "messaging", "api.example.com"}
+	for _, dom := range domains {
+		for _, k := range parts[1:] {
+			for _, v := range parts {
+				for _, d := range []*ratelimitv3.RateLimitDescriptor{
+					{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}},
+					{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}, {Key: v + "k", Value: k}}},
+				} {
+					want := before(dom, d)
+					if len(want)-len(before(dom, nil))-1 > decide.MaxKeyLen {
+						continue // hashed now
+					}
+					if got := storeKey(dom, d); got != want {
+						t.Errorf("storeKey(%q, %v) = %q, earlier %q", dom, d, got, want)
+					}
+				}
+			}
+		}
 	}
 }

@@ -55,7 +55,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_envoy_descriptors_total",
 			Help: "Request descriptors by domain, matched rule (its key, as envoyproxy/ratelimit names it in its statistics) and outcome: " +
-				"ok, over_limit, shadow_over_limit, unlimited, blocked, no_rule, replaced, negative_hits, fail_open, fail_closed, fail_error, error.",
+				"ok, over_limit, shadow_over_limit, unlimited, blocked, no_rule, replaced, negative_hits, fail_open, fail_closed, fail_error, error, " +
+				"skipped (not asked: another descriptor decided the request first).",
 		}, []string{"domain", "descriptor", "outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "floodgate_envoy_request_duration_seconds",
@@ -64,11 +65,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_envoy_store_errors_total",
-			Help: "Descriptors the store could not decide (the rule's failure mode answered).",
+			Help: "Descriptors the store could not decide in time (the rule's failure mode answered), and is_negative_hits give-backs that failed.",
 		}),
 		refundErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_envoy_refund_errors_total",
-			Help: "Refunds that failed, so a denied request kept the quota one descriptor took.",
+			Help: "Requests not admitted whose refund failed, so they kept quota one of their descriptors took.",
 		}),
 	}
 	if reg == nil {

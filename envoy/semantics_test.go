@@ -127,9 +127,10 @@ func runSemantics(t *testing.T, newStore newStoreFunc) {
 				e.call(t, "banned", request("sem", desc("remote_address=50.0.0.5")), over("banned 0/HOUR", 0))
 			}
 			e.call(t, "other address", request("sem", desc("remote_address=50.0.0.1")), ok("per_ip 3/HOUR", 2, h))
+			// Blocked: the user's rule is not asked, so nothing is taken.
 			e.call(t, "banned and a user", request("sem", desc("remote_address=50.0.0.5"), desc("user=carol")),
-				over("banned 0/HOUR", 0), ok("per_user 3/HOUR", 3, h))
-			e.call(t, "user refunded", request("sem", desc("user=carol")), ok("per_user 3/HOUR", 2, h))
+				over("banned 0/HOUR", 0), ws{limit: "per_user 3/HOUR"})
+			e.call(t, "user untouched", request("sem", desc("user=carol")), ok("per_user 3/HOUR", 2, h))
 		}},
 		{"unlimited", func(t *testing.T, e *env) {
 			for range 3 {

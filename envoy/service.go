@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/logthrottle"
 )
 
@@ -31,30 +32,39 @@ type Options struct {
 	// Registerer receives the service's metrics (floodgate_envoy_*).
 	// Default: none, the metrics are kept but not exported.
 	Registerer prometheus.Registerer
-	// FailureMode applies to rules whose file sets none. The zero value
-	// means FailureModeError: the call fails with UNAVAILABLE and Envoy's
-	// failure_mode_deny decides, as with envoyproxy/ratelimit.
-	FailureMode FailureMode
+	// FailureMode applies to rules whose file sets none, named as rule files
+	// name it: "error", "open" or "closed". Empty means "error": the call
+	// fails with UNAVAILABLE and Envoy's failure_mode_deny decides, as with
+	// envoyproxy/ratelimit.
+	FailureMode string
 	// ResponseHeaders adds rate-limit headers to every answer's
 	// response_headers_to_add, which Envoy sets on the client's response:
 	// RateLimit-Policy and RateLimit (IETF draft 11), X-RateLimit-Limit,
-	// X-RateLimit-Remaining and X-RateLimit-Reset (seconds until reset, as
-	// Envoy's own x-ratelimit-reset), and Retry-After when over the limit.
-	// Off by default, as in the reference; a rule file turns them on for
-	// its domain with response_headers: true.
+	// X-RateLimit-Remaining and X-RateLimit-Reset (when the quota is whole
+	// again, in Unix epoch seconds), and Retry-After when over the limit,
+	// with the values floodgate's HTTP middleware sends. Off by default, as
+	// in the reference; a rule file turns them on for its domain with
+	// response_headers: true.
 	ResponseHeaders bool
+	// Clock tells the time for X-RateLimit-Reset (an absolute time) and log
+	// throttling. Nil: the system clock. Decisions take the store's time.
+	Clock floodgate.Clock
 }
+
+// logInterval is the least time between two log lines about failures.
+const logInterval = 10 * time.Second
 
 // Service answers ShouldRateLimit from its rules and store. It implements
 // the generated rlsv3.RateLimitServiceServer; register it with
 // [Service.Register]. It is safe for concurrent use, and its rules can be
 // replaced while it serves ([Service.SetRules]).
 type Service struct {
+	engine  *decide.Engine
 	store   floodgate.Store
 	rules   atomic.Pointer[Rules]
-	logger  *slog.Logger
-	failure FailureMode
+	failure failure // for rules whose file sets none
 	headers bool
+	clock   floodgate.Clock
 	metrics *metrics
 	warn    *logthrottle.Logger
 }
@@ -70,23 +80,33 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.FailureMode == FailureModeDefault {
-		opts.FailureMode = FailureModeError
+	if opts.Clock == nil {
+		opts.Clock = floodgate.SystemClock{}
 	}
-	if opts.FailureMode > FailureModeClosed {
-		return nil, fmt.Errorf("envoy: Options.FailureMode %d is not a failure mode", opts.FailureMode)
+	fail := errorMode
+	if opts.FailureMode != "" {
+		f, err := parseFailure(opts.FailureMode)
+		if err != nil {
+			return nil, fmt.Errorf("envoy: Options.FailureMode: %w", err)
+		}
+		fail = f
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
 	}
+	engine, err := decide.New(store, decide.Options{Logger: opts.Logger, LogInterval: logInterval, Now: opts.Clock.Now})
+	if err != nil {
+		return nil, fmt.Errorf("envoy: %w", err)
+	}
 	s := &Service{
+		engine:  engine,
 		store:   store,
-		logger:  opts.Logger,
-		failure: opts.FailureMode,
+		failure: fail,
 		headers: opts.ResponseHeaders,
+		clock:   opts.Clock,
 		metrics: m,
-		warn:    logthrottle.New(opts.Logger, 10*time.Second, nil),
+		warn:    logthrottle.New(opts.Logger, logInterval, opts.Clock.Now),
 	}
 	s.SetRules(rules)
 	return s, nil
@@ -104,18 +124,32 @@ func (s *Service) SetRules(r *Rules) {
 // Rules returns the rules in force.
 func (s *Service) Rules() *Rules { return s.rules.Load() }
 
-// check is one descriptor of a request on its way to a status.
-type check struct {
-	rule     *Rule
-	key      string // the store key
-	cost     int64
-	negative bool // is_negative_hits: give quota back instead of taking it
-	replaced bool
-	d        floodgate.Decision
-	err      error
-	admitted bool // the store admitted cost for key; refunded if the request is denied
-	refunded bool // the admission was given back
+// kind is how a descriptor is decided.
+type kind uint8
+
+const (
+	kindNoRule    kind = iota // no rule applies: OK
+	kindReplaced              // its rule is replaced by another of the request: OK
+	kindUnlimited             // OK without asking the store
+	kindBlocked               // requests_per_unit 0: OVER_LIMIT without asking the store
+	kindNegative              // is_negative_hits: its cost is given back to the key
+	kindCheck                 // decided by the engine
+)
+
+// descriptor is one descriptor of a request on its way to a status.
+type descriptor struct {
+	rule  *Rule
+	kind  kind
+	cost  int64
+	check int     // kindCheck: the index of its decide.Check
+	fail  failure // kindCheck: what an outage means
+	err   error   // kindNegative: the give-back failed
+	key   string  // kindNegative: the store key
 }
+
+// maxInline is the number of descriptors a request can carry before
+// ShouldRateLimit's buffers leave the stack.
+const maxInline = 8
 
 // ShouldRateLimit decides one request. The answer has one status per
 // descriptor, in order:
@@ -124,7 +158,9 @@ type check struct {
 //     rate_limit, or a rule replaced by another of the same request): OK,
 //     without current_limit;
 //   - unlimited: OK with limit_remaining 4294967295, without asking the store;
-//   - requests_per_unit 0: OVER_LIMIT without asking the store;
+//   - requests_per_unit 0: OVER_LIMIT without asking the store; the
+//     request's other descriptors are then not asked either, so it
+//     consumes nothing;
 //   - otherwise the store's decision for the cost (hits_addend of the
 //     descriptor if set, else of the request; 0 means 1): OK or OVER_LIMIT
 //     with current_limit (name, requests_per_unit, unit), limit_remaining,
@@ -132,18 +168,23 @@ type check struct {
 //     OK, and the exact time until a retry of the same cost is admitted
 //     when OVER_LIMIT (the same moment, for the fixed window). A cost above
 //     the rule's quota or capacity can never be admitted: OVER_LIMIT with
-//     no duration;
+//     no duration, and the store is not asked;
 //   - shadow_mode: the decision is counted and reported in limit_remaining
-//     and duration_until_reset, but the code is OK;
-//   - is_negative_hits: the cost is given back to the key; OK.
+//     and duration_until_reset, but the code is OK; shadow descriptors are
+//     decided only for requests the others admit;
+//   - is_negative_hits: the cost is given back to the key; OK (a give-back
+//     that fails is logged and counted, and changes nothing in the answer);
+//   - a descriptor the store was not asked about, because another one
+//     already decided the request: OK with current_limit only.
 //
 // overall_code is OVER_LIMIT if any status is. A request answered
 // OVER_LIMIT consumes nothing: what its other descriptors admitted is
-// refunded. When the store cannot decide, the rule's failure mode applies
-// (shadow rules always fail open): open answers OK, closed OVER_LIMIT, and
-// error fails the call with UNAVAILABLE. An empty domain, no descriptors, a
-// descriptor without entries or an entry without a key fail with
-// INVALID_ARGUMENT.
+// given back, and their statuses report what remains after that. When the
+// store cannot decide, the rule's failure mode applies (shadow rules always
+// fail open): open answers OK, closed OVER_LIMIT, and error fails the call
+// with UNAVAILABLE. Any other store error fails the call with INTERNAL,
+// whatever the failure mode. An empty domain, no descriptors, a descriptor
+// without entries or an entry without a key fail with INVALID_ARGUMENT.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.shouldRateLimit(ctx, req)
@@ -163,95 +204,164 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err := validate(req); err != nil {
 		return nil, err
 	}
-	rules := s.rules.Load()
-	dom := rules.domains[req.GetDomain()]
+	dom := s.rules.Load().domains[req.GetDomain()]
 	descs := req.GetDescriptors()
-	checks := make([]check, len(descs))
-	var replaced map[string]bool
-	for i, desc := range descs {
-		c := &checks[i]
-		c.cost, c.negative = hits(req, desc), desc.GetIsNegativeHits()
-		if dom == nil {
-			continue
-		}
-		if o := desc.GetLimit(); o != nil {
-			r, err := overrideRule(dom, desc)
-			if err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
-			}
-			c.rule = r
-		} else {
-			c.rule = dom.match(len(desc.Entries), func(j int) (string, string) {
-				return desc.Entries[j].GetKey(), desc.Entries[j].GetValue()
-			})
-		}
-		if c.rule != nil && len(c.rule.Replaces) > 0 {
-			if replaced == nil {
-				replaced = map[string]bool{}
-			}
-			for _, name := range c.rule.Replaces {
-				replaced[name] = true
-			}
+	var (
+		dsBuf     [maxInline]descriptor
+		checksBuf [maxInline]decide.Check
+	)
+	ds := dsBuf[:0]
+	if len(descs) > maxInline {
+		ds = make([]descriptor, 0, len(descs))
+	}
+	for range descs {
+		ds = append(ds, descriptor{})
+	}
+	if dom != nil {
+		if err := match(dom, descs, ds); err != nil {
+			return nil, err
 		}
 	}
-	// A rule named in another matched rule's replaces is dropped for this
-	// request: the replacing rule decides, and the replaced one's key is
-	// left untouched.
-	var toStore []int
-	for i := range checks {
-		c := &checks[i]
-		if c.rule != nil && c.rule.Name != "" && replaced[c.rule.Name] {
-			c.rule, c.replaced = nil, true
-		}
-		if c.rule != nil && !c.rule.Unlimited && !c.rule.blocked() {
-			c.key = storeKey(req.GetDomain(), descs[i])
-			toStore = append(toStore, i)
+	checks := checksBuf[:0]
+	blocked := false // a non-shadow rule blocks the request
+	for i := range ds {
+		d := &ds[i]
+		d.cost = hits(req, descs[i])
+		r := d.rule
+		switch {
+		case d.kind != kindCheck: // no rule, or a replaced one
+		case r.Unlimited:
+			d.kind = kindUnlimited
+		case descs[i].GetIsNegativeHits():
+			d.kind = kindNegative
+			if !r.blocked() {
+				d.key = storeKey(req.GetDomain(), descs[i])
+			}
+		case r.blocked():
+			d.kind = kindBlocked
+			blocked = blocked || !r.ShadowMode
+		default:
+			d.check, d.fail = len(checks), s.failureOf(r)
+			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(req.GetDomain(), descs[i]),
+				Limit: r.Limit, Cost: d.cost, Failure: d.fail.mode, Shadow: r.ShadowMode})
 		}
 	}
-	s.decideAll(ctx, checks, toStore)
+	// The engine keeps the outcomes past the call, so they live on the heap:
+	// one allocation of the exact size.
+	res := decide.Result{Deciding: -1, Outcomes: make([]decide.Outcome, 0, len(checks))}
+	if blocked {
+		for range checks {
+			res.Outcomes = append(res.Outcomes, decide.Outcome{})
+		}
+	} else {
+		s.engine.DecideInto(ctx, checks, &res)
+	}
+	for i := range ds {
+		if d := &ds[i]; d.kind == kindNegative && d.key != "" {
+			s.giveBack(ctx, d)
+		}
+	}
+	if res.RefundErr != nil {
+		s.metrics.refundErrors.Inc()
+	}
 
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks)),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
 	}
-	var failErr, internalErr error
-	for i := range checks {
-		c := &checks[i]
-		st, outcome, err := s.status(c)
-		if err != nil {
-			if c.err != nil && errors.Is(c.err, floodgate.ErrStoreUnavailable) {
-				failErr = err
-			} else {
-				internalErr = err
-			}
-		}
+	for i := range ds {
+		st, outcome := s.status(&ds[i], &res)
 		resp.Statuses[i] = st
 		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		s.count(req.GetDomain(), dom != nil, descs[i], c, outcome)
+		s.count(req.GetDomain(), dom != nil, descs[i], ds[i].rule, outcome)
 	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT || failErr != nil || internalErr != nil {
-		s.refund(ctx, checks)
-		// A refunded descriptor reports what remains after the refund:
-		// this request took nothing from it.
-		for i := range checks {
-			if c := &checks[i]; c.refunded {
-				st := resp.Statuses[i]
-				st.LimitRemaining = uint32(min(c.d.Remaining+c.cost, c.rule.Limit.Quota, math.MaxUint32))
+	if err := callError(ds, checks, &res); err != nil {
+		return nil, err
+	}
+	if s.headers || (dom != nil && dom.headers) {
+		resp.ResponseHeadersToAdd = s.responseHeaders(ds, &res)
+	}
+	return resp, nil
+}
+
+// match finds each descriptor's rule in dom, and drops the rules that
+// another matched rule of the request replaces: the replacing rule decides,
+// and the replaced one's key is left untouched. A matched descriptor is left
+// as kindCheck, to be refined by the caller.
+func match(dom *domain, descs []*ratelimitv3.RateLimitDescriptor, ds []descriptor) error {
+	var replaced []string
+	for i, desc := range descs {
+		d := &ds[i]
+		if desc.GetLimit() != nil {
+			r, err := overrideRule(dom, desc)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
+			}
+			d.rule = r
+		} else {
+			d.rule = dom.match(len(desc.Entries), func(j int) (string, string) {
+				return desc.Entries[j].GetKey(), desc.Entries[j].GetValue()
+			})
+		}
+		if d.rule != nil {
+			d.kind = kindCheck
+			replaced = append(replaced, d.rule.Replaces...)
+		}
+	}
+	if len(replaced) == 0 {
+		return nil
+	}
+	for i := range ds {
+		if r := ds[i].rule; r != nil && r.Name != "" && slices.Contains(replaced, r.Name) {
+			ds[i] = descriptor{kind: kindReplaced}
+		}
+	}
+	return nil
+}
+
+// failureOf returns the failure mode that applies to a rule.
+func (s *Service) failureOf(r *Rule) failure {
+	if r.failureSet {
+		return failure{mode: r.FailureMode, call: r.FailCall, set: true}
+	}
+	return s.failure
+}
+
+// giveBack gives a negative-hits descriptor's cost back to its key, as Envoy
+// asks with is_negative_hits. This is a protocol feature, not a refund of a
+// request that was not admitted: it happens whatever the request's verdict.
+func (s *Service) giveBack(ctx context.Context, d *descriptor) {
+	r := d.rule
+	d.err = s.store.RefundN(ctx, d.key, r.Limit, min(d.cost, r.Limit.Quota))
+	if d.err != nil && ctx.Err() == nil {
+		s.metrics.storeErrors.Inc()
+		s.warn.Warn(ctx, "floodgate: giving back is_negative_hits failed; the key keeps the hits it counted",
+			slog.String("rule", r.Key), slog.String("error", d.err.Error()))
+	}
+}
+
+// callError translates a verdict that fails the whole call: a store error
+// (INTERNAL, whatever the failure mode), an invalid request (INVALID_ARGUMENT;
+// a cost above the quota is answered OVER_LIMIT instead), and an outage of a
+// rule whose failure mode is error (UNAVAILABLE).
+func callError(ds []descriptor, checks []decide.Check, res *decide.Result) error {
+	switch res.Verdict {
+	case decide.StoreError:
+		return status.Errorf(codes.Internal, "rule %s: %v", checks[res.Deciding].Rule, res.Err)
+	case decide.Invalid:
+		if !errors.Is(res.Err, floodgate.ErrCostExceedsLimit) {
+			return status.Errorf(codes.InvalidArgument, "rule %s: %v", checks[res.Deciding].Rule, res.Err)
+		}
+	case decide.Unavailable:
+		for i := range ds {
+			if d := &ds[i]; d.kind == kindCheck && d.check == res.Deciding && d.fail.call {
+				return status.Errorf(codes.Unavailable, "rule %s: %v", checks[res.Deciding].Rule, res.Err)
 			}
 		}
 	}
-	switch {
-	case internalErr != nil:
-		return nil, status.Error(codes.Internal, internalErr.Error())
-	case failErr != nil:
-		return nil, status.Error(codes.Unavailable, failErr.Error())
-	}
-	if s.headers || (dom != nil && dom.headers) {
-		resp.ResponseHeadersToAdd = responseHeaders(checks, resp)
-	}
-	return resp, nil
+	return nil
 }
 
 // validate answers INVALID_ARGUMENT for requests the reference rejects and
@@ -293,10 +403,11 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	window := UnitDuration(unit)
 	if window == 0 {
-		return nil, fmt.Errorf("unit %s is not one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR", o.GetUnit())
+		return nil, fmt.Errorf("unit %s is not one of %s", o.GetUnit(), unitNames(true))
 	}
 	r := &Rule{Domain: dom.name, Key: metricKey(dom.name, d), RequestsPerUnit: o.GetRequestsPerUnit(),
-		Unit: unit, FailureMode: dom.failure, Source: "request limit override"}
+		Unit: unit, Source: "request limit override", override: true}
+	r.setFailure(dom.failure)
 	if r.RequestsPerUnit == 0 {
 		return r, nil
 	}
@@ -310,40 +421,35 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 	return r, nil
 }
 
-// storeKey is the store key of a descriptor: the domain and every entry,
+// storeKey is the store key of a descriptor: decide.StoreKey in the "rls|"
+// namespace, with the domain as the rule and every entry as the key,
 // whatever rule matched, so that a key-only or wildcard rule counts each
-// value apart, as the reference does. '\', '|' and '=' are escaped, so
-// distinct descriptors never share a key, and the "rls|" start keeps these
-// keys apart from the HTTP API's (whose rule names hold no '|').
+// value apart, as the reference does. The entries are written key=value,
+// joined by '|', with '\', '|' and '=' escaped, so distinct descriptors
+// never share a key.
 func storeKey(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
-	var b strings.Builder
-	n := 4 + len(domainName)
-	for _, e := range d.GetEntries() {
-		n += 2 + len(e.GetKey()) + len(e.GetValue())
+	var buf [128]byte // most keys are built on the stack
+	b := buf[:0]
+	for i, e := range d.GetEntries() {
+		if i > 0 {
+			b = append(b, '|')
+		}
+		b = appendEscaped(b, e.GetKey())
+		b = append(b, '=')
+		b = appendEscaped(b, e.GetValue())
 	}
-	b.Grow(n + 8)
-	b.WriteString("rls|")
-	escape(&b, domainName)
-	for _, e := range d.GetEntries() {
-		b.WriteByte('|')
-		escape(&b, e.GetKey())
-		b.WriteByte('=')
-		escape(&b, e.GetValue())
-	}
-	return b.String()
+	return decide.StoreKey("rls|", domainName, string(b))
 }
 
-func escape(b *strings.Builder, s string) {
-	if !strings.ContainsAny(s, `\|=`) {
-		b.WriteString(s)
-		return
-	}
+// appendEscaped appends s to b with '\' before every '\', '|' and '='.
+func appendEscaped(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c == '\\' || c == '|' || c == '=' {
-			b.WriteByte('\\')
+			b = append(b, '\\')
 		}
-		b.WriteByte(s[i])
+		b = append(b, s[i])
 	}
+	return b
 }
 
 // metricKey names a descriptor as the reference's statistics do:
@@ -362,64 +468,6 @@ func metricKey(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
 	return b.String()
 }
 
-// decideAll asks the store about the checks at idx, concurrently when there
-// are several, so a request's latency is one store round trip.
-func (s *Service) decideAll(ctx context.Context, checks []check, idx []int) {
-	switch len(idx) {
-	case 0:
-	case 1:
-		s.decide(ctx, &checks[idx[0]])
-	default:
-		var wg sync.WaitGroup
-		for _, i := range idx[1:] {
-			wg.Go(func() { s.decide(ctx, &checks[i]) })
-		}
-		s.decide(ctx, &checks[idx[0]])
-		wg.Wait()
-	}
-}
-
-func (s *Service) decide(ctx context.Context, c *check) {
-	if c.negative {
-		c.err = s.store.RefundN(ctx, c.key, c.rule.Limit, min(c.cost, c.rule.Limit.Quota))
-		return
-	}
-	c.d, c.err = s.store.AllowN(ctx, c.key, c.rule.Limit, c.cost)
-	c.admitted = c.err == nil && c.d.Allowed
-}
-
-// refund gives back what the checks admitted, even if the caller has gone
-// away.
-func (s *Service) refund(ctx context.Context, checks []check) {
-	ctx = context.WithoutCancel(ctx)
-	var idx []int
-	for i := range checks {
-		if checks[i].admitted {
-			idx = append(idx, i)
-		}
-	}
-	refund1 := func(c *check) {
-		if err := s.store.RefundN(ctx, c.key, c.rule.Limit, c.cost); err != nil {
-			s.metrics.refundErrors.Inc()
-			s.warn.Warn(ctx, "refund failed: a denied request keeps the quota it took", slog.String("rule", c.rule.Key), slog.String("error", err.Error()))
-		} else {
-			c.refunded = true
-		}
-		c.admitted = false
-	}
-	switch len(idx) {
-	case 0:
-	case 1:
-		refund1(&checks[idx[0]])
-	default:
-		var wg sync.WaitGroup
-		for _, i := range idx {
-			wg.Go(func() { refund1(&checks[i]) })
-		}
-		wg.Wait()
-	}
-}
-
 // Outcomes, the "outcome" label of floodgate_envoy_descriptors_total.
 const (
 	outcomeOK              = "ok"
@@ -434,80 +482,74 @@ const (
 	outcomeFailClosed      = "fail_closed"
 	outcomeFailError       = "fail_error"
 	outcomeError           = "error"
+	outcomeSkipped         = "skipped"
 )
 
-// effectiveFailure returns the failure mode that applies to a rule.
-func (s *Service) effectiveFailure(r *Rule) FailureMode {
-	switch {
-	case r.ShadowMode:
-		return FailureModeOpen
-	case r.FailureMode != FailureModeDefault:
-		return r.FailureMode
-	}
-	return s.failure
-}
-
-// status turns a check into its descriptor status and metric outcome. A
-// non-nil error fails the whole call.
-func (s *Service) status(c *check) (*rlsv3.RateLimitResponse_DescriptorStatus, string, error) {
+// status turns a descriptor into its status and metric outcome.
+func (s *Service) status(d *descriptor, res *decide.Result) (*rlsv3.RateLimitResponse_DescriptorStatus, string) {
 	ok := rlsv3.RateLimitResponse_OK
 	over := rlsv3.RateLimitResponse_OVER_LIMIT
-	r := c.rule
-	switch {
-	case r == nil && c.replaced:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeReplaced, nil
-	case r == nil:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeNoRule, nil
-	case r.Unlimited:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, LimitRemaining: math.MaxUint32}, outcomeUnlimited, nil
-	case r.blocked() && c.negative:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}, outcomeRefunded, nil
-	case r.blocked():
-		code, outcome := over, outcomeBlocked
-		if r.ShadowMode {
-			code, outcome = ok, outcomeShadowOverLimit
+	r := d.rule
+	switch d.kind {
+	case kindNoRule:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeNoRule
+	case kindReplaced:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeReplaced
+	case kindUnlimited:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, LimitRemaining: math.MaxUint32}, outcomeUnlimited
+	case kindNegative:
+		outcome := outcomeRefunded
+		if d.err != nil {
+			outcome = outcomeError
 		}
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: code, CurrentLimit: currentLimit(r)}, outcome, nil
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}, outcome
+	case kindBlocked:
+		if r.ShadowMode {
+			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}, outcomeShadowOverLimit
+		}
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: over, CurrentLimit: currentLimit(r)}, outcomeBlocked
 	}
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}
-	if c.err != nil {
-		switch {
-		case errors.Is(c.err, floodgate.ErrCostExceedsLimit):
-			if r.ShadowMode {
-				return st, outcomeShadowOverLimit, nil
-			}
-			st.Code = over
-			return st, outcomeOverLimit, nil
-		case errors.Is(c.err, floodgate.ErrStoreUnavailable):
-			s.metrics.storeErrors.Inc()
-			mode := s.effectiveFailure(r)
-			s.warn.Warn(context.Background(), "rate-limit store unavailable; applying the rule's failure mode", slog.String("rule", r.Key), slog.String("failure_mode", mode.String()), slog.String("error", c.err.Error()))
-			switch mode {
-			case FailureModeOpen:
-				return st, outcomeFailOpen, nil
-			case FailureModeClosed:
-				st.Code = over
-				return st, outcomeFailClosed, nil
-			}
-			return st, outcomeFailError, fmt.Errorf("rule %s: %w", r.Key, c.err)
-		}
-		return st, outcomeError, fmt.Errorf("rule %s: %w", r.Key, c.err)
-	}
-	if c.negative {
-		return st, outcomeRefunded, nil
-	}
-	st.LimitRemaining = uint32(min(c.d.Remaining, math.MaxUint32))
+	o := &res.Outcomes[d.check]
 	switch {
-	case c.d.Allowed:
-		st.DurationUntilReset = durationpb.New(c.d.ResetAfter)
-		return st, outcomeOK, nil
-	case r.ShadowMode:
-		st.DurationUntilReset = durationpb.New(c.d.RetryAfter)
-		return st, outcomeShadowOverLimit, nil
+	case o.Decided:
+		st.LimitRemaining = uint32(min(o.Decision.Remaining, math.MaxUint32))
+		switch {
+		case o.Decision.Allowed:
+			st.DurationUntilReset = durationpb.New(o.Decision.ResetAfter)
+			return st, outcomeOK
+		case r.ShadowMode:
+			st.DurationUntilReset = durationpb.New(o.Decision.RetryAfter)
+			return st, outcomeShadowOverLimit
+		}
+		st.Code = over
+		st.DurationUntilReset = durationpb.New(o.Decision.RetryAfter)
+		return st, outcomeOverLimit
+	case o.Verdict == decide.Invalid && errors.Is(o.Err, floodgate.ErrCostExceedsLimit):
+		// A cost above the quota can never be admitted.
+		if r.ShadowMode {
+			return st, outcomeShadowOverLimit
+		}
+		st.Code = over
+		return st, outcomeOverLimit
+	case o.Verdict == decide.Unavailable:
+		s.metrics.storeErrors.Inc()
+		switch {
+		case r.ShadowMode || d.fail.mode == decide.FailOpen:
+			return st, outcomeFailOpen
+		case d.fail.call:
+			st.Code = over // unless it decides the request, which then fails
+			return st, outcomeFailError
+		}
+		st.Code = over
+		return st, outcomeFailClosed
+	case o.Err != nil:
+		if !r.ShadowMode {
+			st.Code = over // the request then fails: it is not admitted
+		}
+		return st, outcomeError
 	}
-	st.Code = over
-	st.DurationUntilReset = durationpb.New(c.d.RetryAfter)
-	return st, outcomeOverLimit, nil
+	return st, outcomeSkipped
 }
 
 // currentLimit is a rule's limit as the answer reports it.
@@ -518,15 +560,15 @@ func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
 // count records one descriptor's outcome. Labels stay bounded by the
 // configuration: unknown domains share one label value, and request values
 // appear only for detailed_metric rules.
-func (s *Service) count(domainName string, known bool, d *ratelimitv3.RateLimitDescriptor, c *check, outcome string) {
+func (s *Service) count(domainName string, known bool, d *ratelimitv3.RateLimitDescriptor, r *Rule, outcome string) {
 	if !known {
 		domainName = unknownLabel
 	}
 	desc := ""
-	if c.rule != nil {
-		desc = c.rule.Key
-		if c.rule.DetailedMetric {
-			desc = metricKey(c.rule.Domain, d)
+	if r != nil {
+		desc = r.Key
+		if r.DetailedMetric {
+			desc = metricKey(r.Domain, d)
 		}
 	}
 	s.metrics.descriptors.WithLabelValues(domainName, desc, outcome).Inc()

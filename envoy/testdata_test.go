@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,7 +152,7 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 			}
 			e.call(t, "whitelisted", request("units", desc("whitelisted=anything")), noLimit)
 		}},
-		{"20-floodgate-algorithms.yaml", func(t *testing.T, e *env, advance func(time.Duration), _ func() time.Time) {
+		{"20-floodgate-algorithms.yaml", func(t *testing.T, e *env, advance func(time.Duration), now func() time.Time) {
 			const log, counter, fixed = "algorithms.log 2/MINUTE", "algorithms.counter 2/MINUTE", "algorithms.fixed 2/MINUTE"
 			// The counter is whole again once its current window no longer
 			// weighs in the sliding one: two windows from its start.
@@ -184,8 +185,8 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 			for _, hv := range resp.GetResponseHeadersToAdd() {
 				got = append(got, hv.GetKey()+": "+hv.GetValue())
 			}
-			want := []string{`RateLimit-Policy: "bucket";q=3;w=3`, `RateLimit: "bucket";r=0;t=3`,
-				"X-RateLimit-Limit: 3", "X-RateLimit-Remaining: 0", "X-RateLimit-Reset: 3"}
+			want := []string{`Ratelimit-Policy: "bucket";q=3;w=3`, `Ratelimit: "bucket";r=0;t=3`,
+				"X-Ratelimit-Limit: 3", "X-Ratelimit-Remaining: 0", "X-Ratelimit-Reset: " + strconv.FormatInt(now().Add(3*s).Unix(), 10)}
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {
 				t.Errorf("response_headers: true: headers\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
@@ -194,7 +195,7 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			clock := newTestClock()
-			e := startRules(t, newStore(t, clock), true, Options{}, rules)
+			e := startRules(t, newStore(t, clock), true, Options{Clock: clock}, rules)
 			tt.run(t, e, clock.Advance, clock.Now)
 		})
 	}

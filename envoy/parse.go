@@ -12,275 +12,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate"
 )
-
-// DefaultAlgorithm is the algorithm of a rate_limit that names none, in a
-// file whose domain names none: the reference's clock-aligned fixed window,
-// so files written for envoyproxy/ratelimit admit what they admitted there.
-const DefaultAlgorithm = floodgate.FixedWindow
-
-// FailureMode says what a rule answers when the store cannot decide
-// (floodgate.ErrStoreUnavailable).
-type FailureMode uint8
-
-// The failure modes. The zero value defers to the domain's failure_mode,
-// then to [Options.FailureMode], whose own zero value is FailureModeError.
-const (
-	// FailureModeDefault defers to the enclosing setting.
-	FailureModeDefault FailureMode = iota
-	// FailureModeError fails the whole call with gRPC UNAVAILABLE, as
-	// envoyproxy/ratelimit does, so Envoy's failure_mode_deny decides
-	// (by default Envoy lets the request through).
-	FailureModeError
-	// FailureModeOpen answers OK for the descriptor (no limit applied).
-	FailureModeOpen
-	// FailureModeClosed answers OVER_LIMIT for the descriptor.
-	FailureModeClosed
-)
-
-var failureModeNames = [...]string{
-	FailureModeDefault: "default",
-	FailureModeError:   "error",
-	FailureModeOpen:    "open",
-	FailureModeClosed:  "closed",
-}
-
-// String returns the mode's configuration name: error, open or closed
-// ("default" for FailureModeDefault).
-func (m FailureMode) String() string {
-	if int(m) < len(failureModeNames) {
-		return failureModeNames[m]
-	}
-	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
-}
-
-// ParseFailureMode returns the mode named s: error, open or closed.
-func ParseFailureMode(s string) (FailureMode, error) {
-	switch s {
-	case "error":
-		return FailureModeError, nil
-	case "open":
-		return FailureModeOpen, nil
-	case "closed":
-		return FailureModeClosed, nil
-	}
-	return FailureModeDefault, fmt.Errorf("failure mode %q is not error, open or closed", s)
-}
-
-// unitInfo is a rate_limit unit: its RLS enum value and its length. The
-// lengths are the reference's: a month is 30 days and a year 365.
-type unitInfo struct {
-	unit rlsv3.RateLimitResponse_RateLimit_Unit
-	d    time.Duration
-}
-
-const day = 24 * time.Hour
-
-var units = map[string]unitInfo{
-	"second": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
-	"minute": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
-	"hour":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
-	"day":    {rlsv3.RateLimitResponse_RateLimit_DAY, day},
-	"week":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * day},
-	"month":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * day},
-	"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * day},
-}
-
-// UnitDuration returns the length of an RLS unit (a month is 30 days, a
-// year 365, as in envoyproxy/ratelimit), or 0 for UNKNOWN.
-func UnitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
-	switch u {
-	case rlsv3.RateLimitResponse_RateLimit_SECOND:
-		return time.Second
-	case rlsv3.RateLimitResponse_RateLimit_MINUTE:
-		return time.Minute
-	case rlsv3.RateLimitResponse_RateLimit_HOUR:
-		return time.Hour
-	case rlsv3.RateLimitResponse_RateLimit_DAY:
-		return day
-	case rlsv3.RateLimitResponse_RateLimit_WEEK:
-		return 7 * day
-	case rlsv3.RateLimitResponse_RateLimit_MONTH:
-		return 30 * day
-	case rlsv3.RateLimitResponse_RateLimit_YEAR:
-		return 365 * day
-	}
-	return 0
-}
-
-// Rule is one configured rate_limit, compiled. Rules are immutable and safe
-// to share between goroutines.
-type Rule struct {
-	// Domain is the file's domain.
-	Domain string
-	// Key is the rule's path as envoyproxy/ratelimit names it in its
-	// statistics: the domain and each descriptor's key (key_value when the
-	// descriptor has a value), joined with dots, such as
-	// "messaging.message_type_marketing.to_number".
-	Key string
-	// Name is the rate_limit's name, which replaces entries refer to.
-	Name string
-	// Replaces lists the names of the rules this one replaces when both
-	// apply to one request.
-	Replaces []string
-	// Unlimited rules answer OK without asking the store.
-	Unlimited bool
-	// RequestsPerUnit and Unit are the limit as written; they are reported
-	// in each answer's current_limit. RequestsPerUnit 0 denies every request.
-	RequestsPerUnit uint32
-	Unit            rlsv3.RateLimitResponse_RateLimit_Unit
-	// Limit is what the store decides with. It is the zero Limit when the
-	// rule is Unlimited or RequestsPerUnit is 0.
-	Limit floodgate.Limit
-	// ShadowMode rules decide and report but always answer OK.
-	ShadowMode bool
-	// DetailedMetric labels the rule's metrics with the request's values
-	// rather than the configured ones.
-	DetailedMetric bool
-	// FailureMode is the rule's own failure mode, or the domain's;
-	// FailureModeDefault defers to the service's.
-	FailureMode FailureMode
-	// Source is where the rule was written: "file:line".
-	Source string
-}
-
-// blocked reports whether the rule denies every request (requests_per_unit
-// 0, which the reference documents as a way to block a value).
-func (r *Rule) blocked() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
-
-// policyName names the rule in headers: its name, else its key.
-func (r *Rule) policyName() string {
-	if r.Name != "" {
-		return r.Name
-	}
-	return r.Key
-}
-
-// Rules is a loaded set of domains, from [LoadDir] or [Parse]. It is
-// immutable and safe for concurrent use; a Service swaps whole Rules to
-// reload.
-type Rules struct {
-	domains map[string]*domain
-	sources []string
-}
-
-// domain is one file's compiled descriptor tree.
-type domain struct {
-	name    string
-	source  string
-	root    keyTable
-	alg     floodgate.Algorithm // the domain's default algorithm
-	failure FailureMode         // the domain's failure_mode
-	headers bool                // response_headers: add rate-limit headers to answers
-}
-
-// keyTable is one level of the tree: the configured descriptors by key.
-type keyTable map[string]*keyNode
-
-// keyNode holds the descriptors of one key at one level, by how they match a
-// value: exactly, by wildcard prefix (longest first), or any value.
-type keyNode struct {
-	exact     map[string]*node
-	wildcards []*node
-	any       *node
-}
-
-// node is one configured descriptor.
-type node struct {
-	prefix   string // wildcard descriptors: the value without its '*'
-	rule     *Rule  // nil without a rate_limit block
-	children keyTable
-	line     int
-}
-
-// Domains returns the configured domains, sorted.
-func (r *Rules) Domains() []string {
-	if r == nil {
-		return nil
-	}
-	out := make([]string, 0, len(r.domains))
-	for d := range r.domains {
-		out = append(out, d)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Sources returns the files the rules were read from, in load order.
-func (r *Rules) Sources() []string {
-	if r == nil {
-		return nil
-	}
-	return slices.Clone(r.sources)
-}
-
-// Entry is one key/value pair of a request descriptor.
-type Entry struct {
-	Key, Value string
-}
-
-// Match returns the rule the reference service would apply to a descriptor
-// with the given entries in domain, or nil (an unknown domain, no matching
-// descriptor, or one without a rate_limit). The descriptor tree is walked
-// one entry per level; at each level the most specific configured
-// descriptor wins: the same key and value, then a wildcard value whose
-// prefix the value starts with (the longest prefix first), then the key
-// alone. A rule applies only if it sits at the level of the last entry: a
-// request with more or fewer entries than the configured nesting matches
-// nothing.
-func (r *Rules) Match(domainName string, entries []Entry) *Rule {
-	if r == nil {
-		return nil
-	}
-	d := r.domains[domainName]
-	if d == nil {
-		return nil
-	}
-	return d.match(len(entries), func(i int) (string, string) { return entries[i].Key, entries[i].Value })
-}
-
-// match walks the tree for n entries given by at.
-func (d *domain) match(n int, at func(i int) (key, value string)) *Rule {
-	table := d.root
-	for i := range n {
-		k, v := at(i)
-		next := table.lookup(k, v)
-		if next == nil {
-			return nil
-		}
-		if i == n-1 {
-			return next.rule
-		}
-		if len(next.children) == 0 {
-			return nil
-		}
-		table = next.children
-	}
-	return nil
-}
-
-// lookup finds the most specific descriptor for one entry at one level.
-func (t keyTable) lookup(key, value string) *node {
-	kn := t[key]
-	if kn == nil {
-		return nil
-	}
-	if n := kn.exact[value]; n != nil {
-		return n
-	}
-	for _, n := range kn.wildcards {
-		if strings.HasPrefix(value, n.prefix) {
-			return n
-		}
-	}
-	return kn.any
-}
 
 // ConfigError is one problem in a rule file: the file, the line, the field
 // path (such as descriptors[0].rate_limit.unit), the value and what is wrong
@@ -387,7 +123,7 @@ type parser struct {
 	domainLine int
 	domain     string
 	alg        floodgate.Algorithm
-	failure    FailureMode
+	failure    failure
 }
 
 // maxErrors bounds the errors reported per file.
@@ -398,9 +134,6 @@ func (p *parser) bad(line int, field, value, reason string) {
 		p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Field: field, Value: value, Reason: reason})
 	}
 }
-
-// quote shows a scalar value in an error.
-func quote(s string) string { return strconv.Quote(s) }
 
 // fields returns a mapping node's keys and values in order, reporting keys
 // outside allowed.
@@ -441,7 +174,7 @@ func describeNode(n *yaml.Node) string {
 	case yaml.MappingNode:
 		return "a mapping"
 	case yaml.ScalarNode:
-		return quote(n.Value)
+		return strconv.Quote(n.Value)
 	}
 	return "an alias"
 }
@@ -486,21 +219,21 @@ func (p *parser) algorithm(n *yaml.Node, field string) (floodgate.Algorithm, boo
 	}
 	alg, err := floodgate.ParseAlgorithm(s)
 	if err != nil {
-		p.bad(n.Line, field, quote(s), "is not one of sliding_window_log, sliding_window_counter, fixed_window, token_bucket")
+		p.bad(n.Line, field, strconv.Quote(s), "is not one of "+algorithmNames())
 		return 0, false
 	}
 	return alg, true
 }
 
-func (p *parser) failureMode(n *yaml.Node, field string) (FailureMode, bool) {
+func (p *parser) failureMode(n *yaml.Node, field string) (failure, bool) {
 	s, ok := p.str(n, field)
 	if !ok {
-		return 0, false
+		return failure{}, false
 	}
-	m, err := ParseFailureMode(s)
+	m, err := parseFailure(s)
 	if err != nil {
-		p.bad(n.Line, field, quote(s), "is not error, open or closed")
-		return 0, false
+		p.bad(n.Line, field, strconv.Quote(s), "is not error, open or closed")
+		return failure{}, false
 	}
 	return m, true
 }
@@ -618,13 +351,14 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 		}
 		fullKey := parentKey + "." + composite
 		if prev, dup := seen[composite]; dup {
-			p.bad(item.Line, ipath, quote(fullKey), fmt.Sprintf("is a duplicate descriptor (same key and value as line %d)", prev.line))
+			p.bad(item.Line, ipath, strconv.Quote(fullKey), fmt.Sprintf("is a duplicate descriptor (same key and value as line %d)", prev.line))
 			continue
 		}
 		seen[composite] = seenAt{item.Line}
 		nd := &node{line: item.Line}
 		if rateLimit != nil {
 			nd.rule = p.rateLimit(rateLimit, rateLimitLine, join(ipath, "rate_limit"), fullKey, shadow, detailed)
+			nd.rule.compilePolicy()
 		}
 		if children != nil {
 			nd.children = keyTable{}
@@ -653,7 +387,8 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 // rateLimit compiles one rate_limit block, whose key is on line.
 func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow, detailed bool) *Rule {
 	r := &Rule{Domain: p.domain, Key: fullKey, ShadowMode: shadow, DetailedMetric: detailed,
-		FailureMode: p.failure, Source: p.file + ":" + strconv.Itoa(line)}
+		Source: p.file + ":" + strconv.Itoa(line)}
+	r.setFailure(p.failure)
 	var (
 		unitNode, rpuNode, algNode, capNode *yaml.Node
 		replacesLine                        int
@@ -687,7 +422,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 			capacity, _ = p.uint32v(v, f)
 		case "failure_mode":
 			if m, ok := p.failureMode(v, f); ok {
-				r.FailureMode = m
+				r.setFailure(m)
 			}
 		}
 	}
@@ -696,16 +431,16 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 	}
 	for _, name := range r.Replaces {
 		if name == r.Name && name != "" {
-			p.bad(replacesLine, join(path, "replaces"), quote(name), "is this rule's own name: a rule cannot replace itself")
+			p.bad(replacesLine, join(path, "replaces"), strconv.Quote(name), "is this rule's own name: a rule cannot replace itself")
 		}
 	}
-	info, known := units[strings.ToLower(unitName)]
+	unit, window, known := parseUnit(unitName)
 	if r.Unlimited {
 		switch {
 		case known:
-			p.bad(unitNode.Line, join(path, "unit"), quote(unitName), "must not be set when unlimited is true")
+			p.bad(unitNode.Line, join(path, "unit"), strconv.Quote(unitName), "must not be set when unlimited is true")
 		case algNode != nil:
-			p.bad(algNode.Line, join(path, "algorithm"), quote(algNode.Value), "does not apply when unlimited is true")
+			p.bad(algNode.Line, join(path, "algorithm"), strconv.Quote(algNode.Value), "does not apply when unlimited is true")
 		case capNode != nil:
 			p.bad(capNode.Line, join(path, "capacity"), capNode.Value, "does not apply when unlimited is true")
 		}
@@ -715,10 +450,10 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		if unitNode != nil {
 			line = unitNode.Line
 		}
-		p.bad(line, join(path, "unit"), quote(unitName), "is not one of second, minute, hour, day, week, month, year")
+		p.bad(line, join(path, "unit"), strconv.Quote(unitName), "is not one of "+unitNames(false))
 		return r
 	}
-	r.Unit = info.unit
+	r.Unit = unit
 	if rpuNode == nil {
 		p.bad(line, join(path, "requests_per_unit"), "", "is required (0 denies every request; unlimited: true admits every request)")
 		return r
@@ -735,9 +470,9 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		if capNode != nil {
 			size = int64(capacity)
 		}
-		r.Limit = floodgate.NewTokenBucket(size, int64(r.RequestsPerUnit), info.d)
+		r.Limit = floodgate.NewTokenBucket(size, int64(r.RequestsPerUnit), window)
 	} else {
-		r.Limit = floodgate.NewLimit(alg, int64(r.RequestsPerUnit), info.d)
+		r.Limit = floodgate.NewLimit(alg, int64(r.RequestsPerUnit), window)
 	}
 	if err := r.Limit.Validate(); err != nil {
 		field, node := "requests_per_unit", rpuNode
@@ -756,6 +491,18 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		p.bad(line, join(path, field), value, reason+" (algorithm "+alg.String()+", unit "+unitName+")")
 	}
 	return r
+}
+
+// algorithmNames lists the algorithms for error messages.
+func algorithmNames() string {
+	var b strings.Builder
+	for i, a := range floodgate.Algorithms() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a.String())
+	}
+	return b.String()
 }
 
 // replaces compiles a replaces list: mappings with a non-empty name.

@@ -1,0 +1,312 @@
+package envoy
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+)
+
+// DefaultAlgorithm is the algorithm of a rate_limit that names none, in a
+// file whose domain names none: the reference's clock-aligned fixed window,
+// so files written for envoyproxy/ratelimit admit what they admitted there.
+const DefaultAlgorithm = floodgate.FixedWindow
+
+// failure is a failure_mode as rule files write it. "open" and "closed" are
+// the engine's modes; "error" is FailClosed to the engine (nothing is
+// admitted for the request), and the service then fails the whole call with
+// UNAVAILABLE, so that Envoy's failure_mode_deny decides, as with
+// envoyproxy/ratelimit.
+type failure struct {
+	mode decide.FailureMode
+	call bool // "error": an outage fails the call
+	set  bool // written in the file; else the Service's default applies
+}
+
+// errorMode is failure_mode error, the default.
+var errorMode = failure{mode: decide.FailClosed, call: true}
+
+// parseFailure returns the failure mode named s: error, open or closed.
+func parseFailure(s string) (failure, error) {
+	switch s {
+	case "error":
+		return failure{mode: decide.FailClosed, call: true, set: true}, nil
+	case "open":
+		return failure{mode: decide.FailOpen, set: true}, nil
+	case "closed":
+		return failure{mode: decide.FailClosed, set: true}, nil
+	}
+	return failure{}, fmt.Errorf("failure mode %q is not error, open or closed", s)
+}
+
+// String returns the mode's name: error, open or closed.
+func (f failure) String() string {
+	if f.call {
+		return "error"
+	}
+	return f.mode.String()
+}
+
+// units are the rate_limit units, shortest first, named as their RLS enum
+// values in lower case. The lengths are the reference's: a month is 30 days
+// and a year 365.
+var units = [...]struct {
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_DAY, day},
+	{rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * day},
+	{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * day},
+	{rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * day},
+}
+
+const day = 24 * time.Hour
+
+// UnitDuration returns the length of an RLS unit (a month is 30 days, a
+// year 365, as in envoyproxy/ratelimit), or 0 for UNKNOWN.
+func UnitDuration(u rlsv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	for _, x := range units {
+		if x.unit == u {
+			return x.d
+		}
+	}
+	return 0
+}
+
+// parseUnit returns the unit named s in any case, such as "minute".
+func parseUnit(s string) (rlsv3.RateLimitResponse_RateLimit_Unit, time.Duration, bool) {
+	for _, x := range units {
+		if strings.EqualFold(s, x.unit.String()) {
+			return x.unit, x.d, true
+		}
+	}
+	return 0, 0, false
+}
+
+// unitNames lists the units for error messages, in upper case as the RLS
+// enum names them or in lower case as rule files do.
+func unitNames(upper bool) string {
+	var b strings.Builder
+	for i, x := range units {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if upper {
+			b.WriteString(x.unit.String())
+		} else {
+			b.WriteString(strings.ToLower(x.unit.String()))
+		}
+	}
+	return b.String()
+}
+
+// Rule is one configured rate_limit, compiled. Rules are immutable and safe
+// to share between goroutines.
+type Rule struct {
+	// Domain is the file's domain.
+	Domain string
+	// Key is the rule's path as envoyproxy/ratelimit names it in its
+	// statistics: the domain and each descriptor's key (key_value when the
+	// descriptor has a value), joined with dots, such as
+	// "messaging.message_type_marketing.to_number".
+	Key string
+	// Name is the rate_limit's name, which replaces entries refer to.
+	Name string
+	// Replaces lists the names of the rules this one replaces when both
+	// apply to one request.
+	Replaces []string
+	// Unlimited rules answer OK without asking the store.
+	Unlimited bool
+	// RequestsPerUnit and Unit are the limit as written; they are reported
+	// in each answer's current_limit. RequestsPerUnit 0 denies every request.
+	RequestsPerUnit uint32
+	Unit            rlsv3.RateLimitResponse_RateLimit_Unit
+	// Limit is what the store decides with. It is the zero Limit when the
+	// rule is Unlimited or RequestsPerUnit is 0.
+	Limit floodgate.Limit
+	// ShadowMode rules decide and report but always answer OK.
+	ShadowMode bool
+	// DetailedMetric labels the rule's metrics with the request's values
+	// rather than the configured ones.
+	DetailedMetric bool
+	// FailureMode is what an outage of the store means for the rule, from
+	// its failure_mode or else its domain's: FailOpen answers OK for the
+	// descriptor; FailClosed answers OVER_LIMIT, or fails the whole call
+	// with UNAVAILABLE when FailCall is set (failure_mode error, the
+	// default). When neither the rule nor its domain sets failure_mode, the
+	// two fields hold the default, error, and the Service's
+	// Options.FailureMode applies instead. Shadow rules always fail open.
+	FailureMode decide.FailureMode
+	FailCall    bool
+	// Source is where the rule was written: "file:line".
+	Source string
+
+	failureSet bool                   // failure_mode is the file's, not the default
+	policy     ratelimitheader.Policy // the rule's header pieces
+	policyErr  error                  // the name cannot be a header value
+	override   bool                   // a request's limit override: its policy is compiled when needed
+}
+
+// setFailure sets the rule's failure mode.
+func (r *Rule) setFailure(f failure) {
+	if !f.set {
+		f = errorMode
+	}
+	r.FailureMode, r.FailCall, r.failureSet = f.mode, f.call, f.set
+}
+
+// compilePolicy serializes the rule's RateLimit-Policy member: q is the
+// quota (the capacity for a token bucket, 0 for a rule that blocks
+// everything), w the window (for a token bucket the time to refill it).
+func (r *Rule) compilePolicy() {
+	if r.Unlimited {
+		return
+	}
+	if r.blocked() {
+		r.policy, r.policyErr = ratelimitheader.NewPolicy(r.policyName(), 0, ratelimitheader.CeilSeconds(UnitDuration(r.Unit)))
+		return
+	}
+	r.policy, r.policyErr = ratelimitheader.ForLimit(r.policyName(), r.Limit)
+}
+
+// blocked reports whether the rule denies every request (requests_per_unit
+// 0, which the reference documents as a way to block a value).
+func (r *Rule) blocked() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
+
+// policyName names the rule in headers: its name, else its key.
+func (r *Rule) policyName() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return r.Key
+}
+
+// Rules is a loaded set of domains, from [LoadDir] or [Parse]. It is
+// immutable and safe for concurrent use; a Service swaps whole Rules to
+// reload.
+type Rules struct {
+	domains map[string]*domain
+	sources []string
+}
+
+// domain is one file's compiled descriptor tree.
+type domain struct {
+	name    string
+	source  string
+	root    keyTable
+	alg     floodgate.Algorithm // the domain's default algorithm
+	failure failure             // the domain's failure_mode
+	headers bool                // response_headers: add rate-limit headers to answers
+}
+
+// keyTable is one level of the tree: the configured descriptors by key.
+type keyTable map[string]*keyNode
+
+// keyNode holds the descriptors of one key at one level, by how they match a
+// value: exactly, by wildcard prefix (longest first), or any value.
+type keyNode struct {
+	exact     map[string]*node
+	wildcards []*node
+	any       *node
+}
+
+// node is one configured descriptor.
+type node struct {
+	prefix   string // wildcard descriptors: the value without its '*'
+	rule     *Rule  // nil without a rate_limit block
+	children keyTable
+	line     int
+}
+
+// Domains returns the configured domains, sorted.
+func (r *Rules) Domains() []string {
+	if r == nil {
+		return nil
+	}
+	out := make([]string, 0, len(r.domains))
+	for d := range r.domains {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Sources returns the files the rules were read from, in load order.
+func (r *Rules) Sources() []string {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.sources)
+}
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Match returns the rule the reference service would apply to a descriptor
+// with the given entries in domain, or nil (an unknown domain, no matching
+// descriptor, or one without a rate_limit). The descriptor tree is walked
+// one entry per level; at each level the most specific configured
+// descriptor wins: the same key and value, then a wildcard value whose
+// prefix the value starts with (the longest prefix first), then the key
+// alone. A rule applies only if it sits at the level of the last entry: a
+// request with more or fewer entries than the configured nesting matches
+// nothing.
+func (r *Rules) Match(domainName string, entries []Entry) *Rule {
+	if r == nil {
+		return nil
+	}
+	d := r.domains[domainName]
+	if d == nil {
+		return nil
+	}
+	return d.match(len(entries), func(i int) (string, string) { return entries[i].Key, entries[i].Value })
+}
+
+// match walks the tree for n entries given by at.
+func (d *domain) match(n int, at func(i int) (key, value string)) *Rule {
+	table := d.root
+	for i := range n {
+		k, v := at(i)
+		next := table.lookup(k, v)
+		if next == nil {
+			return nil
+		}
+		if i == n-1 {
+			return next.rule
+		}
+		if len(next.children) == 0 {
+			return nil
+		}
+		table = next.children
+	}
+	return nil
+}
+
+// lookup finds the most specific descriptor for one entry at one level.
+func (t keyTable) lookup(key, value string) *node {
+	kn := t[key]
+	if kn == nil {
+		return nil
+	}
+	if n := kn.exact[value]; n != nil {
+		return n
+	}
+	for _, n := range kn.wildcards {
+		if strings.HasPrefix(value, n.prefix) {
+			return n
+		}
+	}
+	return kn.any
+}
