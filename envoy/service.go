@@ -246,23 +246,21 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				Limit: r.Limit, Cost: d.cost, Failure: d.fail.mode, Shadow: r.ShadowMode})
 		}
 	}
-	// The engine keeps the outcomes past the call, so they live on the heap:
-	// one allocation of the exact size.
-	res := decide.Result{Deciding: -1, Outcomes: make([]decide.Outcome, 0, len(checks))}
+	var res decide.Result
 	if blocked {
-		for range checks {
-			res.Outcomes = append(res.Outcomes, decide.Outcome{})
-		}
+		res = decide.Result{Deciding: -1, Outcomes: make([]decide.Outcome, len(checks))}
 	} else {
-		s.engine.DecideInto(ctx, checks, &res)
+		res = s.engine.Decide(ctx, checks)
 	}
 	for i := range ds {
 		if d := &ds[i]; d.kind == kindNegative && d.key != "" {
 			s.giveBack(ctx, d)
 		}
 	}
-	if res.RefundErr != nil {
-		s.metrics.refundErrors.Inc()
+	for i := range res.Outcomes {
+		if res.Outcomes[i].RefundErr != nil {
+			s.metrics.refundErrors.Inc()
+		}
 	}
 
 	resp := &rlsv3.RateLimitResponse{
@@ -349,15 +347,15 @@ func (s *Service) giveBack(ctx context.Context, d *descriptor) {
 func callError(ds []descriptor, checks []decide.Check, res *decide.Result) error {
 	switch res.Verdict {
 	case decide.StoreError:
-		return status.Errorf(codes.Internal, "rule %s: %v", checks[res.Deciding].Rule, res.Err)
+		return status.Errorf(codes.Internal, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
 	case decide.Invalid:
-		if !errors.Is(res.Err, floodgate.ErrCostExceedsLimit) {
-			return status.Errorf(codes.InvalidArgument, "rule %s: %v", checks[res.Deciding].Rule, res.Err)
+		if !errors.Is(res.Err(), floodgate.ErrCostExceedsLimit) {
+			return status.Errorf(codes.InvalidArgument, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
 		}
 	case decide.Unavailable:
 		for i := range ds {
 			if d := &ds[i]; d.kind == kindCheck && d.check == res.Deciding && d.fail.call {
-				return status.Errorf(codes.Unavailable, "rule %s: %v", checks[res.Deciding].Rule, res.Err)
+				return status.Errorf(codes.Unavailable, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
 			}
 		}
 	}

@@ -1,0 +1,287 @@
+// Package frontendtest holds the test that ties the front ends together: the
+// same rules and the same request sequence through the net/http middleware,
+// the server's API, its forward auth and Envoy's rate-limit service must give
+// the same decisions and byte-identical rate-limit headers, on the memory
+// store and on real Redis.
+package frontendtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/envoy"
+	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// The rules, as each front end is configured with them.
+var rules = []struct {
+	name   string
+	limit  floodgate.Limit
+	shadow bool
+}{
+	{"login", floodgate.PerMinute(3), false},
+	{"api", floodgate.NewTokenBucket(5, 5, time.Minute), false},
+	{"burst", floodgate.NewLimit(floodgate.FixedWindow, 4, time.Minute), false},
+	{"trial", floodgate.NewLimit(floodgate.SlidingWindowCounter, 1, time.Minute), true},
+}
+
+const envoyRules = `domain: fe
+response_headers: true
+descriptors:
+  - key: login
+    rate_limit: {name: login, unit: minute, requests_per_unit: 3, algorithm: sliding_window_log}
+  - key: api
+    rate_limit: {name: api, unit: minute, requests_per_unit: 5, algorithm: token_bucket}
+  - key: burst
+    rate_limit: {name: burst, unit: minute, requests_per_unit: 4, algorithm: fixed_window}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {name: trial, unit: minute, requests_per_unit: 1, algorithm: sliding_window_counter}
+`
+
+// answer is what a front end said about one request.
+type answer struct {
+	admitted bool
+	headers  map[string]string // the rate-limit headers, by canonical name
+}
+
+func (a answer) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "admitted=%v", a.admitted)
+	for _, k := range ratelimitheader.Order {
+		if v, ok := a.headers[k]; ok {
+			fmt.Fprintf(&b, " %s=%q", k, v)
+		}
+	}
+	return b.String()
+}
+
+func fromHeader(admitted bool, h http.Header) answer {
+	a := answer{admitted: admitted, headers: map[string]string{}}
+	for _, k := range ratelimitheader.Order {
+		if v := h.Values(k); len(v) > 0 {
+			a.headers[k] = strings.Join(v, ",")
+		}
+	}
+	return a
+}
+
+// frontEnd sends one request applying the named rules, for the client
+// numbered client.
+type frontEnd struct {
+	name   string
+	multi  bool // can apply several rules to one request
+	decide func(t *testing.T, client int, rules []string) answer
+}
+
+func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock floodgate.Clock) []frontEnd {
+	t.Helper()
+	discard := slog.New(slog.DiscardHandler)
+
+	// The middleware: each rule keyed by its own request header, so a
+	// request names the rules that apply to it.
+	var mwRules []httplimit.Rule
+	var srvRules []server.Rule
+	for _, r := range rules {
+		mwRules = append(mwRules, httplimit.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Key: httplimit.Header("X-" + r.name)})
+		srvRules = append(srvRules, server.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow})
+	}
+	lim, err := httplimit.New(httplimit.Config{Store: newStore("mw"), Rules: mwRules, Clock: clock, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+
+	srv, err := server.New(newStore("api"), server.Policy{Rules: srvRules}, server.Options{Clock: clock, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := srv.Handler()
+	fa, err := server.New(newStore("fa"), server.Policy{Rules: srvRules}, server.Options{Clock: clock, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	faHandler := fa.Handler()
+
+	envRules, err := envoy.Parse(envoy.Source{Name: "fe.yaml", Data: []byte(envoyRules)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoy.New(newStore("envoy"), envRules, envoy.Options{Clock: clock, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	return []frontEnd{
+		{"middleware", true, func(t *testing.T, client int, names []string) answer {
+			r := httptest.NewRequest(http.MethodGet, "http://app.example/", nil)
+			r.RemoteAddr = "192.0.2.1:1234"
+			for _, n := range names {
+				r.Header.Set("X-"+n, fmt.Sprint("client-", client))
+			}
+			w := httptest.NewRecorder()
+			mw.ServeHTTP(w, r)
+			if w.Code != http.StatusNoContent && w.Code != http.StatusTooManyRequests {
+				t.Fatalf("middleware: status %d", w.Code)
+			}
+			return fromHeader(w.Code == http.StatusNoContent, w.Header())
+		}},
+		{"server API", false, func(t *testing.T, client int, names []string) answer {
+			body, _ := json.Marshal(map[string]any{"rule": names[0], "key": fmt.Sprint("client-", client)})
+			r := httptest.NewRequest(http.MethodPost, "http://floodgate/v1/check", bytes.NewReader(body))
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			api.ServeHTTP(w, r)
+			if w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests {
+				t.Fatalf("server API: status %d: %s", w.Code, w.Body)
+			}
+			return fromHeader(w.Code == http.StatusOK, w.Header())
+		}},
+		{"forward auth", false, func(t *testing.T, client int, names []string) answer {
+			r := httptest.NewRequest(http.MethodGet, "http://floodgate/v1/forward-auth?rule="+names[0], nil)
+			r.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", client)
+			w := httptest.NewRecorder()
+			faHandler.ServeHTTP(w, r)
+			if w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests {
+				t.Fatalf("forward auth: status %d: %s", w.Code, w.Body)
+			}
+			return fromHeader(w.Code == http.StatusOK, w.Header())
+		}},
+		{"envoy", true, func(t *testing.T, client int, names []string) answer {
+			req := &rlsv3.RateLimitRequest{Domain: "fe"}
+			for _, n := range names {
+				req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
+					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: n, Value: fmt.Sprint("client-", client)}}})
+			}
+			resp, err := svc.ShouldRateLimit(context.Background(), req)
+			if err != nil {
+				t.Fatalf("envoy: %v", err)
+			}
+			h := http.Header{}
+			for _, hv := range resp.GetResponseHeadersToAdd() {
+				h.Add(hv.GetKey(), hv.GetValue())
+			}
+			return fromHeader(resp.GetOverallCode() == rlsv3.RateLimitResponse_OK, h)
+		}},
+	}
+}
+
+// step is one request of the sequence, after the clock moved by advance.
+type step struct {
+	advance time.Duration
+	rules   []string
+}
+
+func repeat(n int, s step) []step {
+	out := []step{s}
+	for range n - 1 {
+		out = append(out, step{rules: s.rules})
+	}
+	return out
+}
+
+// sequence exercises every algorithm up to and past its limit, shadow rules
+// alone and beside enforced ones, several rules per request, and (when the
+// store follows the clock) windows moving on.
+func sequence(moveTime bool) []step {
+	at := func(d time.Duration) time.Duration {
+		if moveTime {
+			return d
+		}
+		return 0
+	}
+	var s []step
+	s = append(s, repeat(4, step{rules: []string{"login"}})...)
+	s = append(s, repeat(7, step{advance: at(3 * time.Second), rules: []string{"api"}})...)
+	s = append(s, repeat(6, step{rules: []string{"burst"}})...)
+	s = append(s, repeat(3, step{rules: []string{"trial"}})...)
+	s = append(s, step{advance: at(61 * time.Second), rules: []string{"login"}})
+	s = append(s, repeat(3, step{advance: at(time.Second), rules: []string{"burst"}})...)
+	// Several rules per request (middleware and Envoy only), on other
+	// clients.
+	s = append(s, repeat(4, step{rules: []string{"login", "api", "trial"}})...)
+	s = append(s, repeat(6, step{rules: []string{"api", "burst"}})...)
+	return s
+}
+
+func run(t *testing.T, newStore func(name string) floodgate.Store, clock *floodgate.ManualClock, moveTime bool) {
+	fes := frontEnds(t, newStore, clock)
+	denied := 0
+	for i, st := range sequence(moveTime) {
+		clock.Advance(st.advance)
+		client := 1
+		if len(st.rules) > 1 {
+			client = 2
+		}
+		var want answer
+		var wantFrom string
+		for _, fe := range fes {
+			if len(st.rules) > 1 && !fe.multi {
+				continue
+			}
+			got := fe.decide(t, client, st.rules)
+			if wantFrom == "" {
+				want, wantFrom = got, fe.name
+				continue
+			}
+			if got.String() != want.String() {
+				t.Errorf("step %d %v: %s answered\n\t%s\nbut %s answered\n\t%s", i, st.rules, fe.name, got, wantFrom, want)
+			}
+		}
+		if testing.Verbose() {
+			t.Logf("step %d %v: %s", i, st.rules, want)
+		}
+		switch {
+		case slices.Equal(st.rules, []string{"trial"}) && len(want.headers) != 0:
+			t.Errorf("step %d: a shadow rule reached the headers: %s", i, want)
+		case !want.admitted:
+			denied++
+		}
+		if i == 3 && want.admitted {
+			t.Fatalf("step 3: the fourth login request was admitted: %s", want)
+		}
+	}
+	// The sequence runs every rule past its limit: login once, api twice,
+	// burst twice (five times when the window does not move on), the
+	// three-rule request once, the two-rule request four times.
+	if wantDenied := map[bool]int{true: 10, false: 13}[moveTime]; denied != wantDenied {
+		t.Errorf("%d requests denied, want %d", denied, wantDenied)
+	}
+}
+
+func TestSameAnswerMemory(t *testing.T) {
+	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	run(t, func(string) floodgate.Store { return memory.New(memory.WithClock(clock)) }, clock, true)
+}
+
+func TestSameAnswerRedis(t *testing.T) {
+	addr := redistest.StandaloneAddr(t)
+	prefix := fmt.Sprintf("fe-%d:", time.Now().UnixNano())
+	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	run(t, func(name string) floodgate.Store {
+		s, err := redisstore.New(redisstore.Config{Addrs: []string{addr}, KeyPrefix: prefix + name + ":", Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}, clock, false)
+}
