@@ -64,6 +64,15 @@ type Check struct {
 	Shadow bool
 }
 
+// Mode returns the failure mode that applies to the check: its Failure, or
+// FailOpen for a shadow check.
+func (c *Check) Mode() FailureMode {
+	if c.Shadow {
+		return FailOpen
+	}
+	return c.Failure
+}
+
 // Outcome is what happened to one Check.
 type Outcome struct {
 	// Decision is the store's decision; meaningful when Verdict is Admitted
@@ -381,7 +390,7 @@ func rank(c *Check, o *Outcome) int {
 		return 3
 	case o.Verdict == Denied:
 		return 2
-	case o.Verdict == Unavailable && c.Failure == FailClosed:
+	case o.Verdict == Unavailable && c.Mode() == FailClosed:
 		return 1
 	}
 	return 0
@@ -463,12 +472,8 @@ func (e *Engine) report(ctx context.Context, c *Check, o *Outcome) {
 	switch {
 	case o.Err == nil || o.Verdict == Invalid || errors.Is(o.Err, context.Canceled):
 	case o.Verdict == Unavailable:
-		mode := c.Failure
-		if c.Shadow {
-			mode = FailOpen
-		}
 		e.warn.Warn(ctx, "floodgate: rate-limit store unavailable; applying the rule's failure mode",
-			slog.String("rule", c.Rule), slog.String("failure_mode", mode.String()), slog.String("error", o.Err.Error()))
+			slog.String("rule", c.Rule), slog.String("failure_mode", c.Mode().String()), slog.String("error", o.Err.Error()))
 	default:
 		msg := "floodgate: rate-limit store error; the request is not admitted"
 		if c.Shadow {

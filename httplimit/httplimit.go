@@ -371,7 +371,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		if err != nil {
 			l.keyErrs.Add(1)
 			l.keyFailure(r, ru, fmt.Errorf("%w: %w", ErrKey, err))
-			if ru.failure == FailClosed && !ru.shadow {
+			if ru.check.Mode() == FailClosed {
 				l.unavailable(w, l.engineRetryAfter())
 				return false
 			}
@@ -380,8 +380,9 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		if key == "" {
 			continue // the rule does not apply to this request
 		}
-		checks = append(checks, decide.Check{Rule: ru.name, Key: decide.StoreKey(ru.prefix, ru.name, key),
-			Limit: ru.limit, Failure: ru.failure, Shadow: ru.shadow})
+		c := ru.check
+		c.Key = decide.StoreKey(ru.prefix, ru.name, key)
+		checks = append(checks, c)
 		rules = append(rules, ru)
 	}
 	res := l.engine.DecideInto(r.Context(), checks, outcomesBuf[:])
@@ -456,13 +457,9 @@ func (l *Limiter) keyFailure(r *http.Request, ru *rule, err error) {
 	if l.onStoreError != nil {
 		l.onStoreError(r, ru.name, err)
 	}
-	mode := ru.failure
-	if ru.shadow {
-		mode = FailOpen
-	}
 	l.keyLog.Warn(r.Context(), "floodgate: rate-limit rule cannot decide",
 		slog.String("rule", ru.name),
-		slog.String("failure_mode", mode.String()),
+		slog.String("failure_mode", ru.check.Mode().String()),
 		slog.String("error", err.Error()),
 	)
 }
@@ -477,6 +474,7 @@ type rule struct {
 	failure FailureMode
 	shadow  bool
 	prefix  string                 // Config.KeyPrefix: the store keys' namespace
+	check   decide.Check           // the engine's check, but for its Key
 	policy  ratelimitheader.Policy // the rule's header pieces
 	problem []byte                 // the default 429 body
 }
@@ -504,6 +502,7 @@ func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, erro
 		failure: r.Failure,
 		shadow:  r.Shadow,
 		prefix:  keyPrefix,
+		check:   decide.Check{Rule: r.Name, Limit: r.Limit, Failure: r.Failure, Shadow: r.Shadow},
 	}
 	for j, m := range r.Methods {
 		if m == "" || strings.IndexFunc(m, func(c rune) bool { return !isTchar(c) }) >= 0 {

@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // count records a one-rule request's result: its decision outcome, and a
 // store failure with the failure mode it met.
-func (m *metrics) count(rl *rule, res *decide.Result) {
+func (m *metrics) count(c *decide.Check, res *decide.Result) {
 	o := &res.Outcomes[0]
 	var outcome string
 	switch o.Verdict {
@@ -70,28 +70,25 @@ func (m *metrics) count(rl *rule, res *decide.Result) {
 		outcome = outcomeAllowed
 	case decide.Denied:
 		outcome = outcomeDenied
-		if rl.Shadow {
+		if c.Shadow {
 			outcome = outcomeShadowDenied
 		}
 	case decide.Unavailable:
-		mode := rl.Failure
-		if rl.Shadow {
-			mode = decide.FailOpen
-		}
+		mode := c.Mode()
 		outcome = outcomeFailClosed
 		if mode == decide.FailOpen {
 			outcome = outcomeFailOpen
 		}
-		m.storeErrors.WithLabelValues(rl.Name).Inc()
-		m.failureMode.WithLabelValues(rl.Name, mode.String()).Inc()
+		m.storeErrors.WithLabelValues(c.Rule).Inc()
+		m.failureMode.WithLabelValues(c.Rule, mode.String()).Inc()
 	case decide.StoreError:
 		outcome = outcomeError
-		m.storeErrors.WithLabelValues(rl.Name).Inc()
+		m.storeErrors.WithLabelValues(c.Rule).Inc()
 	default: // Invalid: the caller's error, not a decision
 		return
 	}
 	if res.Outcomes[0].RefundErr != nil {
-		m.storeErrors.WithLabelValues(rl.Name).Inc()
+		m.storeErrors.WithLabelValues(c.Rule).Inc()
 	}
-	m.decisions.WithLabelValues(rl.Name, outcome).Inc()
+	m.decisions.WithLabelValues(c.Rule, outcome).Inc()
 }

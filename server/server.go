@@ -338,7 +338,7 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64) d
 	start := time.Now()
 	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
 	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
-	s.metrics.count(rl, &res)
+	s.metrics.count(&checks[0], &res)
 	return res
 }
 
