@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -181,6 +180,3 @@ func (c *Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// indexed returns the path prefix[i].
-func indexed(prefix string, i int) string { return prefix + "[" + strconv.Itoa(i) + "]" }

@@ -113,7 +113,7 @@ func (c *Config) Policy() (server.Policy, error) {
 		l, bad := r.limit()
 		if bad != nil {
 			unmapped[i] = true
-			errs = append(errs, lines.Error(indexed("rules", i)+"."+bad.key, bad.value, bad.reason))
+			errs = append(errs, lines.Error(yamlfield.Index("rules", i)+"."+bad.key, bad.value, bad.reason))
 		}
 		p.Rules = append(p.Rules, server.Rule{Name: r.Name, Limit: l, Failure: r.FailureMode, Shadow: r.Shadow})
 	}
@@ -149,7 +149,7 @@ func (c *Config) policyField(ce *server.ConfigError, unmapped map[int]bool) *Fie
 		}
 		return c.lines.Error("", ce.Field+" "+ce.Value, ce.Reason)
 	}
-	r, rule := c.Rules[i], indexed("rules", i)
+	r, rule := c.Rules[i], yamlfield.Index("rules", i)
 	switch field {
 	case "Name":
 		return c.lines.Error(rule+".name", fmt.Sprintf("%q", r.Name), ce.Reason)

@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,18 +27,18 @@ func TestParseErrors(t *testing.T) {
 		{"two documents", "domain: a\n---\ndomain: b\n", "f.yaml:3: holds more than one YAML document; want one domain per file"},
 		{"not a mapping", "- a\n", `f.yaml:1: a list is not a mapping`},
 		{"missing domain", "descriptors: []\n", `f.yaml:1: domain: "" is required: name the domain Envoy's rate-limit filter sends`},
-		{"unknown root key", "domain: d\nfoo: 1\n", "f.yaml:2: foo: is not a known key (known here: domain, descriptors, algorithm, failure_mode, response_headers)"},
-		{"key set twice", "domain: d\ndomain: e\n", "f.yaml:2: domain: is set twice"},
+		{"unknown root key", "domain: d\nfoo: 1\n", `f.yaml:2: foo: unknown key "foo"; known keys here: domain, descriptors, algorithm, failure_mode, response_headers`},
+		{"key set twice", "domain: d\ndomain: e\n", "f.yaml:2: domain: is already set on line 1; keep one of the two"},
 		{"descriptors not a list", "domain: d\ndescriptors: {key: a}\n", "f.yaml:2: descriptors: a mapping is not a list of descriptors"},
 		{"unknown descriptor key", "domain: d\ndescriptors:\n  - key: a\n    valeu: b\n",
-			"f.yaml:4: descriptors[0].valeu: is not a known key (known here: key, value, rate_limit, descriptors, shadow_mode, detailed_metric)"},
+			`f.yaml:4: descriptors[0].valeu: unknown key "valeu"; did you mean "value"?`},
 		{"descriptor without key", "domain: d\ndescriptors:\n  - value: b\n", `f.yaml:3: descriptors[0].key: "" is required: every descriptor has a key`},
 		{"duplicate descriptor", "domain: d\ndescriptors:\n  - key: a\n    value: b\n  - key: a\n    value: b\n",
 			`f.yaml:5: descriptors[1]: "d.a_b" is a duplicate descriptor (same key and value as line 3)`},
 		{"duplicate nested descriptor", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: x\n      - key: x\n",
 			`f.yaml:6: descriptors[0].descriptors[1]: "d.a.x" is a duplicate descriptor (same key and value as line 5)`},
 		{"unknown rate_limit key", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burst: 3\n",
-			"f.yaml:7: descriptors[0].rate_limit.burst: is not a known key (known here: unit, requests_per_unit, unlimited, name, replaces, algorithm, capacity, failure_mode)"},
+			`f.yaml:7: descriptors[0].rate_limit.burst: unknown key "burst"; known keys here: unit, requests_per_unit, unlimited, name, replaces, algorithm, capacity, failure_mode`},
 		{"bad unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
 			`f.yaml:4: descriptors[0].rate_limit.unit: "fortnight" is not one of second, minute, hour, day, week, month, year`},
 		{"missing unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      requests_per_unit: 1\n",
@@ -71,10 +72,19 @@ func TestParseErrors(t *testing.T) {
 			`f.yaml:4: descriptors[0].rate_limit.replaces: "x" is not a list of {name: ...}`},
 		{"shadow_mode not a bool", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n",
 			`f.yaml:4: descriptors[0].shadow_mode: "maybe" is not true or false`},
+		{"quoted requests_per_unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "5" is not a whole number between 0 and 4294967295; write it without quotes`},
+		{"quoted boolean", "domain: d\nresponse_headers: 'true'\n", `f.yaml:2: response_headers: "true" is not true or false; write it without quotes`},
+		{"misspelt unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: secnd, requests_per_unit: 1}\n",
+			`f.yaml:4: descriptors[0].rate_limit.unit: "secnd" is not one of second, minute, hour, day, week, month, year; did you mean "second"?`},
+		{"misspelt algorithm", "domain: d\nalgorithm: token-bucket\n",
+			`f.yaml:2: algorithm: "token-bucket" is not one of sliding_window_log, token_bucket, sliding_window_counter, fixed_window; did you mean "token_bucket"?`},
+		{"misspelt failure_mode", "domain: d\nfailure_mode: opne\n", `f.yaml:2: failure_mode: "opne" is not error, open or closed; did you mean "open"?`},
+		{"empty descriptor", "domain: d\ndescriptors:\n  -\n", "f.yaml:3: descriptors[0]: nothing is not a mapping"},
 		{"bad failure_mode", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: ajar}\n",
 			`f.yaml:4: descriptors[0].rate_limit.failure_mode: "ajar" is not error, open or closed`},
 		{"two errors", "domain: d\nbar: 1\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n",
-			"f.yaml:2: bar: is not a known key (known here: domain, descriptors, algorithm, failure_mode, response_headers)\n" +
+			`f.yaml:2: bar: unknown key "bar"; known keys here: domain, descriptors, algorithm, failure_mode, response_headers` + "\n" +
 				`f.yaml:5: descriptors[0].rate_limit.unit: "eon" is not one of second, minute, hour, day, week, month, year`},
 	}
 	for _, tt := range tests {
@@ -103,6 +113,26 @@ func TestParseDuplicateDomain(t *testing.T) {
 	_, err := Parse(Source{Name: "a.yaml", Data: []byte("domain: d\n")}, Source{Name: "b.yaml", Data: []byte("\ndomain: d\n")})
 	if err == nil || err.Error() != "b.yaml:2: domain: d is already the domain of a.yaml" {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestConfigErrorFields checks a rule file's errors carry their pieces,
+// and that a broken file is not reported line by line.
+func TestConfigErrorFields(t *testing.T) {
+	_, err := Parse(Source{Name: "f.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n")})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.File != "f.yaml" || ce.Line != 4 || ce.Path != "descriptors[0].rate_limit.unit" || ce.Value != `"eon"` ||
+		ce.Reason != "is not one of second, minute, hour, day, week, month, year" {
+		t.Errorf("error %#v", ce)
+	}
+	var b strings.Builder
+	b.WriteString("domain: d\n")
+	for i := range 2 * maxErrors {
+		fmt.Fprintf(&b, "bogus%d: 1\n", i)
+	}
+	_, err = Parse(Source{Name: "f.yaml", Data: []byte(b.String())})
+	if n := strings.Count(err.Error(), "\n") + 1; n != maxErrors {
+		t.Errorf("%d errors reported, want %d", n, maxErrors)
 	}
 }
 

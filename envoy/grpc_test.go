@@ -19,6 +19,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
@@ -135,6 +136,29 @@ func TestFailureModes(t *testing.T) {
 		}
 		if got := e.counter(t, "floodgate_envoy_requests_total", "code=unavailable"); got != 1 {
 			t.Errorf("unavailable requests %v, want 1", got)
+		}
+	})
+	// An outage gets the engine's retry delay on every path: /json's 503
+	// and the gRPC answer's headers of a fail-closed rule.
+	t.Run("/json Retry-After", func(t *testing.T) {
+		mem, _ := memoryStore()
+		e := start(t, &failingStore{Store: mem}, true, Options{ResponseHeaders: true}, failureRules)
+		want := ratelimitheader.RetryAfter(decide.DefaultUnavailableRetryAfter)
+		res, err := http.Post(e.json, "application/json",
+			strings.NewReader(`{"domain":"fail","descriptors":[{"entries":[{"key":"error","value":"down"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if got := res.Header.Get("Retry-After"); res.StatusCode != http.StatusServiceUnavailable || got != want {
+			t.Errorf("/json under failure mode error: %d, Retry-After %q, want 503 and %q", res.StatusCode, got, want)
+		}
+		resp, err := e.client.ShouldRateLimit(context.Background(), request("fail", desc("closed=down")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := headerLines(resp); got != "Retry-After: "+want {
+			t.Errorf("gRPC under failure mode closed: headers %q, want Retry-After: %s", got, want)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate-rl/floodgate/internal/problem"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
 // MaxJSONBodyBytes bounds the body of a POST /json request; larger ones are
@@ -27,9 +28,10 @@ const MaxJSONBodyBytes = 64 << 10
 // and the answer a RateLimitResponse in the same mapping, with status 200
 // when the overall code is OK and 429 when it is OVER_LIMIT. Errors are
 // problem details (RFC 9457): 400 for a body that is not a valid request,
-// 503 (with Retry-After) when the store is unavailable under failure mode
-// error, 405 for methods other than POST, 413 for bodies over
-// MaxJSONBodyBytes. Mount it at /json.
+// 503 when the store is unavailable under failure mode error (with the
+// engine's retry delay in Retry-After, as every front end sends it), 405
+// for methods other than POST, 413 for bodies over MaxJSONBodyBytes. Mount
+// it at /json.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(s.serveJSON)
 }
@@ -64,7 +66,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusBadRequest
 		case codes.Unavailable:
 			code = http.StatusServiceUnavailable
-			w.Header().Set("Retry-After", "1")
+			w.Header().Set(ratelimitheader.HeaderRetryAfter, ratelimitheader.RetryAfter(s.engine.UnavailableRetryAfter()))
 		}
 		problem.Error(w, code, st.Message())
 		return

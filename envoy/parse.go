@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,36 +15,14 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
-// ConfigError is one problem in a rule file: the file, the line, the field
-// path (such as descriptors[0].rate_limit.unit), the value and what is wrong
-// with it.
-type ConfigError struct {
-	File   string
-	Line   int
-	Field  string
-	Value  string
-	Reason string
-}
-
-// Error implements error: "file:line: field: value reason".
-func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteString(":" + strconv.Itoa(e.Line))
-	}
-	b.WriteString(": ")
-	if e.Field != "" {
-		b.WriteString(e.Field + ": ")
-	}
-	if e.Value != "" {
-		b.WriteString(e.Value + " ")
-	}
-	b.WriteString(e.Reason)
-	return b.String()
-}
+// ConfigError is one problem in a rule file: the File, the Line, the field
+// Path (such as descriptors[0].rate_limit.unit), the Value, the Reason and
+// a Fix when one is obvious. It is the error type of floodgate's server
+// config too, and prints as "file:line: path: value reason; fix".
+type ConfigError = yamlfield.Error
 
 // Source is one rule file's name and contents, for [Parse].
 type Source struct {
@@ -96,14 +73,14 @@ func Parse(srcs ...Source) (*Rules, error) {
 	r := &Rules{domains: map[string]*domain{}}
 	var errs []error
 	for _, src := range srcs {
-		p := &parser{file: src.Name}
+		p := &parser{file: src.Name, errs: yamlfield.List{File: src.Name, Max: maxErrors}}
 		d := p.file1(src.Data)
-		if len(p.errs) > 0 {
-			errs = append(errs, p.errs...)
+		if err := p.errs.Err(); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		if prev, dup := r.domains[d.name]; dup {
-			errs = append(errs, &ConfigError{File: src.Name, Line: p.domainLine, Field: "domain", Value: d.name,
+			errs = append(errs, &ConfigError{File: src.Name, Line: p.domainLine, Path: "domain", Value: d.name,
 				Reason: "is already the domain of " + prev.source})
 			continue
 		}
@@ -119,7 +96,7 @@ func Parse(srcs ...Source) (*Rules, error) {
 // parser compiles one file, collecting errors.
 type parser struct {
 	file       string
-	errs       []error
+	errs       yamlfield.List
 	domainLine int
 	domain     string
 	alg        floodgate.Algorithm
@@ -129,110 +106,41 @@ type parser struct {
 // maxErrors bounds the errors reported per file.
 const maxErrors = 20
 
-func (p *parser) bad(line int, field, value, reason string) {
-	if len(p.errs) < maxErrors {
-		p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Field: field, Value: value, Reason: reason})
-	}
+// oneOf reports the string s at path, which is none of known, with the one
+// it is most likely a typo of.
+func (p *parser) oneOf(line int, path, s string, known []string) {
+	p.errs.Add(&ConfigError{Line: line, Path: path, Value: strconv.Quote(s), Reason: "is not one of " + strings.Join(known, ", "),
+		Fix: yamlfield.DidYouMean(s, known)})
 }
 
-// fields returns a mapping node's keys and values in order, reporting keys
-// outside allowed.
-func (p *parser) fields(n *yaml.Node, path string, allowed ...string) [][2]*yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		p.bad(n.Line, path, describeNode(n), "is not a mapping")
-		return nil
-	}
-	seen := map[string]bool{}
-	var out [][2]*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		field := join(path, k.Value)
-		switch {
-		case !slices.Contains(allowed, k.Value):
-			p.bad(k.Line, field, "", "is not a known key (known here: "+strings.Join(allowed, ", ")+")")
-		case seen[k.Value]:
-			p.bad(k.Line, field, "", "is set twice")
-		default:
-			seen[k.Value] = true
-			out = append(out, [2]*yaml.Node{k, v})
-		}
-	}
-	return out
+// uint32v reads a whole number between 0 and math.MaxUint32.
+func (p *parser) uint32v(n *yaml.Node, path string) uint32 {
+	v, _ := p.errs.Uint(n, path, math.MaxUint32)
+	return uint32(v)
 }
 
-func join(path, field string) string {
-	if path == "" {
-		return field
-	}
-	return path + "." + field
-}
-
-func describeNode(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.ScalarNode:
-		return strconv.Quote(n.Value)
-	}
-	return "an alias"
-}
-
-func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
-
-// str decodes a scalar string (numbers and booleans are taken as written,
-// as the reference's YAML library does).
-func (p *parser) str(n *yaml.Node, field string) (string, bool) {
-	if n.Kind != yaml.ScalarNode {
-		p.bad(n.Line, field, describeNode(n), "is not a string")
-		return "", false
-	}
-	if isNull(n) {
-		return "", true
-	}
-	return n.Value, true
-}
-
-func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-		p.bad(n.Line, field, describeNode(n), "is not true or false")
-		return false, false
-	}
-	return b, true
-}
-
-func (p *parser) uint32v(n *yaml.Node, field string) (uint32, bool) {
-	var v uint64
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v > math.MaxUint32 {
-		p.bad(n.Line, field, describeNode(n), fmt.Sprintf("is not a whole number between 0 and %d", uint32(math.MaxUint32)))
-		return 0, false
-	}
-	return uint32(v), true
-}
-
-func (p *parser) algorithm(n *yaml.Node, field string) (floodgate.Algorithm, bool) {
-	s, ok := p.str(n, field)
+func (p *parser) algorithm(n *yaml.Node, path string) (floodgate.Algorithm, bool) {
+	s, ok := p.errs.String(n, path)
 	if !ok {
 		return 0, false
 	}
 	alg, err := floodgate.ParseAlgorithm(s)
 	if err != nil {
-		p.bad(n.Line, field, strconv.Quote(s), "is not one of "+algorithmNames())
+		p.oneOf(n.Line, path, s, algorithmNames())
 		return 0, false
 	}
 	return alg, true
 }
 
-func (p *parser) failureMode(n *yaml.Node, field string) (failure, bool) {
-	s, ok := p.str(n, field)
+func (p *parser) failureMode(n *yaml.Node, path string) (failure, bool) {
+	s, ok := p.errs.String(n, path)
 	if !ok {
 		return failure{}, false
 	}
 	m, err := parseFailure(s)
 	if err != nil {
-		p.bad(n.Line, field, strconv.Quote(s), "is not error, open or closed")
+		p.errs.Add(&ConfigError{Line: n.Line, Path: path, Value: strconv.Quote(s), Reason: "is not error, open or closed",
+			Fix: yamlfield.DidYouMean(s, []string{"error", "open", "closed"})})
 		return failure{}, false
 	}
 	return m, true
@@ -244,9 +152,9 @@ func (p *parser) file1(data []byte) *domain {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			p.bad(0, "", "", "the file is empty: want a domain and its descriptors")
+			p.errs.Report(0, "", "", "the file is empty: want a domain and its descriptors")
 		} else {
-			p.bad(0, "", "", "is not valid YAML: "+strings.TrimPrefix(err.Error(), "yaml: "))
+			p.errs.Report(0, "", "", "is not valid YAML: "+strings.TrimPrefix(err.Error(), "yaml: "))
 		}
 		return nil
 	}
@@ -256,17 +164,17 @@ func (p *parser) file1(data []byte) *domain {
 		if len(extra.Content) > 0 {
 			line = extra.Content[0].Line
 		}
-		p.bad(line, "", "", "holds more than one YAML document; want one domain per file")
+		p.errs.Report(line, "", "", "holds more than one YAML document; want one domain per file")
 		return nil
 	}
 	root := doc.Content[0]
 	d := &domain{source: p.file, root: keyTable{}}
 	var descriptors *yaml.Node
-	for _, kv := range p.fields(root, "", "domain", "descriptors", "algorithm", "failure_mode", "response_headers") {
-		k, v := kv[0], kv[1]
-		switch k.Value {
+	for _, e := range p.errs.Mapping(root, "", "domain", "descriptors", "algorithm", "failure_mode", "response_headers") {
+		v := e.Value
+		switch e.Key.Value {
 		case "domain":
-			d.name, _ = p.str(v, "domain")
+			d.name, _ = p.errs.String(v, "domain")
 			p.domainLine = v.Line
 		case "descriptors":
 			descriptors = v
@@ -275,14 +183,14 @@ func (p *parser) file1(data []byte) *domain {
 		case "failure_mode":
 			p.failure, _ = p.failureMode(v, "failure_mode")
 		case "response_headers":
-			d.headers, _ = p.boolean(v, "response_headers")
+			d.headers, _ = p.errs.Bool(v, "response_headers")
 		}
 	}
 	if root.Kind != yaml.MappingNode {
 		return nil
 	}
 	if d.name == "" {
-		p.bad(max(p.domainLine, root.Line), "domain", `""`, "is required: name the domain Envoy's rate-limit filter sends")
+		p.errs.Report(max(p.domainLine, root.Line), "domain", `""`, "is required: name the domain Envoy's rate-limit filter sends")
 	}
 	p.domain = d.name
 	if p.alg == 0 {
@@ -297,17 +205,17 @@ func (p *parser) file1(data []byte) *domain {
 
 // descriptors compiles one list of descriptors into table.
 func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTable) {
-	if isNull(n) {
+	if yamlfield.IsNull(n) {
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		p.bad(n.Line, path, describeNode(n), "is not a list of descriptors")
+		p.errs.Add(yamlfield.TypeError(n, path, "a list of descriptors"))
 		return
 	}
 	type seenAt struct{ line int }
 	seen := map[string]seenAt{}
 	for i, item := range n.Content {
-		ipath := fmt.Sprintf("%s[%d]", path, i)
+		ipath := yamlfield.Index(path, i)
 		var (
 			key, value          string
 			hasValue            bool
@@ -316,33 +224,32 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 			rateLimitLine       int
 			shadow, detailed    bool
 		)
-		for _, kv := range p.fields(item, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric") {
-			k, v := kv[0], kv[1]
-			f := join(ipath, k.Value)
-			switch k.Value {
+		for _, e := range p.errs.Mapping(item, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric") {
+			v, f := e.Value, e.Path
+			switch e.Key.Value {
 			case "key":
-				key, _ = p.str(v, f)
+				key, _ = p.errs.String(v, f)
 				keyLine = v.Line
 			case "value":
-				value, _ = p.str(v, f)
+				value, _ = p.errs.String(v, f)
 				hasValue = value != ""
 			case "rate_limit":
-				if !isNull(v) {
-					rateLimit, rateLimitLine = v, k.Line
+				if !yamlfield.IsNull(v) {
+					rateLimit, rateLimitLine = v, e.Key.Line
 				}
 			case "descriptors":
 				children = v
 			case "shadow_mode":
-				shadow, _ = p.boolean(v, f)
+				shadow, _ = p.errs.Bool(v, f)
 			case "detailed_metric":
-				detailed, _ = p.boolean(v, f)
+				detailed, _ = p.errs.Bool(v, f)
 			}
 		}
 		if item.Kind != yaml.MappingNode {
 			continue
 		}
 		if key == "" {
-			p.bad(max(keyLine, item.Line), join(ipath, "key"), `""`, "is required: every descriptor has a key")
+			p.errs.Report(max(keyLine, item.Line), yamlfield.Join(ipath, "key"), `""`, "is required: every descriptor has a key")
 			continue
 		}
 		composite := key
@@ -351,18 +258,18 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 		}
 		fullKey := parentKey + "." + composite
 		if prev, dup := seen[composite]; dup {
-			p.bad(item.Line, ipath, strconv.Quote(fullKey), fmt.Sprintf("is a duplicate descriptor (same key and value as line %d)", prev.line))
+			p.errs.Report(item.Line, ipath, strconv.Quote(fullKey), fmt.Sprintf("is a duplicate descriptor (same key and value as line %d)", prev.line))
 			continue
 		}
 		seen[composite] = seenAt{item.Line}
 		nd := &node{line: item.Line}
 		if rateLimit != nil {
-			nd.rule = p.rateLimit(rateLimit, rateLimitLine, join(ipath, "rate_limit"), fullKey, shadow, detailed)
+			nd.rule = p.rateLimit(rateLimit, rateLimitLine, yamlfield.Join(ipath, "rate_limit"), fullKey, shadow, detailed)
 			nd.rule.compilePolicy()
 		}
 		if children != nil {
 			nd.children = keyTable{}
-			p.descriptors(children, join(ipath, "descriptors"), fullKey, nd.children)
+			p.descriptors(children, yamlfield.Join(ipath, "descriptors"), fullKey, nd.children)
 		}
 		kn := table[key]
 		if kn == nil {
@@ -397,52 +304,51 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		capacity                            uint32
 		ok                                  = true
 	)
-	errsBefore := len(p.errs)
-	for _, kv := range p.fields(n, path, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "capacity", "failure_mode") {
-		k, v := kv[0], kv[1]
-		f := join(path, k.Value)
-		switch k.Value {
+	errsBefore := p.errs.Len()
+	for _, e := range p.errs.Mapping(n, path, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "capacity", "failure_mode") {
+		v, f := e.Value, e.Path
+		switch e.Key.Value {
 		case "unit":
 			unitNode = v
-			unitName, _ = p.str(v, f)
+			unitName, _ = p.errs.String(v, f)
 		case "requests_per_unit":
 			rpuNode = v
-			r.RequestsPerUnit, _ = p.uint32v(v, f)
+			r.RequestsPerUnit = p.uint32v(v, f)
 		case "unlimited":
-			r.Unlimited, _ = p.boolean(v, f)
+			r.Unlimited, _ = p.errs.Bool(v, f)
 		case "name":
-			r.Name, _ = p.str(v, f)
+			r.Name, _ = p.errs.String(v, f)
 		case "replaces":
-			r.Replaces, replacesLine = p.replaces(v, f), k.Line
+			r.Replaces, replacesLine = p.replaces(v, f), e.Key.Line
 		case "algorithm":
 			algNode = v
 			alg, ok = p.algorithm(v, f)
 		case "capacity":
 			capNode = v
-			capacity, _ = p.uint32v(v, f)
+			capacity = p.uint32v(v, f)
 		case "failure_mode":
 			if m, ok := p.failureMode(v, f); ok {
 				r.setFailure(m)
 			}
 		}
 	}
-	if n.Kind != yaml.MappingNode || len(p.errs) > errsBefore || !ok {
+	if n.Kind != yaml.MappingNode || p.errs.Len() > errsBefore || !ok {
 		return r
 	}
 	for _, name := range r.Replaces {
 		if name == r.Name && name != "" {
-			p.bad(replacesLine, join(path, "replaces"), strconv.Quote(name), "is this rule's own name: a rule cannot replace itself")
+			p.errs.Report(replacesLine, yamlfield.Join(path, "replaces"), strconv.Quote(name), "is this rule's own name: a rule cannot replace itself")
 		}
 	}
 	unit, window, known := parseUnit(unitName)
 	if r.Unlimited {
 		switch {
 		case known:
-			p.bad(unitNode.Line, join(path, "unit"), strconv.Quote(unitName), "must not be set when unlimited is true")
+			p.errs.Report(unitNode.Line, yamlfield.Join(path, "unit"), strconv.Quote(unitName), "must not be set when unlimited is true")
 		case algNode != nil:
-			p.bad(algNode.Line, join(path, "algorithm"), strconv.Quote(algNode.Value), "does not apply when unlimited is true")
+			p.errs.Report(algNode.Line, yamlfield.Join(path, "algorithm"), strconv.Quote(algNode.Value), "does not apply when unlimited is true")
 		case capNode != nil:
-			p.bad(capNode.Line, join(path, "capacity"), capNode.Value, "does not apply when unlimited is true")
+			p.errs.Report(capNode.Line, yamlfield.Join(path, "capacity"), capNode.Value, "does not apply when unlimited is true")
 		}
 		return r
 	}
@@ -450,16 +356,16 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		if unitNode != nil {
 			line = unitNode.Line
 		}
-		p.bad(line, join(path, "unit"), strconv.Quote(unitName), "is not one of "+unitNames(false))
+		p.oneOf(line, yamlfield.Join(path, "unit"), unitName, unitNames(false))
 		return r
 	}
 	r.Unit = unit
 	if rpuNode == nil {
-		p.bad(line, join(path, "requests_per_unit"), "", "is required (0 denies every request; unlimited: true admits every request)")
+		p.errs.Report(line, yamlfield.Join(path, "requests_per_unit"), "", "is required (0 denies every request; unlimited: true admits every request)")
 		return r
 	}
 	if capNode != nil && alg != floodgate.TokenBucket {
-		p.bad(capNode.Line, join(path, "capacity"), capNode.Value, "applies to algorithm token_bucket only (this rule's algorithm is "+alg.String()+")")
+		p.errs.Report(capNode.Line, yamlfield.Join(path, "capacity"), capNode.Value, "applies to algorithm token_bucket only (this rule's algorithm is "+alg.String()+")")
 		return r
 	}
 	if r.RequestsPerUnit == 0 {
@@ -488,41 +394,38 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		if le != nil {
 			reason = le.Reason
 		}
-		p.bad(line, join(path, field), value, reason+" (algorithm "+alg.String()+", unit "+unitName+")")
+		p.errs.Report(line, yamlfield.Join(path, field), value, reason+" (algorithm "+alg.String()+", unit "+unitName+")")
 	}
 	return r
 }
 
 // algorithmNames lists the algorithms for error messages.
-func algorithmNames() string {
-	var b strings.Builder
-	for i, a := range floodgate.Algorithms() {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(a.String())
+func algorithmNames() []string {
+	var names []string
+	for _, a := range floodgate.Algorithms() {
+		names = append(names, a.String())
 	}
-	return b.String()
+	return names
 }
 
 // replaces compiles a replaces list: mappings with a non-empty name.
 func (p *parser) replaces(n *yaml.Node, path string) []string {
-	if isNull(n) {
+	if yamlfield.IsNull(n) {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		p.bad(n.Line, path, describeNode(n), "is not a list of {name: ...}")
+		p.errs.Add(yamlfield.TypeError(n, path, "a list of {name: ...}"))
 		return nil
 	}
 	var out []string
 	for i, item := range n.Content {
-		ipath := fmt.Sprintf("%s[%d]", path, i)
+		ipath := yamlfield.Index(path, i)
 		name := ""
-		for _, kv := range p.fields(item, ipath, "name") {
-			name, _ = p.str(kv[1], join(ipath, "name"))
+		for _, e := range p.errs.Mapping(item, ipath, "name") {
+			name, _ = p.errs.String(e.Value, e.Path)
 		}
 		if item.Kind == yaml.MappingNode && name == "" {
-			p.bad(item.Line, join(ipath, "name"), `""`, "is required: name the rate_limit this one replaces")
+			p.errs.Report(item.Line, yamlfield.Join(ipath, "name"), `""`, "is required: name the rate_limit this one replaces")
 			continue
 		}
 		out = append(out, name)

@@ -95,19 +95,15 @@ func parseUnit(s string) (rlsv3.RateLimitResponse_RateLimit_Unit, time.Duration,
 
 // unitNames lists the units for error messages, in upper case as the RLS
 // enum names them or in lower case as rule files do.
-func unitNames(upper bool) string {
-	var b strings.Builder
+func unitNames(upper bool) []string {
+	names := make([]string, len(units))
 	for i, x := range units {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		if upper {
-			b.WriteString(x.unit.String())
-		} else {
-			b.WriteString(strings.ToLower(x.unit.String()))
+		names[i] = x.unit.String()
+		if !upper {
+			names[i] = strings.ToLower(names[i])
 		}
 	}
-	return b.String()
+	return names
 }
 
 // Rule is one configured rate_limit, compiled. Rules are immutable and safe

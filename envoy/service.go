@@ -401,7 +401,7 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	window := UnitDuration(unit)
 	if window == 0 {
-		return nil, fmt.Errorf("unit %s is not one of %s", o.GetUnit(), unitNames(true))
+		return nil, fmt.Errorf("unit %s is not one of %s", o.GetUnit(), strings.Join(unitNames(true), ", "))
 	}
 	r := &Rule{Domain: dom.name, Key: metricKey(dom.name, d), RequestsPerUnit: o.GetRequestsPerUnit(),
 		Unit: unit, Source: "request limit override", override: true}

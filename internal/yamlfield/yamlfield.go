@@ -2,12 +2,15 @@
 // name the field's path, its line and its value, and a fix where one is
 // obvious:
 //
-//	line 5: rules[0].window: soon is not a duration such as 500ms or 1m
+//	line 5: rules[0].window: "soon" is not a duration such as 500ms, 1m or 1h
 //	line 3: store.timout: unknown key "timout"; did you mean "timeout"?
+//	rules/edge.yaml:4: descriptors[0].shadow_mode: "maybe" is not true or false
 //
 // It serves every YAML dialect floodgate reads. [Decode] walks a struct's
-// yaml tags; a hand-written parser over yaml.Node uses [At], [Describe] and
-// [Error] directly.
+// yaml tags; a hand-written parser over yaml.Node collects its errors in a
+// [List], whose readers ([List.Mapping], [List.String], [List.Bool],
+// [List.Uint]) check a node and report what is wrong with it, and builds
+// its own with [At], [TypeError], [Describe] and [DidYouMean].
 //
 // It is a helper room: it imports yaml only.
 package yamlfield
@@ -17,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +30,7 @@ import (
 
 // Error is a bad value in a YAML document.
 type Error struct {
+	File   string // the document's name, such as rules/edge.yaml; empty: not shown
 	Line   int    // 1-based; 0 when unknown
 	Path   string // such as rules[1].window
 	Value  string // the value as written, or formatted; empty: none shown
@@ -33,10 +38,20 @@ type Error struct {
 	Fix    string // a suggested fix, if one is obvious
 }
 
-// Error implements error.
+// Error implements error: "file:line: path: value reason; fix", or
+// "line N: path: value reason; fix" without a File, leaving out what is
+// empty.
 func (e *Error) Error() string {
 	var b strings.Builder
-	if e.Line > 0 {
+	switch {
+	case e.File != "":
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			b.WriteByte(':')
+			b.WriteString(strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	case e.Line > 0:
 		b.WriteString("line ")
 		b.WriteString(strconv.Itoa(e.Line))
 		b.WriteString(": ")
@@ -67,8 +82,17 @@ func At(n *yaml.Node, path, reason string) *Error {
 	return e
 }
 
-// Describe names what n is, for messages such as "want a mapping, got a
-// list": "a mapping", "a list", "nothing", or a scalar's value quoted.
+// TypeError returns the Error of node n at path not being want, such as
+// "a mapping" or "a list of descriptors": the value shows what n is (see
+// [Describe]).
+func TypeError(n *yaml.Node, path, want string) *Error {
+	return &Error{Line: n.Line, Path: path, Value: Describe(n), Reason: "is not " + want}
+}
+
+// Describe names what n is, for messages such as "a list is not a
+// mapping": "a mapping", "a list", "an alias", "nothing" (null), or a
+// scalar's value quoted, so that a scalar cannot pass for one of the
+// others.
 func Describe(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -78,12 +102,181 @@ func Describe(n *yaml.Node) string {
 	case yaml.AliasNode:
 		return "an alias"
 	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
+		if IsNull(n) {
 			return "nothing"
 		}
 		return strconv.Quote(n.Value)
 	}
 	return "an empty document"
+}
+
+// IsNull reports whether n is a null scalar: ~, null, or no value at all.
+func IsNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+// Join returns the path of key under path: "store.timeout", or "timeout"
+// at the top.
+func Join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// Index returns the path of item i of the list at path: "rules[1]".
+func Index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+// DidYouMean returns the Fix for value, which is none of known: "did you
+// mean "x"?" naming the known value it is most likely a typo of (the same
+// but for case, or at most two edits away), or "" if none is that close.
+func DidYouMean(value string, known []string) string {
+	if s := suggest(value, known); s != "" {
+		return fmt.Sprintf("did you mean %q?", s)
+	}
+	return ""
+}
+
+// Reasons that Decode and the scalar readers of [List] share.
+const (
+	notBool     = "is not true or false"
+	notWhole    = "is not a whole number"
+	notDuration = "is not a duration such as 500ms, 1m or 1h"
+)
+
+// unquoteFix returns a Fix for a quoted scalar that decode rejects but
+// would accept written plainly, such as "5" for a number; "" otherwise.
+func unquoteFix(n *yaml.Node, decode func(*yaml.Node) error) string {
+	if n.Kind != yaml.ScalarNode || n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+		return ""
+	}
+	plain := *n
+	plain.Style, plain.Tag = 0, ""
+	if plain.ShortTag() == "!!str" || decode(&plain) != nil {
+		return ""
+	}
+	return "write it without quotes"
+}
+
+// List collects the Errors found in one document, for a parser that walks
+// yaml.Nodes itself: the readers below report to it, and Err returns them
+// all.
+type List struct {
+	// File names the document in every Error added without one.
+	File string
+	// Max bounds the errors kept, so that a broken file is not reported
+	// line by line; 0 keeps every error.
+	Max  int
+	errs []error
+}
+
+// Add records each error that is not nil, setting its File if it has none.
+func (l *List) Add(errs ...*Error) {
+	for _, e := range errs {
+		if e == nil || l.Max > 0 && len(l.errs) >= l.Max {
+			continue
+		}
+		if e.File == "" {
+			e.File = l.File
+		}
+		l.errs = append(l.errs, e)
+	}
+}
+
+// Report adds an Error at line about the value at path.
+func (l *List) Report(line int, path, value, reason string) {
+	l.Add(&Error{Line: line, Path: path, Value: value, Reason: reason})
+}
+
+// Len returns the number of errors recorded.
+func (l *List) Len() int { return len(l.errs) }
+
+// Err returns the errors recorded, joined with errors.Join; nil if none.
+func (l *List) Err() error { return errors.Join(l.errs...) }
+
+// Entry is one key and value of a mapping.
+type Entry struct {
+	Key, Value *yaml.Node
+	Path       string // the key's path: Join(the mapping's path, key)
+}
+
+// Mapping returns the entries of the mapping n at path, in order, whose
+// keys are among known. It reports n not being a mapping, each key outside
+// known (with the known key it is most likely a typo of, or else the list
+// of known keys) and each key set twice.
+func (l *List) Mapping(n *yaml.Node, path string, known ...string) []Entry {
+	if n.Kind != yaml.MappingNode {
+		l.Add(TypeError(n, path, "a mapping"))
+		return nil
+	}
+	seen := map[string]int{}
+	out := make([]Entry, 0, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := Join(path, k.Value)
+		if line, dup := seen[k.Value]; dup {
+			l.Add(&Error{Line: k.Line, Path: p, Reason: fmt.Sprintf("is already set on line %d", line), Fix: "keep one of the two"})
+			continue
+		}
+		seen[k.Value] = k.Line
+		if !slices.Contains(known, k.Value) {
+			e := &Error{Line: k.Line, Path: p, Reason: fmt.Sprintf("unknown key %q", k.Value), Fix: DidYouMean(k.Value, known)}
+			if e.Fix == "" && len(known) > 0 {
+				e.Fix = "known keys here: " + strings.Join(known, ", ")
+			}
+			l.Add(e)
+			continue
+		}
+		out = append(out, Entry{Key: k, Value: v, Path: p})
+	}
+	return out
+}
+
+// String returns the scalar n's value as written (numbers and booleans
+// too), "" for null, and reports any other node.
+func (l *List) String(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode {
+		l.Add(TypeError(n, path, "a string"))
+		return "", false
+	}
+	if IsNull(n) {
+		return "", true
+	}
+	return n.Value, true
+}
+
+// Bool returns the boolean n (YAML 1.1's yes, no, on and off too), and
+// reports any other node.
+func (l *List) Bool(n *yaml.Node, path string) (bool, bool) {
+	var b bool
+	decode := func(n *yaml.Node) error { return n.Decode(&b) }
+	if n.Kind != yaml.ScalarNode || decode(n) != nil {
+		l.Add(&Error{Line: n.Line, Path: path, Value: Describe(n), Reason: notBool, Fix: unquoteFix(n, decode)})
+		return false, false
+	}
+	return b, true
+}
+
+// Uint returns the whole number n, between 0 and most, and reports any
+// other node or number.
+func (l *List) Uint(n *yaml.Node, path string, most uint64) (uint64, bool) {
+	var v uint64
+	decode := func(n *yaml.Node) error {
+		if n.ShortTag() != "!!int" {
+			return errors.New("not an integer")
+		}
+		if err := n.Decode(&v); err != nil {
+			return err
+		}
+		if v > most {
+			return errors.New("out of range")
+		}
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode || decode(n) != nil {
+		l.Add(&Error{Line: n.Line, Path: path, Value: Describe(n), Reason: fmt.Sprintf("%s between 0 and %d", notWhole, most),
+			Fix: unquoteFix(n, decode)})
+		return 0, false
+	}
+	return v, true
 }
 
 // Lines holds the line of every path a Decode met: "store.timeout",
@@ -131,12 +324,12 @@ func Decode(n *yaml.Node, v any) (Lines, error) {
 		n = n.Content[0]
 	}
 	d.value(n, "", rv.Elem())
-	return d.lines, errors.Join(d.errs...)
+	return d.lines, d.errs.Err()
 }
 
 type decoder struct {
 	lines Lines
-	errs  []error
+	errs  List
 }
 
 var (
@@ -160,71 +353,33 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
 	if _, ok := d.lines[path]; !ok {
 		d.lines[path] = n.Line
 	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+	if IsNull(n) {
 		return // an empty value keeps the zero value
 	}
 	if !walked(v.Type()) {
 		if err := n.Decode(v.Addr().Interface()); err != nil {
-			d.errs = append(d.errs, &Error{Line: n.Line, Path: path, Value: valueOf(n), Reason: reason(v.Type(), err)})
+			decode := func(n *yaml.Node) error { return n.Decode(reflect.New(v.Type()).Interface()) }
+			d.errs.Add(&Error{Line: n.Line, Path: path, Value: Describe(n), Reason: reason(v.Type(), err), Fix: unquoteFix(n, decode)})
 		}
 		return
 	}
 	if v.Kind() == reflect.Slice {
 		if n.Kind != yaml.SequenceNode {
-			d.errs = append(d.errs, &Error{Line: n.Line, Path: path, Value: Describe(n), Reason: "is not a list"})
+			d.errs.Add(TypeError(n, path, "a list"))
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, item := range n.Content {
-			d.value(item, fmt.Sprintf("%s[%d]", path, i), s.Index(i))
+			d.value(item, Index(path, i), s.Index(i))
 		}
 		v.Set(s)
 		return
 	}
-	if n.Kind != yaml.MappingNode {
-		d.errs = append(d.errs, &Error{Line: n.Line, Path: path, Value: Describe(n), Reason: "is not a mapping"})
-		return
+	names, index := fieldsOf(v.Type())
+	for _, e := range d.errs.Mapping(n, path, names...) {
+		d.lines[e.Path] = e.Key.Line
+		d.value(e.Value, e.Path, v.Field(index[e.Key.Value]))
 	}
-	fields := fieldsOf(v.Type())
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
-		p := join(path, k.Value)
-		if line, dup := seen[k.Value]; dup {
-			d.errs = append(d.errs, &Error{Line: k.Line, Path: p, Reason: fmt.Sprintf("is already set on line %d", line), Fix: "keep one of the two"})
-			continue
-		}
-		seen[k.Value] = k.Line
-		idx, ok := fields[k.Value]
-		if !ok {
-			e := &Error{Line: k.Line, Path: p, Reason: fmt.Sprintf("unknown key %q", k.Value)}
-			if s := suggest(k.Value, fields); s != "" {
-				e.Fix = fmt.Sprintf("did you mean %q?", s)
-			}
-			d.errs = append(d.errs, e)
-			continue
-		}
-		d.lines[p] = k.Line
-		d.value(val, p, v.Field(idx))
-	}
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// valueOf is the value an error shows for n.
-func valueOf(n *yaml.Node) string {
-	if n.Kind == yaml.ScalarNode {
-		if n.Value == "" {
-			return `""`
-		}
-		return n.Value
-	}
-	return Describe(n)
 }
 
 // reason says why a value did not decode into a t.
@@ -235,11 +390,11 @@ func reason(t reflect.Type, err error) string {
 	}
 	switch {
 	case t == durationType:
-		return "is not a duration such as 500ms, 1m or 1h"
+		return notDuration
 	case t.Kind() == reflect.Bool:
-		return "is not true or false"
+		return notBool
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
-		return "is not a whole number"
+		return notWhole
 	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
 		return "is not a number"
 	case t.Kind() == reflect.String:
@@ -250,11 +405,12 @@ func reason(t reflect.Type, err error) string {
 	return "cannot be read as " + t.String()
 }
 
-// fieldsOf maps a struct's YAML keys to its field indexes: the yaml tag's
-// name, or the field's name in lower case; "-" and unexported fields are
-// left out.
-func fieldsOf(t reflect.Type) map[string]int {
-	m := make(map[string]int, t.NumField())
+// fieldsOf returns a struct's YAML keys in field order, and their field
+// indexes: the yaml tag's name, or the field's name in lower case; "-" and
+// unexported fields are left out.
+func fieldsOf(t reflect.Type) ([]string, map[string]int) {
+	names := make([]string, 0, t.NumField())
+	index := make(map[string]int, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -267,16 +423,17 @@ func fieldsOf(t reflect.Type) map[string]int {
 		if name == "" {
 			name = strings.ToLower(f.Name)
 		}
-		m[name] = i
+		names = append(names, name)
+		index[name] = i
 	}
-	return m
+	return names, index
 }
 
 // suggest returns the known key closest to key, if it is close enough to
 // be a typo: the same but for case, or at most two edits away.
-func suggest(key string, fields map[string]int) string {
+func suggest(key string, known []string) string {
 	best, bestDist := "", 3
-	for name := range fields {
+	for _, name := range known {
 		if strings.EqualFold(name, key) {
 			return name
 		}

@@ -25,6 +25,7 @@ type item struct {
 	Name   string        `yaml:"name"`
 	Window time.Duration `yaml:"window"`
 	Mode   mode          `yaml:"mode"`
+	Count  int           `yaml:"count"`
 }
 
 type doc struct {
@@ -65,11 +66,14 @@ func TestDecodeErrors(t *testing.T) {
 		{"listn: x\n", `line 1: listn: unknown key "listn"; did you mean "listen"?`},
 		{"Listen: x\n", `did you mean "listen"?`},
 		{"skip: x\n", `unknown key "skip"`},
-		{"items:\n  - name: a\n    window: soon\n", "line 3: items[0].window: soon is not a duration"},
-		{"items:\n  - name: a\n    mode: off\n", "line 3: items[0].mode: off is invalid: want on"},
+		{"items:\n  - name: a\n    window: soon\n", `line 3: items[0].window: "soon" is not a duration`},
+		{"items:\n  - name: a\n    mode: off\n", `line 3: items[0].mode: "off" is invalid: want on`},
 		{"items:\n  - just-a-string\n", `line 2: items[0]: "just-a-string" is not a mapping`},
 		{"items: 3\n", `line 1: items: "3" is not a list`},
-		{"listen: a\nlisten: b\n", "line 2: listen: is already set on line 1"},
+		{"listen: a\nlisten: b\n", "line 2: listen: is already set on line 1; keep one of the two"},
+		{"bogus: x\n", `line 1: bogus: unknown key "bogus"; known keys here: listen, items, addrs`},
+		{"items:\n  - name: a\n    count: \"5\"\n", `line 3: items[0].count: "5" is not a whole number; write it without quotes`},
+		{"items:\n  - name: a\n    count: five\n", `line 3: items[0].count: "five" is not a whole number`},
 		{"items:\n  - name: [x]\n", "line 2: items[0].name: a list is not a string"},
 	}
 	for _, c := range cases {
@@ -88,5 +92,117 @@ func TestDecodeErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	for _, c := range []struct {
+		e    yamlfield.Error
+		want string
+	}{
+		{yamlfield.Error{File: "f.yaml", Line: 4, Path: "a.b", Value: `"x"`, Reason: "is bad", Fix: "try y"}, `f.yaml:4: a.b: "x" is bad; try y`},
+		{yamlfield.Error{File: "f.yaml", Reason: "is empty"}, "f.yaml: is empty"},
+		{yamlfield.Error{Line: 4, Path: "a", Reason: "is bad"}, "line 4: a: is bad"},
+		{yamlfield.Error{Reason: "is bad"}, "is bad"},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.e, got, c.want)
+		}
+	}
+}
+
+// root parses src and returns its top node.
+func root(t *testing.T, src string) *yaml.Node {
+	t.Helper()
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+		t.Fatal(err)
+	}
+	return n.Content[0]
+}
+
+func TestListReaders(t *testing.T) {
+	l := &yamlfield.List{File: "f.yaml"}
+	n := root(t, "name: x\nport: 8080\non: yes\nnmae: y\nname: z\nzzz: 1\nbig: 70000\nquoted: \"12\"\nflag: \"true\"\nlist: [1]\nnull:\n")
+	var got []string
+	for _, e := range l.Mapping(n, "top", "name", "port", "on", "big", "quoted", "flag", "list", "null") {
+		got = append(got, e.Path)
+		switch e.Key.Value {
+		case "name", "port":
+			if s, ok := l.String(e.Value, e.Path); !ok || s == "" {
+				t.Errorf("%s: String = %q, %v", e.Path, s, ok)
+			}
+		case "null":
+			if s, ok := l.String(e.Value, e.Path); !ok || s != "" {
+				t.Errorf("%s: String = %q, %v", e.Path, s, ok)
+			}
+		case "on":
+			if b, ok := l.Bool(e.Value, e.Path); !ok || !b {
+				t.Errorf("%s: Bool = %v, %v", e.Path, b, ok)
+			}
+		case "big", "quoted":
+			l.Uint(e.Value, e.Path, 65535)
+		case "flag":
+			l.Bool(e.Value, e.Path)
+		case "list":
+			l.String(e.Value, e.Path)
+		}
+	}
+	if want := "top.name top.port top.on top.big top.quoted top.flag top.list top.null"; strings.Join(got, " ") != want {
+		t.Errorf("entries %s, want %s", strings.Join(got, " "), want)
+	}
+	want := []string{
+		`f.yaml:4: top.nmae: unknown key "nmae"; did you mean "name"?`,
+		"f.yaml:5: top.name: is already set on line 1; keep one of the two",
+		`f.yaml:6: top.zzz: unknown key "zzz"; known keys here: name, port, on, big, quoted, flag, list, null`,
+		`f.yaml:7: top.big: "70000" is not a whole number between 0 and 65535`,
+		`f.yaml:8: top.quoted: "12" is not a whole number between 0 and 65535; write it without quotes`,
+		`f.yaml:9: top.flag: "true" is not true or false; write it without quotes`,
+		"f.yaml:10: top.list: a list is not a string",
+	}
+	if got := l.Err(); got == nil || got.Error() != strings.Join(want, "\n") {
+		t.Errorf("errors\n%v\nwant\n%s", got, strings.Join(want, "\n"))
+	}
+	if l.Len() != len(want) {
+		t.Errorf("Len = %d, want %d", l.Len(), len(want))
+	}
+	l.Mapping(root(t, "- a\n"), "", "a")
+	if !strings.HasSuffix(l.Err().Error(), "f.yaml:1: a list is not a mapping") {
+		t.Errorf("not a mapping: %v", l.Err())
+	}
+}
+
+func TestListMax(t *testing.T) {
+	l := &yamlfield.List{File: "f.yaml", Max: 2}
+	for i := range 5 {
+		l.Report(i+1, "a", "", "is bad")
+	}
+	l.Add(nil)
+	if l.Len() != 2 {
+		t.Errorf("Len = %d, want 2", l.Len())
+	}
+	var e *yamlfield.Error
+	if !errors.As(l.Err(), &e) || e.File != "f.yaml" || e.Line != 1 {
+		t.Errorf("first error %+v", e)
+	}
+	if (&yamlfield.List{}).Err() != nil {
+		t.Error("an empty List has an error")
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	for src, want := range map[string]string{"a: 1\n": "a mapping", "[1]\n": "a list", "~\n": "nothing", "\"\"\n": `""`, "a list\n": `"a list"`} {
+		if got := yamlfield.Describe(root(t, src)); got != want {
+			t.Errorf("Describe(%q) = %s, want %s", src, got, want)
+		}
+	}
+	if got := yamlfield.DidYouMean("secnd", []string{"second", "minute"}); got != `did you mean "second"?` {
+		t.Errorf("DidYouMean = %q", got)
+	}
+	if got := yamlfield.DidYouMean("fortnight", []string{"second", "minute"}); got != "" {
+		t.Errorf("DidYouMean far off = %q", got)
+	}
+	if yamlfield.Index(yamlfield.Join("", "rules"), 2) != "rules[2]" || yamlfield.Join("rules[2]", "name") != "rules[2].name" {
+		t.Error("Join or Index")
 	}
 }
