@@ -10,7 +10,7 @@
 // yaml tags; a hand-written parser over yaml.Node collects its errors in a
 // [List], whose readers ([List.Mapping], [List.String], [List.Bool],
 // [List.Uint]) check a node and report what is wrong with it, and builds
-// its own with [At], [TypeError], [Describe] and [DidYouMean].
+// its own with [TypeError], [Describe] and [DidYouMean].
 //
 // It is a helper room: it imports yaml only.
 package yamlfield
@@ -70,16 +70,6 @@ func (e *Error) Error() string {
 		b.WriteString(e.Fix)
 	}
 	return b.String()
-}
-
-// At returns an Error about node n at path: its line, and its value if it
-// is a scalar.
-func At(n *yaml.Node, path, reason string) *Error {
-	e := &Error{Line: n.Line, Path: path, Reason: reason}
-	if n.Kind == yaml.ScalarNode {
-		e.Value = n.Value
-	}
-	return e
 }
 
 // TypeError returns the Error of node n at path not being want, such as
