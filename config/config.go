@@ -5,6 +5,10 @@
 // libraries validate their values; config translates their errors into the
 // file's terms, naming the line, the field and the bad value. Unknown keys
 // are rejected.
+//
+// It is the configuration room: it imports the types it maps YAML onto
+// (server, redisstore, decide, clientip, the root package) and
+// internal/yamlfield, and nothing imports it but cmd/floodgate.
 package config
 
 import (

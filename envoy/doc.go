@@ -60,4 +60,7 @@
 // up no quota anywhere. Unknown domains and descriptors answer OK without a
 // limit, as the reference does. See [Service.ShouldRateLimit] for every
 // field of the answer.
+//
+// It is an adapter room: it imports the root package, the decide engine, the
+// internal helpers, grpc and go-control-plane's Envoy protos, never a store.
 package envoy

@@ -15,6 +15,9 @@
 // The constructor must return a store that reads time from clock, so the
 // suite can move time by hand. Stores backed by a shared server may return
 // the same backend each time: every case uses keys of its own.
+//
+// It is a store room, for tests: it imports the root package and the
+// standard library only.
 package storetest
 
 import (

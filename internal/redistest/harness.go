@@ -10,6 +10,8 @@
 //
 // Tests that need to stop, kill or reconfigure a server must not touch the
 // shared ones: Spawn and SpawnCluster start throwaway servers of their own.
+//
+// It is a test-helper room: it imports rueidis and the standard library.
 package redistest
 
 import (
