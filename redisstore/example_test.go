@@ -95,6 +95,7 @@ func ExampleScripts() {
 		fmt.Printf("%-28s %s\n", name, first)
 	}
 	// Output:
+	// batch.lua                    -- floodgate batch (https://github.com/floodgate-rl/floodgate)
 	// fixed_window.lua             -- floodgate fixed window (https://github.com/floodgate-rl/floodgate)
 	// sliding_window_counter.lua   -- floodgate sliding-window counter (https://github.com/floodgate-rl/floodgate)
 	// sliding_window_log.lua       -- floodgate sliding-window log (https://github.com/floodgate-rl/floodgate)

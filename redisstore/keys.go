@@ -86,3 +86,42 @@ func key(prefix, identity, suffix string) string {
 	b.WriteString(suffix)
 	return b.String()
 }
+
+// crc16 is CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
+func crc16(b string) uint16 {
+	var crc uint16
+	for i := 0; i < len(b); i++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^b[i]]
+	}
+	return crc
+}
+
+// crcTable holds crc16 of every byte, for one step per byte.
+var crcTable = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()
+
+// hashTag returns the part of key Redis Cluster hashes: the text between the
+// first '{' and the first '}' after it, if not empty; otherwise the key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// keySlot computes CLUSTER KEYSLOT key: the Redis Cluster hash slot of key.
+func keySlot(key string) int { return int(crc16(hashTag(key)) % 16384) }

@@ -11,36 +11,6 @@ import (
 	"github.com/floodgate-rl/floodgate/storetest"
 )
 
-// crc16 is CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
-func crc16(b string) uint16 {
-	var crc uint16
-	for i := 0; i < len(b); i++ {
-		crc ^= uint16(b[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// hashTag returns the part of key Redis Cluster hashes: the text between the
-// first '{' and the first '}' after it, if not empty; otherwise the key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
-// keySlot computes CLUSTER KEYSLOT key.
-func keySlot(key string) int { return int(crc16(hashTag(key)) % 16384) }
-
 func TestKeySlotFunction(t *testing.T) {
 	// Vectors from the Redis Cluster specification and CLUSTER KEYSLOT.
 	if got := crc16("123456789"); got != 0x31C3 {

@@ -28,6 +28,14 @@
 // ErrStoreUnavailable: they mean a bug or a misconfiguration that retrying
 // or failing open would only hide.
 //
+// # Batches
+//
+// [Store.AllowBatch] decides the checks of one request together, all or
+// nothing: the checks whose keys share a hash slot (all of them on a single
+// server or through Sentinel) in one call of the batch script, which undoes
+// what it took when one of them is denied; on a cluster, one call per slot,
+// sent together, and refunds across slots when one slot denies.
+//
 // # Scripts
 //
 // The Lua files are embedded, and [Scripts] returns them so other languages
@@ -175,6 +183,7 @@ type Store struct {
 	prefix  string
 	timeout time.Duration
 	clock   floodgate.Clock
+	cluster bool // the client is a cluster client: a script's keys share a slot
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -319,7 +328,7 @@ func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
 }
 
 func newStore(client rueidis.Client, cfg Config) *Store {
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, clock: cfg.Clock}
+	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, clock: cfg.Clock, cluster: client.Mode() == rueidis.ClientModeCluster}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
 	}
@@ -387,9 +396,17 @@ func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, 
 	if _, err := floodgate.Check(limit, n); err != nil {
 		return err
 	}
-	reply, err := s.run(ctx, key, limit, opRefund, n)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return refundReply(ctx, limit, s.exec(ctx, key, limit, opRefund, n))
+}
+
+// refundReply checks the result of a "refund" call under ctx against the
+// scripts' contract.
+func refundReply(ctx context.Context, limit floodgate.Limit, res rueidis.RedisResult) error {
+	reply, err := res.ToMessage()
 	if err != nil {
-		return err
+		return classify(ctx, scripts[limit.Algorithm].file, err)
 	}
 	if v, err := reply.ToInt64(); err != nil || v != 0 && v != 1 {
 		return replyError(limit, reply, "the integer 0 or 1")
@@ -417,13 +434,30 @@ const (
 	opRefund = "refund"
 )
 
-// run executes limit's script for op on key and returns its reply, or an
-// error already classified.
+// run executes limit's script for op on key under the store's timeout and
+// returns its reply, or an error already classified.
 func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op string, n int64) (rueidis.RedisMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	msg, err := s.exec(ctx, key, limit, op, n).ToMessage()
+	if err != nil {
+		return msg, classify(ctx, scripts[limit.Algorithm].file, err)
+	}
+	return msg, nil
+}
+
+// exec executes limit's script for op on key under ctx.
+func (s *Store) exec(ctx context.Context, key string, limit floodgate.Limit, op string, n int64) rueidis.RedisResult {
 	now := ""
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 	}
+	return scripts[limit.Algorithm].lua.Exec(ctx, s.client, []string{s.Key(key, limit.Algorithm)}, scriptArgs(op, limit, n, now))
+}
+
+// scriptArgs returns the ARGV of a call of limit's script for op, of cost n,
+// at now ("" for Redis's clock).
+func scriptArgs(op string, limit floodgate.Limit, n int64, now string) []string {
 	args := make([]string, 5, 6)
 	args[0] = op
 	args[1] = strconv.FormatInt(limit.Quota, 10)
@@ -435,14 +469,7 @@ func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op s
 	if limit.Algorithm == floodgate.TokenBucket && limit.RefillTokens() != limit.Quota {
 		args = append(args, strconv.FormatInt(limit.RefillTokens(), 10))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	res := scripts[limit.Algorithm].lua.Exec(ctx, s.client, []string{s.Key(key, limit.Algorithm)}, args)
-	msg, err := res.ToMessage()
-	if err != nil {
-		return msg, classify(ctx, scripts[limit.Algorithm].file, err)
-	}
-	return msg, nil
+	return args
 }
 
 func replyError(limit floodgate.Limit, reply rueidis.RedisMessage, want string) error {

@@ -1,7 +1,10 @@
 package redisstore
 
 import (
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
+	"fmt"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -16,18 +19,35 @@ import (
 // contract, the prelude and its code: whole and stand-alone, as Redis runs
 // it and as Scripts hands it out.
 //
+// The batch script is batch.lua's contract, then each algorithm's script
+// without its contract as the body of a function of KEYS and ARGV named
+// after the algorithm, then batch.lua's code, which calls them: every item
+// of a batch runs exactly the code of its algorithm's script.
+//
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// script is one algorithm's script.
+// script is one script: an algorithm's or the batch.
 type script struct {
 	file   string       // file name under scripts/, such as "token_bucket.lua"
-	source string       // the whole script: contract, prelude, code
+	source string       // the whole script: contract, then code
+	code   string       // the code alone
+	sha    string       // the SHA1 of source, for EVALSHA
 	lua    *rueidis.Lua // EVALSHA with EVAL fallback on NOSCRIPT
 }
 
 // scripts holds the script of every algorithm, indexed by algorithm.
 var scripts = loadScripts()
+
+// batch is the batch script.
+var batch = loadBatch(scripts)
+
+const batchFile = "batch.lua"
+
+func newScript(file, source, code string) script {
+	sum := sha1.Sum([]byte(source))
+	return script{file: file, source: source, code: code, sha: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(source)}
+}
 
 func loadScripts() []script {
 	prelude := readScript("prelude.lua")
@@ -35,10 +55,22 @@ func loadScripts() []script {
 	for _, a := range floodgate.Algorithms() {
 		file := a.String() + ".lua"
 		contract, code := splitContract(file, readScript(file))
-		src := contract + "\n" + prelude + "\n" + code
-		out[a] = script{file: file, source: src, lua: rueidis.NewLuaScript(src)}
+		code = prelude + "\n" + code
+		out[a] = newScript(file, contract+"\n"+code, code)
 	}
 	return out
+}
+
+func loadBatch(scripts []script) script {
+	contract, code := splitContract(batchFile, readScript(batchFile))
+	var b strings.Builder
+	b.WriteString(contract)
+	for _, a := range floodgate.Algorithms() {
+		fmt.Fprintf(&b, "\n-- %s, without its contract, as a function\nlocal function %s(KEYS, ARGV)\n%send\n", scripts[a].file, a, scripts[a].code)
+	}
+	b.WriteString("\n")
+	b.WriteString(code)
+	return newScript(batchFile, b.String(), code)
 }
 
 func readScript(file string) string {
@@ -61,15 +93,17 @@ func splitContract(file, src string) (contract, code string) {
 
 // Scripts returns the Lua source of every algorithm's script, keyed by file
 // name ("sliding_window_log.lua", "token_bucket.lua",
-// "sliding_window_counter.lua", "fixed_window.lua"). Each is whole and
-// stand-alone, as the store sends it: its contract (KEYS, ARGV and replies)
-// in its header comment, the prelude that every script shares, then the
-// algorithm. docs/LUA.md shows how to call them from redis-cli and other
-// languages. Each call returns a new map.
+// "sliding_window_counter.lua", "fixed_window.lua"), and of the batch
+// script that decides several checks at once ("batch.lua"). Each is whole
+// and stand-alone, as the store sends it: its contract (KEYS, ARGV and
+// replies) in its header comment, then the code, which starts with the
+// prelude that every script shares. docs/LUA.md shows how to call them
+// from redis-cli and other languages. Each call returns a new map.
 func Scripts() map[string]string {
-	m := make(map[string]string, len(floodgate.Algorithms()))
+	m := make(map[string]string, len(floodgate.Algorithms())+1)
 	for _, a := range floodgate.Algorithms() {
 		m[scripts[a].file] = scripts[a].source
 	}
+	m[batch.file] = batch.source
 	return m
 }

@@ -57,6 +57,25 @@ func TestSentinel(t *testing.T) {
 			t.Fatalf("%s: Reset: %v", l.Algorithm, err)
 		}
 	}
+	// A batch is one script call: the second denies on the log and takes
+	// nothing, so the third fits as the first did.
+	var items []floodgate.BatchItem
+	for _, l := range limits(2, time.Minute) {
+		items = append(items, floodgate.BatchItem{Key: "batch", Limit: l, Cost: 1})
+	}
+	items[0].Cost = 2
+	got := make([]floodgate.BatchResult, len(items))
+	for i, want := range []bool{true, false, false} {
+		s.AllowBatch(ctx, items, got)
+		for j, r := range got {
+			if r.Err != nil || r.Decision.Allowed != (want || j > 0) {
+				t.Fatalf("batch %d, item %d: %+v", i+1, j+1, r)
+			}
+		}
+		if i == 0 {
+			items[0].Cost = 1
+		}
+	}
 }
 
 // limits returns one limit of quota per window for every algorithm.

@@ -187,8 +187,8 @@ func TestCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	written, _ := filepath.Glob(filepath.Join(outDir, "*.lua"))
-	if len(written) != 4 {
-		t.Fatalf("scripts --out wrote %v, want 4 files", written)
+	if len(written) != 5 {
+		t.Fatalf("scripts --out wrote %v, want 5 files", written)
 	}
 	// The bad config's error names the line, the field and the value.
 	err := run(context.Background(), []string{"config", "validate", bad}, io.Discard, io.Discard)
