@@ -76,10 +76,15 @@ func ExampleConfig_Validate() {
 // escaped.
 func ExampleKey() {
 	fmt.Println(redisstore.Key("api:", "203.0.113.7", floodgate.SlidingWindowLog))
-	fmt.Println(redisstore.Key("api:", "{tenant}", floodgate.TokenBucket))
+	fmt.Println(redisstore.Key("api:", "50%{off}", floodgate.TokenBucket))
+	// Identities that share a hash tag share a slot.
+	fmt.Println(redisstore.Key("api:", "{user42}/login", floodgate.TokenBucket))
+	fmt.Println(redisstore.Key("api:", "{user42}/upload", floodgate.FixedWindow))
 	// Output:
 	// api:{=203.0.113.7}:swl
-	// api:{=%7Btenant%7D}:tb
+	// api:{@=off}=50%25%7Boff%7D:tb
+	// api:{@=user42}=%7Buser42%7D/login:tb
+	// api:{@=user42}=%7Buser42%7D/upload:fw
 }
 
 // The embedded scripts, for other languages (see docs/LUA.md).

@@ -24,16 +24,23 @@ var suffixes = [...]string{
 // algorithm alg, for a store with the given key prefix (Config.KeyPrefix, or
 // DefaultKeyPrefix):
 //
-//	prefix + "{" + tag + "}:" + suffix
+//	prefix + "{" + enc(identity) + "}:" + suffix
 //
-// where suffix is "swl", "tb", "swc" or "fw" (alg must be valid), and tag
-// encodes the identity: "=" followed by the identity with '%', '{' and '}'
-// percent-escaped (%25, %7B, %7D) for identities of up to 128 bytes, and "#"
-// followed by the hex SHA-256 of the identity for longer ones. The tag is never empty and holds
-// no braces, so it is the key's Redis Cluster hash tag whatever the
-// identity: all keys of one identity share a slot. The encoding is
-// injective, so distinct identities never share a key, and a key is at most
-// len(prefix) + 391 bytes long.
+// where suffix is "swl", "tb", "swc" or "fw" (alg must be valid), and enc(s)
+// is "=" followed by s with '%', '{' and '}' percent-escaped (%25, %7B, %7D)
+// for strings of up to 128 bytes, and "#" followed by the hex SHA-256 of s
+// for longer ones. An identity that holds a Redis Cluster hash tag of its
+// own, a non-empty text between its first '{' and the first '}' after it,
+// keeps it:
+//
+//	prefix + "{@" + enc(tag) + "}" + enc(identity) + ":" + suffix
+//
+// so identities that share a tag ("{user42}/login", "{user42}/api") share
+// a slot, where AllowBatch decides their items atomically. Either way the
+// key's own tag is never empty and holds no braces: all keys of one
+// identity share a slot whatever the identity. The encoding is injective,
+// so distinct identities never share a key, and a key is at most
+// len(prefix) + 777 bytes long.
 //
 // Other languages that call the scripts directly should build keys the same
 // way to share state with Go services (see docs/LUA.md).
@@ -42,7 +49,23 @@ func Key(prefix, identity string, alg floodgate.Algorithm) string {
 	if int(alg) < len(suffixes) && suffixes[alg] != "" {
 		suffix = suffixes[alg]
 	}
-	return key(prefix, identity, suffix)
+	var b strings.Builder
+	tag, tagged := identityTag(identity)
+	b.Grow(len(prefix) + 2*len(identity) + 16)
+	b.WriteString(prefix)
+	if tagged {
+		b.WriteString("{@")
+		encode(&b, tag)
+		b.WriteByte('}')
+		encode(&b, identity)
+		b.WriteByte(':')
+	} else {
+		b.WriteByte('{')
+		encode(&b, identity)
+		b.WriteString("}:")
+	}
+	b.WriteString(suffix)
+	return b.String()
 }
 
 // Key returns the Redis key that holds the state of identity under
@@ -52,39 +75,47 @@ func (s *Store) Key(identity string, alg floodgate.Algorithm) string {
 	return Key(s.prefix, identity, alg)
 }
 
-func key(prefix, identity, suffix string) string {
-	var b strings.Builder
-	if len(identity) > maxPlainIdentity {
-		sum := sha256.Sum256([]byte(identity))
-		b.Grow(len(prefix) + 2 + 2*len(sum) + 2 + len(suffix))
-		b.WriteString(prefix)
-		b.WriteString("{#")
-		b.WriteString(hex.EncodeToString(sum[:]))
-	} else {
-		b.Grow(len(prefix) + 2 + len(identity) + 2 + len(suffix))
-		b.WriteString(prefix)
-		b.WriteString("{=")
-		for i := 0; i < len(identity); {
-			j := strings.IndexAny(identity[i:], "%{}")
-			if j < 0 {
-				b.WriteString(identity[i:])
-				break
-			}
-			b.WriteString(identity[i : i+j])
-			switch identity[i+j] {
-			case '%':
-				b.WriteString("%25")
-			case '{':
-				b.WriteString("%7B")
-			default:
-				b.WriteString("%7D")
-			}
-			i += j + 1
+// identityTag returns the hash tag identity holds, as Redis Cluster reads
+// one: the text between the first '{' and the first '}' after it, if not
+// empty.
+func identityTag(identity string) (string, bool) {
+	if i := strings.IndexByte(identity, '{'); i >= 0 {
+		if j := strings.IndexByte(identity[i+1:], '}'); j > 0 {
+			return identity[i+1 : i+1+j], true
 		}
 	}
-	b.WriteString("}:")
-	b.WriteString(suffix)
-	return b.String()
+	return "", false
+}
+
+// encode writes enc(s) to b: "=" and s with '%', '{' and '}' escaped, or
+// "#" and the hex SHA-256 of s for strings longer than maxPlainIdentity.
+func encode(b *strings.Builder, s string) {
+	if len(s) > maxPlainIdentity {
+		sum := sha256.Sum256([]byte(s))
+		var hx [2 * sha256.Size]byte
+		hex.Encode(hx[:], sum[:])
+		b.WriteByte('#')
+		b.Write(hx[:])
+		return
+	}
+	b.WriteByte('=')
+	for i := 0; i < len(s); {
+		j := strings.IndexAny(s[i:], "%{}")
+		if j < 0 {
+			b.WriteString(s[i:])
+			break
+		}
+		b.WriteString(s[i : i+j])
+		switch s[i+j] {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		default:
+			b.WriteString("%7D")
+		}
+		i += j + 1
+	}
 }
 
 // crc16 is CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
@@ -112,13 +143,11 @@ var crcTable = func() (t [256]uint16) {
 	return t
 }()
 
-// hashTag returns the part of key Redis Cluster hashes: the text between the
-// first '{' and the first '}' after it, if not empty; otherwise the key.
+// hashTag returns the part of key Redis Cluster hashes: its tag (see
+// identityTag), or the whole key if it has none.
 func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
+	if tag, ok := identityTag(key); ok {
+		return tag
 	}
 	return key
 }

@@ -36,6 +36,7 @@ func identities() []string {
 func TestKeyLayout(t *testing.T) {
 	long := strings.Repeat("k", maxPlainIdentity+1)
 	sum := sha256.Sum256([]byte(long))
+	braced := sha256.Sum256([]byte("{" + long + "}"))
 	cases := []struct {
 		prefix, id string
 		alg        floodgate.Algorithm
@@ -43,7 +44,11 @@ func TestKeyLayout(t *testing.T) {
 	}{
 		{"fg:", "", floodgate.SlidingWindowLog, "fg:{=}:swl"},
 		{"fg:", "user42", floodgate.TokenBucket, "fg:{=user42}:tb"},
-		{"", "{a}", floodgate.SlidingWindowCounter, "{=%7Ba%7D}:swc"},
+		{"", "{a}", floodgate.SlidingWindowCounter, "{@=a}=%7Ba%7D:swc"},
+		{"fg:", "{user42}/login", floodgate.TokenBucket, "fg:{@=user42}=%7Buser42%7D/login:tb"},
+		{"fg:", "a{}{b}c", floodgate.TokenBucket, "fg:{=a%7B%7D%7Bb%7Dc}:tb"}, // an empty {} is no tag
+		{"fg:", "}{x", floodgate.TokenBucket, "fg:{=%7D%7Bx}:tb"},
+		{"fg:", "{" + long + "}", floodgate.FixedWindow, "fg:{@#" + hex.EncodeToString(sum[:]) + "}#" + hex.EncodeToString(braced[:]) + ":fw"},
 		{"x", "50%", floodgate.FixedWindow, "x{=50%25}:fw"},
 		{"fg:", "a\x00\n\xff", floodgate.FixedWindow, "fg:{=a\x00\n\xff}:fw"},
 		{"fg:", strings.Repeat("k", maxPlainIdentity), floodgate.FixedWindow, "fg:{=" + strings.Repeat("k", maxPlainIdentity) + "}:fw"},
@@ -61,7 +66,8 @@ func TestKeyLayout(t *testing.T) {
 }
 
 // TestKeyProperties: for every identity, all keys share one non-empty,
-// brace-free hash tag; distinct identities never share a key; keys stay
+// brace-free hash tag, which is that of every identity holding the same
+// tag of its own; distinct identities never share a key; keys stay
 // bounded.
 func TestKeyProperties(t *testing.T) {
 	ids := identities()
@@ -78,8 +84,11 @@ func TestKeyProperties(t *testing.T) {
 		var tag string
 		for _, alg := range floodgate.Algorithms() {
 			k := Key("app:", id, alg)
-			if len(k) > len("app:")+391 {
-				t.Errorf("key for a %d-byte identity is %d bytes, want at most %d", len(id), len(k), len("app:")+391)
+			if len(k) > len("app:")+777 {
+				t.Errorf("key for a %d-byte identity is %d bytes, want at most %d", len(id), len(k), len("app:")+777)
+			}
+			if own, ok := identityTag(id); ok && hashTag(k) != hashTag(Key("app:", "{"+own+"}", alg)) {
+				t.Errorf("identity %q and {%s} hold one tag, but their keys have the tags %q and %q", id, own, hashTag(k), hashTag(Key("app:", "{"+own+"}", alg)))
 			}
 			ht := hashTag(k)
 			if ht == k || ht == "" || strings.ContainsAny(ht, "{}") {
