@@ -52,7 +52,9 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 			g++
 		}
 		if g == len(groups) {
-			groups = append(groups, batchGroup{slot: slot, args: []string{now}})
+			// Sized for every item: one group is the usual case.
+			left := len(items) - i
+			groups = append(groups, batchGroup{slot: slot, items: make([]int, 0, left), keys: make([]string, 0, left), args: append(make([]string, 0, 1+5*left), now)})
 		}
 		groups[g].add(i, key, it)
 	}

@@ -143,3 +143,141 @@ func redisCPU(tb testing.TB, client rueidis.Client) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// BenchmarkBatch compares, on the harness's standalone server and cluster,
+// a request of three checks decided as one AllowBatch ("batch3"), the same
+// three checks as three AllowN in sequence ("seq3"), and a request of one
+// check ("one": one AllowN of one of the three, in turn), at 1 and 16
+// concurrent callers. The
+// three run interleaved, in rounds of 200 requests per caller, so that
+// noise from other work on the machine falls on all of them alike. The
+// checks are a sliding-window log per address, a token bucket per user and
+// a fixed window per tenant, over 10,000 identities picked at random, so
+// nearly all are admitted; on the cluster their keys lie in three slots
+// ("3 slots", refunded across slots on a denial) or, with the identities
+// under one hash tag, in one ("1 slot"). For each it reports, with the
+// variant's name in front:
+//
+//	p50-µs, p99-µs   latency of one request (all its checks)
+//	req/s            requests per second over the variant's rounds
+//
+// and batch3/one-p50, the ratio of the two p50s. Run it with:
+//
+//	go test -run '^$' -bench Batch -benchtime 20000x ./redisstore/
+func BenchmarkBatch(b *testing.B) {
+	backends := []struct {
+		name  string
+		mode  Mode
+		addrs func(testing.TB) []string
+		tags  []bool // whether the identities share a hash tag
+	}{
+		{"standalone", ModeStandalone, func(tb testing.TB) []string { return []string{redistest.StandaloneAddr(tb)} }, []bool{false}},
+		{"cluster", ModeCluster, redistest.ClusterAddrs, []bool{false, true}},
+	}
+	log := floodgate.NewLimit(floodgate.SlidingWindowLog, 100, time.Minute)
+	bucket := floodgate.NewTokenBucket(100, 100, time.Second)
+	window := floodgate.NewLimit(floodgate.FixedWindow, 1000, time.Minute)
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) {
+			s, err := New(Config{Addrs: be.addrs(b), Mode: be.mode, KeyPrefix: uniquePrefix(b), Timeout: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(s.Close)
+			for _, tagged := range be.tags {
+				// items returns request r's checks.
+				items := func(r *rand.Rand) []floodgate.BatchItem {
+					id := strconv.Itoa(r.IntN(10000))
+					addr, user, tenant := "addr-"+id, "user-"+id, "tenant-"+strconv.Itoa(r.IntN(100))
+					if tagged {
+						addr, user, tenant = "{"+id+"}addr", "{"+id+"}user", "{"+id+"}tenant"
+					}
+					return []floodgate.BatchItem{{Key: addr, Limit: log, Cost: 1}, {Key: user, Limit: bucket, Cost: 1}, {Key: tenant, Limit: window, Cost: 1}}
+				}
+				variants := []struct {
+					name string
+					call func(ctx context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) error
+				}{
+					{"batch3", func(ctx context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) error {
+						s.AllowBatch(ctx, items, results)
+						return results[0].Err
+					}},
+					{"seq3", func(ctx context.Context, items []floodgate.BatchItem, _ []floodgate.BatchResult) error {
+						for _, it := range items {
+							if _, err := s.AllowN(ctx, it.Key, it.Limit, it.Cost); err != nil {
+								return err
+							}
+						}
+						return nil
+					}},
+					{"one", func(ctx context.Context, items []floodgate.BatchItem, _ []floodgate.BatchResult) error {
+						_, err := s.AllowN(ctx, items[0].Key, items[0].Limit, items[0].Cost)
+						return err
+					}},
+				}
+				layout := ""
+				if be.name == "cluster" {
+					layout = "3 slots/"
+					if tagged {
+						layout = "1 slot/"
+					}
+				}
+				for _, conc := range []int{1, 16} {
+					b.Run(layout+"conc="+strconv.Itoa(conc), func(b *testing.B) {
+						const round = 200 // requests per caller and round
+						lat := make([][]time.Duration, len(variants))
+						spent := make([]time.Duration, len(variants))
+						rs := make([]*rand.Rand, conc)
+						for g := range rs {
+							rs[g] = rand.New(rand.NewPCG(uint64(g), 3))
+						}
+						var failed atomic.Int64
+						b.ResetTimer()
+						for done := 0; done < b.N; done += round * conc {
+							for v, variant := range variants {
+								mine := make([][]time.Duration, conc)
+								start := time.Now()
+								var wg sync.WaitGroup
+								for g := range conc {
+									wg.Go(func() {
+										results := make([]floodgate.BatchResult, 3)
+										for range round {
+											its := items(rs[g])
+											if v == len(variants)-1 { // one: one of the checks
+												i := rs[g].IntN(len(its))
+												its = its[i : i+1]
+											}
+											t0 := time.Now()
+											if err := variant.call(context.Background(), its, results); err != nil {
+												failed.Add(1)
+											}
+											mine[g] = append(mine[g], time.Since(t0))
+										}
+									})
+								}
+								wg.Wait()
+								spent[v] += time.Since(start)
+								lat[v] = append(lat[v], slices.Concat(mine...)...)
+							}
+						}
+						b.StopTimer()
+						if n := failed.Load(); n > 0 {
+							b.Fatalf("%d calls failed", n)
+						}
+						p50 := make([]float64, len(variants))
+						for v, variant := range variants {
+							all := lat[v]
+							slices.Sort(all)
+							p50[v] = float64(all[len(all)/2].Nanoseconds()) / 1e3
+							b.ReportMetric(p50[v], variant.name+"-p50-µs")
+							b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds())/1e3, variant.name+"-p99-µs")
+							b.ReportMetric(float64(len(all))/spent[v].Seconds(), variant.name+"-req/s")
+						}
+						b.ReportMetric(p50[0]/p50[2], "batch3/one-p50")
+						b.ReportMetric(0, "ns/op")
+					})
+				}
+			}
+		})
+	}
+}
