@@ -64,6 +64,9 @@ else
 end
 
 local undo, denied = {}, false
+-- The KEYS and ARGV of the item being decided: its script reads them only
+-- while it runs.
+local item_keys, item_argv = {}, {'allow'}
 
 -- decide decides item k as its algorithm's script would. If record is
 -- true and the item is admitted, it appends to undo what undoing it takes:
@@ -83,7 +86,9 @@ local function decide(k, record)
       saved = {key, redis.call('PTTL', key), redis.call('GET', key)}
     end
   end
-  local reply = script({key}, {'allow', ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 5]})
+  item_keys[1] = key
+  item_argv[2], item_argv[3], item_argv[4], item_argv[5], item_argv[6] = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 5]
+  local reply = script(item_keys, item_argv)
   if saved and reply[1] == 1 then
     undo[#undo + 1] = saved
   end
