@@ -23,8 +23,8 @@ var _ floodgate.BatchStore = (*Store)(nil)
 // slots are given back as RefundN gives them back (the log's newest entries,
 // the bucket's tokens, the current window's count), in a second round trip.
 // That refund is not atomic: other clients may see the items taken in the
-// meantime. If it fails, the item keeps its Decision (Allowed) and gets the
-// refund's error: it may still be recorded.
+// meantime. If it fails, the item gets the refund's error instead of its
+// Decision: it may still be recorded.
 //
 // Config.Timeout bounds the whole call, refunds included. When a script
 // call fails (an outage or a timeout: ErrStoreUnavailable), every item it
@@ -157,7 +157,10 @@ func (s *Store) refundBatch(ctx context.Context, items []floodgate.BatchItem, re
 	for j, res := range s.evalMulti(ctx, calls) {
 		i := whom[j]
 		if err := refundReply(ctx, items[i].Limit, res); err != nil {
-			results[i].Err = fmt.Errorf("redisstore: another item of the batch was denied, and giving this admitted one back failed (it may still be recorded): %w", err)
+			results[i] = floodgate.BatchResult{
+				Decision: floodgate.Decision{Limit: items[i].Limit.Quota},
+				Err:      fmt.Errorf("redisstore: another item of the batch was denied, and giving this admitted one back failed (it may still be recorded): %w", err),
+			}
 		}
 	}
 }

@@ -514,3 +514,20 @@ func TestBatchReplyShape(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchRefundFails: an admitted item whose refund fails, after another
+// slot denied, gets the refund's error and is not reported as allowed.
+func TestBatchRefundFails(t *testing.T) {
+	client := newClient(t, redistest.StandaloneAddr(t))
+	s := testStore(t, client, nil)
+	l := floodgate.PerMinute(5)
+	items := []floodgate.BatchItem{bi("a", l, 1), bi("b", l, 1)}
+	results := []floodgate.BatchResult{{Decision: floodgate.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Minute}}, {}}
+	groups := []batchGroup{{items: []int{0}, keys: []string{s.Key("a", l.Algorithm)}}, {items: []int{1}, denied: true}}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	s.refundBatch(ctx, items, results, groups, "")
+	if r := results[0]; !errors.Is(r.Err, floodgate.ErrStoreUnavailable) || r.Decision.Allowed || r.Decision.Limit != 5 {
+		t.Errorf("after a failed refund: %+v; want ErrStoreUnavailable, not allowed", r)
+	}
+}
