@@ -26,7 +26,8 @@ var _ floodgate.BatchStore = (*Store)(nil)
 // meantime. If it fails, the item gets the refund's error instead of its
 // Decision: it may still be recorded.
 //
-// Config.Timeout bounds the whole call, refunds included. When a script
+// A batch of one valid item is its algorithm's script call, as AllowN
+// makes it. Config.Timeout bounds the whole call, refunds included. When a script
 // call fails (an outage or a timeout: ErrStoreUnavailable), every item it
 // carried gets the error, and may or may not have been recorded, as for
 // AllowN; such items are not refunded.
@@ -59,6 +60,13 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 		groups[g].add(i, key, it)
 	}
 	if len(groups) == 0 {
+		return
+	}
+	if g := groups[0]; len(groups) == 1 && len(g.items) == 1 {
+		// One item: its own script decides it the same, for less.
+		i := g.items[0]
+		d, err := s.AllowN(ctx, items[i].Key, items[i].Limit, items[i].Cost)
+		results[i] = floodgate.BatchResult{Decision: d, Err: err}
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
