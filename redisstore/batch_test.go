@@ -330,10 +330,10 @@ func TestBatchRandom(t *testing.T) {
 
 // TestBatchConcurrent: 64 callers send requests of 3 checks (a global log,
 // a bucket per user, a fixed window per address) as one AllowBatch each.
-// With time standing still, exactly the global quota is admitted, and every
-// key counts exactly the admitted requests that went through it: a denied
-// request took nothing anywhere, on one server and across a cluster's
-// slots.
+// With time standing still, every key counts exactly the admitted requests
+// that went through it: a denied request took nothing anywhere, on one
+// server and across a cluster's slots. On one server exactly the global
+// quota is admitted.
 func TestBatchConcurrent(t *testing.T) {
 	onBackends(t, func(t *testing.T, client rueidis.Client) {
 		clock := floodgate.NewManualClock(storetest.Epoch.Add(time.Hour))
@@ -386,7 +386,10 @@ func TestBatchConcurrent(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if admitted != global {
+		// On one server the batch is atomic, and exactly the quota is
+		// admitted. Across a cluster's slots a request may see another's
+		// take before its refund and be denied for it, so fewer may be.
+		if admitted > global || admitted != global && !s.cluster {
 			t.Errorf("%d requests admitted, want exactly %d", admitted, global)
 		}
 		if n, _ := doKey(t, client, "ZCARD", s.Key("global", gl.Algorithm)).AsInt64(); n != int64(admitted) {
