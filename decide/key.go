@@ -12,10 +12,17 @@ import (
 const MaxKeyLen = 256
 
 // StoreKey returns the store key under which the rule named rule counts key,
-// in namespace ns: ns, the rule's name with '\', '|' and '#' escaped by '\',
-// then '|' and the key, or '#' and the key's SHA-256 in hex when the key is
-// longer than MaxKeyLen. Distinct (rule, key) pairs in one namespace never
-// share a store key, whatever bytes they hold.
+// in namespace ns: ns, the rule's name escaped, then '|' and the key, or '#'
+// and the key's SHA-256 in hex when the key is longer than MaxKeyLen.
+// Distinct (rule, key) pairs in one namespace never share a store key,
+// whatever bytes they hold.
+//
+// The name is escaped with '\': "\\", "\|" and "\#" for '\', '|' and '#',
+// and "\(" and "\)" for '{' and '}', so that no rule name gives all of its
+// keys one Redis Cluster hash tag (which would put them on one node). A key
+// that holds a hash tag of its own keeps it: the Redis store then keeps
+// keys that share a tag in one slot, where a request's checks are decided
+// in one atomic script. ns should hold no braces, for the same reason.
 //
 // Every front end keys its rules with it: the server and the CLI in the
 // empty namespace, so a key the server wrote is the key `floodgate check`
@@ -32,7 +39,7 @@ func StoreKey(ns, rule, key string) string {
 	}
 	b.Grow(n + 4)
 	b.WriteString(ns)
-	Escape(&b, rule, "\\|#")
+	escapeRule(&b, rule)
 	if !hashed {
 		b.WriteByte('|')
 		b.WriteString(key)
@@ -46,17 +53,23 @@ func StoreKey(ns, rule, key string) string {
 	return b.String()
 }
 
-// Escape writes s to b with '\' before every byte of s that is in special
-// (which should include '\').
-func Escape(b *strings.Builder, s, special string) {
-	if !strings.ContainsAny(s, special) {
+// escapeRule writes a rule name to b, escaped as StoreKey says.
+func escapeRule(b *strings.Builder, s string) {
+	if !strings.ContainsAny(s, "\\|#{}") {
 		b.WriteString(s)
 		return
 	}
 	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(special, s[i]) >= 0 {
+		switch c := s[i]; c {
+		case '\\', '|', '#':
 			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '{':
+			b.WriteString(`\(`)
+		case '}':
+			b.WriteString(`\)`)
+		default:
+			b.WriteByte(c)
 		}
-		b.WriteByte(s[i])
 	}
 }

@@ -17,6 +17,7 @@ func TestStoreKey(t *testing.T) {
 		{"fg:", "a|b", "c", `fg:a\|b|c`},
 		{"", `a\`, "|b", `a\\||b`},
 		{"", "r#", "k", `r\#|k`},
+		{"", "a{b}", "k{tag}", `a\(b\)|k{tag}`},
 		{"", "r", strings.Repeat("x", decide.MaxKeyLen), "r|" + strings.Repeat("x", decide.MaxKeyLen)},
 		{"", "r", long, "r#" + hex.EncodeToString(sum[:])},
 	}
@@ -27,7 +28,7 @@ func TestStoreKey(t *testing.T) {
 		}
 	}
 	// Distinct pairs never share a key, whatever bytes they hold.
-	parts := []string{"", "a", "|", `\`, "#", "a|b", `a\|b`, "a#b", long, "a|" + long}
+	parts := []string{"", "a", "|", `\`, "#", "a|b", `a\|b`, "a#b", "{", "}", "(", `\(`, "{x}", long, "a|" + long}
 	seen := map[string][2]string{}
 	for _, r := range parts {
 		for _, k := range parts {
@@ -36,6 +37,9 @@ func TestStoreKey(t *testing.T) {
 				t.Errorf("(%q, %q) and (%q, %q) share key %q", prev[0], prev[1], r, k, got)
 			}
 			seen[got] = [2]string{r, k}
+			if name, _, _ := strings.Cut(got, "|"); strings.ContainsAny(name, "{}") && !strings.ContainsAny(k, "|") {
+				t.Errorf("StoreKey(%q, %q) = %q: the rule's part holds a brace", r, k, got)
+			}
 		}
 	}
 }

@@ -150,7 +150,9 @@ type Config struct {
 	// KeyPrefix is put before every store key, so several Limiters (or
 	// applications) can share one store. Store keys are
 	// decide.StoreKey(KeyPrefix, rule name, key): the prefix, the rule's
-	// name escaped, '|' and the key (its SHA-256 when over 256 bytes).
+	// name escaped, '|' and the key (its SHA-256 when over 256 bytes). It
+	// must not hold '{' or '}', which would give every key one Redis
+	// Cluster hash tag, and so one node.
 	KeyPrefix string
 	// Headers selects the rate-limit response headers; the zero value sends
 	// both the IETF and the X-RateLimit ones.
@@ -274,6 +276,9 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	if cfg.UnavailableRetryAfter < 0 {
 		return nil, &ConfigError{Field: "UnavailableRetryAfter", Value: cfg.UnavailableRetryAfter.String(), Reason: "must not be negative"}
+	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		return nil, &ConfigError{Field: "KeyPrefix", Value: fmt.Sprintf("%q", cfg.KeyPrefix), Reason: "must not hold '{' or '}': it would give every key one Redis Cluster hash tag"}
 	}
 	if cfg.LogInterval < 0 {
 		return nil, &ConfigError{Field: "LogInterval", Value: cfg.LogInterval.String(), Reason: "must not be negative"}

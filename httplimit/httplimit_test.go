@@ -689,6 +689,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad header mode", httplimit.Config{Store: store, Rules: []httplimit.Rule{ok}, Headers: 9}, "Headers"},
 		{"negative retry", httplimit.Config{Store: store, Rules: []httplimit.Rule{ok}, UnavailableRetryAfter: -time.Second}, "UnavailableRetryAfter"},
 		{"negative log interval", httplimit.Config{Store: store, Rules: []httplimit.Rule{ok}, LogInterval: -time.Second}, "LogInterval"},
+		{"hash tag in the prefix", httplimit.Config{Store: store, Rules: []httplimit.Rule{ok}, KeyPrefix: "app{1}:"}, "KeyPrefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
