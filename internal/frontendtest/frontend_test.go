@@ -274,11 +274,21 @@ func TestSameAnswerMemory(t *testing.T) {
 }
 
 func TestSameAnswerRedis(t *testing.T) {
-	addr := redistest.StandaloneAddr(t)
+	runRedis(t, redisstore.ModeStandalone, []string{redistest.StandaloneAddr(t)})
+}
+
+// TestSameAnswerRedisCluster runs the sequence on a 3+3 cluster, where a
+// request's checks live in several slots: one pipelined round trip, and
+// refunds across slots when one denies.
+func TestSameAnswerRedisCluster(t *testing.T) {
+	runRedis(t, redisstore.ModeCluster, redistest.ClusterAddrs(t))
+}
+
+func runRedis(t *testing.T, mode redisstore.Mode, addrs []string) {
 	prefix := fmt.Sprintf("fe-%d:", time.Now().UnixNano())
 	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
 	run(t, func(name string) floodgate.Store {
-		s, err := redisstore.New(redisstore.Config{Addrs: []string{addr}, KeyPrefix: prefix + name + ":", Timeout: time.Second})
+		s, err := redisstore.New(redisstore.Config{Mode: mode, Addrs: addrs, KeyPrefix: prefix + name + ":", Timeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
