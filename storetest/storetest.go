@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every floodgate.Store must pass:
 // exact admission counts under concurrency, the boundary burst, exact
-// retry-after times, fractional refill, key isolation, Reset, and rejection
-// of invalid limits and costs.
+// retry-after times, fractional refill, key isolation, Reset, rejection of
+// invalid limits and costs, and for a [floodgate.BatchStore] batches decided
+// all or nothing, exactly, under concurrency too.
 //
 // A store's tests call Run with a constructor:
 //
@@ -97,7 +98,8 @@ func limits(quota int64, window time.Duration) []floodgate.Limit {
 	return out
 }
 
-// Run runs the whole suite against stores from newStore.
+// Run runs the whole suite against stores from newStore, with the batch
+// cases of RunBatch when the stores implement [floodgate.BatchStore].
 func Run(t *testing.T, newStore NewStore) {
 	cases := []struct {
 		name string
@@ -119,6 +121,9 @@ func Run(t *testing.T, newStore NewStore) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newStore) })
+	}
+	if isBatchStore(newStore(t, floodgate.NewManualClock(Epoch))) {
+		t.Run("Batch", func(t *testing.T) { runBatch(t, newStore) })
 	}
 }
 
