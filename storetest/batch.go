@@ -112,11 +112,12 @@ func testBatchAllOrNothing(t *testing.T, newStore NewStore) {
 		cost int64
 		alg  floodgate.Algorithm // zero: the algorithm set's choice for key
 	}
-	cases := []struct {
+	type batchCase struct {
 		name  string
 		used  map[string]int64 // taken from each key before the batch
 		items []item
-	}{
+	}
+	cases := []batchCase{
 		{"all fit", nil, []item{{"a", 1, 0}, {"b", 3, 0}, {"c", 10, 0}, {"d", 2, 0}}},
 		{"all fit exactly", map[string]int64{"a": 4, "b": 9, "d": 1}, []item{{"a", 6, 0}, {"b", 1, 0}, {"c", 2, 0}, {"d", 9, 0}}},
 		{"first denied", map[string]int64{"a": 10}, []item{{"a", 1, 0}, {"b", 2, 0}, {"c", 3, 0}}},
@@ -134,6 +135,15 @@ func testBatchAllOrNothing(t *testing.T, newStore NewStore) {
 			{"a", 10, floodgate.SlidingWindowLog}, {"a", 10, floodgate.TokenBucket},
 			{"a", 10, floodgate.SlidingWindowCounter}, {"a", 10, floodgate.FixedWindow}, {"a", 1, floodgate.TokenBucket}}},
 	}
+	// Batches of many items: forty of cost 1 over four keys fill them
+	// exactly, and one more is denied.
+	var many []item
+	for i := range 40 {
+		many = append(many, item{string(rune('a' + i%4)), 1, 0})
+	}
+	cases = append(cases,
+		batchCase{"many items, all fit", nil, many},
+		batchCase{"many items, the last denied", nil, append(many[:40:40], item{"c", 1, 0})})
 	for _, set := range batchAlgorithms() {
 		t.Run(set.name, func(t *testing.T) {
 			for _, c := range cases {
