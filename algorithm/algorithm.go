@@ -86,6 +86,16 @@ func (b *Bucket) Refund(l floodgate.Limit, now, n int64) {
 	b.Level = min(full, b.Level+n*unit)
 }
 
+// Snapshot is what a state's Restore needs to undo every decision made on it
+// since its Save. A batch that one of its checks denies is undone this way.
+type Snapshot struct{ a, b, c int64 }
+
+// Save returns the bucket as it is, for Restore.
+func (b *Bucket) Save() Snapshot { return Snapshot{b.Level, b.Last, 0} }
+
+// Restore puts the bucket back as it was at Save.
+func (b *Bucket) Restore(s Snapshot) { b.Level, b.Last = s.a, s.b }
+
 // Window is the state of a fixed window or a sliding-window counter: the
 // start of the current clock-aligned window and the counts of the current and
 // previous windows (Previous is unused by the fixed window).
@@ -112,6 +122,12 @@ func (s *Window) roll(w, now int64) (elapsed int64) {
 	}
 	return now - start
 }
+
+// Save returns the window as it is, for Restore.
+func (s *Window) Save() Snapshot { return Snapshot{s.Start, s.Current, s.Previous} }
+
+// Restore puts the window back as it was at Save.
+func (s *Window) Restore(v Snapshot) { s.Start, s.Current, s.Previous = v.a, v.b, v.c }
 
 // Refund takes n back from the count of the window containing now (never
 // below zero). For the sliding-window counter, a request counted in the
@@ -289,6 +305,30 @@ func (g *Log) Add(l floodgate.Limit, now, n int64) floodgate.Decision {
 // that added them had not been made.
 func (g *Log) Refund(n int64) {
 	g.count -= int(min(n, int64(g.count)))
+	if g.count == 0 {
+		g.head = 0
+	}
+}
+
+// Save returns what Restore needs to drop the entries added after it: the
+// time of the newest entry and whether there is one. The ring itself is not
+// copied.
+func (g *Log) Save() Snapshot {
+	if g.count == 0 {
+		return Snapshot{}
+	}
+	return Snapshot{g.Newest(), 1, 0}
+}
+
+// Restore drops the entries added since Save: they are the ones newer than
+// the newest entry then, as Add places a request after the newest entry. The
+// entries that Add dropped since, for having left the window, stay dropped,
+// as after a denied Add: they were out of the window at that Add's time, so
+// every decision at or after it reads the log the same without them.
+func (g *Log) Restore(s Snapshot) {
+	for g.count > 0 && (s.b == 0 || g.at(g.count-1) > s.a) {
+		g.count--
+	}
 	if g.count == 0 {
 		g.head = 0
 	}

@@ -1,6 +1,7 @@
 package algorithm
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -125,5 +126,81 @@ func TestBucketCapacityLowered(t *testing.T) {
 	d := b.Take(small, 0, 1)
 	if !d.Allowed || d.Remaining != 9 || d.ResetAfter != time.Second {
 		t.Fatalf("after lowering the capacity to 10: %+v, want allowed, Remaining 9, ResetAfter 1s", d)
+	}
+}
+
+// TestSaveRestore: Restore undoes every decision since Save, whatever they
+// were: several takes, under other limits too, across window edges and with
+// the log's ring wrapping over entries that left the window.
+func TestSaveRestore(t *testing.T) {
+	type step struct{ at, n int64 }
+	steps := [][]step{
+		{{0, 1}},
+		{{0, 3}, {0, 4}, {0, 9}},
+		{{5, 2}, {sec, 1}, {3 * sec, 5}},
+		{{-sec, 1}, {0, 2}}, // time running backwards
+	}
+	bucket := floodgate.NewTokenBucket(10, 2, time.Second)
+	other := floodgate.NewTokenBucket(4, 1, 3*time.Second)
+	window := floodgate.NewLimit(floodgate.FixedWindow, 10, time.Second)
+	long := floodgate.NewLimit(floodgate.SlidingWindowCounter, 10, time.Minute)
+	for i, ss := range steps {
+		b := NewBucket(bucket, 10*sec)
+		b.Take(bucket, 10*sec, 7)
+		before := b
+		snap := b.Save()
+		for _, s := range ss {
+			b.Take(bucket, 10*sec+s.at, s.n)
+			b.Take(other, 10*sec+s.at, 1)
+		}
+		b.Restore(snap)
+		if b != before {
+			t.Errorf("steps %d: bucket restored to %+v, want %+v", i, b, before)
+		}
+		w := Window{}
+		w.FixedWindow(window, 10*sec+sec/2, 4)
+		wbefore := w
+		wsnap := w.Save()
+		for _, s := range ss {
+			w.FixedWindow(window, 10*sec+s.at, s.n)
+			w.SlidingWindowCounter(long, 10*sec+s.at, 1)
+		}
+		w.Restore(wsnap)
+		if w != wbefore {
+			t.Errorf("steps %d: window restored to %+v, want %+v", i, w, wbefore)
+		}
+	}
+	// The log: a ring of four, two entries of which leave the window before
+	// the adds that wrap onto their slots.
+	l := floodgate.NewLimit(floodgate.SlidingWindowLog, 4, 10*time.Microsecond)
+	var g Log
+	for at := range int64(4) {
+		g.Add(l, at, 1)
+	}
+	for _, empty := range []bool{false, true} {
+		start := int64(11)
+		if empty {
+			g = Log{}
+			start = 100
+		}
+		snap := g.Save()
+		g.Add(l, start, 1)
+		g.Add(l, start, 1)
+		if d := g.Add(l, start+1, 3); d.Allowed {
+			t.Fatalf("empty=%v: a fifth entry admitted", empty)
+		}
+		g.Restore(snap)
+		// The last Add dropped the entry at 2 from the window.
+		want := []int64{3}
+		if empty {
+			want = nil
+		}
+		var got []int64
+		for i := range g.Len() {
+			got = append(got, g.at(i))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("empty=%v: log restored to %v, want %v (the entries that left the window stay dropped)", empty, got, want)
+		}
 	}
 }

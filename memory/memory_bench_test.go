@@ -99,3 +99,88 @@ func BenchmarkPeerWorkload(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBatch compares one request's three checks (a token bucket, a
+// fixed window and a sliding-window counter, 100k keys each) decided by one
+// AllowBatch with the same checks as three AllowN calls, refunding the
+// admitted ones when one denies, as a front end does for a store without
+// batches. "admitted": no check ever denies; "denied": the third check is on
+// an exhausted key, so every request is undone. Run with:
+//
+//	go test ./memory -run '^$' -bench Batch -benchmem
+func BenchmarkBatch(b *testing.B) {
+	ctx := context.Background()
+	const huge = 60_000_000 // per minute, one per microsecond: never denies
+	rules := []floodgate.Limit{
+		floodgate.NewLimit(floodgate.TokenBucket, huge, time.Minute),
+		floodgate.NewLimit(floodgate.FixedWindow, huge, time.Minute),
+		floodgate.NewLimit(floodgate.SlidingWindowCounter, huge, time.Minute),
+	}
+	keys := benchKeys(100_000)
+	for _, outcome := range []string{"admitted", "denied"} {
+		s := memory.New()
+		for _, k := range keys {
+			for _, l := range rules {
+				_, _ = s.Allow(ctx, k, l)
+			}
+		}
+		third := func(i int) (string, floodgate.Limit) { return keys[(i+2)%len(keys)], rules[2] }
+		if outcome == "denied" {
+			hot := floodgate.NewLimit(floodgate.FixedWindow, 1, time.Hour)
+			_, _ = s.Allow(ctx, "hot", hot)
+			third = func(int) (string, floodgate.Limit) { return "hot", hot }
+		}
+		request := func(i int, items []floodgate.BatchItem) {
+			items[0] = floodgate.BatchItem{Key: keys[i%len(keys)], Limit: rules[0], Cost: 1}
+			items[1] = floodgate.BatchItem{Key: keys[(i+1)%len(keys)], Limit: rules[1], Cost: 1}
+			k, l := third(i)
+			items[2] = floodgate.BatchItem{Key: k, Limit: l, Cost: 1}
+		}
+		batch := func(items []floodgate.BatchItem, results []floodgate.BatchResult) {
+			s.AllowBatch(ctx, items, results)
+		}
+		allowN := func(items []floodgate.BatchItem, results []floodgate.BatchResult) {
+			denied := false
+			for j, it := range items {
+				d, err := s.AllowN(ctx, it.Key, it.Limit, it.Cost)
+				results[j] = floodgate.BatchResult{Decision: d, Err: err}
+				denied = denied || err == nil && !d.Allowed
+			}
+			if denied {
+				for j, it := range items {
+					if results[j].Decision.Allowed {
+						_ = s.RefundN(ctx, it.Key, it.Limit, it.Cost)
+					}
+				}
+			}
+		}
+		for _, way := range []struct {
+			name   string
+			decide func([]floodgate.BatchItem, []floodgate.BatchResult)
+		}{{"batch", batch}, {"allowN", allowN}} {
+			b.Run(outcome+"/"+way.name+"/serial", func(b *testing.B) {
+				b.ReportAllocs()
+				items, results := make([]floodgate.BatchItem, 3), make([]floodgate.BatchResult, 3)
+				i := 0
+				for b.Loop() {
+					request(i, items)
+					way.decide(items, results)
+					i++
+				}
+			})
+			b.Run(outcome+"/"+way.name+"/parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				var next atomic.Int64
+				b.RunParallel(func(pb *testing.PB) {
+					items, results := make([]floodgate.BatchItem, 3), make([]floodgate.BatchResult, 3)
+					i := int(next.Add(7919))
+					for pb.Next() {
+						request(i, items)
+						way.decide(items, results)
+						i++
+					}
+				})
+			})
+		}
+	}
+}

@@ -110,6 +110,23 @@ func (ix *index[S]) probe(h uint64, key string) *entry[S] {
 	}
 }
 
+// find returns key's entry in ix, unlocked, or nil if ix has none. The
+// entry may be dead: the caller checks once it holds the entry's lock.
+func (ix *index[S]) find(h uint64, key string) *entry[S] {
+	mask := len(ix.slots) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		s := &ix.slots[i]
+		e := s.entry.Load()
+		if e == nil {
+			return nil
+		}
+		// The key never changes once the entry is published.
+		if s.hash.Load() == h && e.key == key {
+			return e
+		}
+	}
+}
+
 // put stores e, whose key hashes to h, in an empty slot of ix. The caller
 // holds the table's mu, or ix is not published yet.
 func (ix *index[S]) put(h uint64, e *entry[S]) {
@@ -168,6 +185,20 @@ func (t *table[S]) lockOrInsert(h uint64, key string, now, grace int64) *entry[S
 	e.mu.Lock()
 	ix.put(h, e)
 	t.live++
+	return e
+}
+
+// entry returns key's entry, unlocked, adding it if the table has none (as
+// lockOrInsert). With slow set, or if the index it reads misses the key, it
+// looks under mu, in the current index.
+func (t *table[S]) entry(h uint64, key string, now, grace int64, slow bool) *entry[S] {
+	if ix := t.index.Load(); ix != nil && !slow {
+		if e := ix.find(h, key); e != nil {
+			return e
+		}
+	}
+	e := t.lockOrInsert(h, key, now, grace)
+	e.mu.Unlock()
 	return e
 }
 

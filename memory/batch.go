@@ -1,0 +1,251 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"slices"
+	"unsafe"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algorithm"
+)
+
+var _ floodgate.BatchStore = (*Store)(nil)
+
+// batchInline is the number of items up to which AllowBatch keeps its
+// bookkeeping on the stack.
+const batchInline = 8
+
+// held is a key's entry, of any algorithm's table, that a batch locks.
+type held interface {
+	// addr is the entry's address: batches lock entries in its order.
+	addr() uintptr
+	// lockLive locks the entry, or reports false (and leaves it unlocked)
+	// if a sweep has dropped it.
+	lockLive() bool
+	unlock()
+	// save returns the state and expiry for restore.
+	save() (algorithm.Snapshot, int64)
+	restore(algorithm.Snapshot, int64)
+	// decide makes the decision of cost n under l at now, as AllowN does,
+	// but leaves an entry with nothing to remember for settle to clear.
+	decide(l floodgate.Limit, now, n int64) floodgate.Decision
+	// settle clears an entry that has nothing to remember and releases the
+	// memory its state no longer needs.
+	settle()
+}
+
+// batchItem is one valid item of a batch: its key's hash and entry.
+type batchItem struct {
+	hash  uint64
+	shard int
+	e     held
+}
+
+// lockedEntry is one distinct entry of a batch, with its state and expiry
+// from before the batch.
+type lockedEntry struct {
+	e       held
+	at      uintptr
+	snap    algorithm.Snapshot
+	expires int64
+}
+
+// AllowBatch decides items as one request at the store's current time: all
+// of them are recorded if all are admitted, none if one is denied. Items
+// with an invalid limit or cost get their error and are otherwise skipped.
+// See floodgate.BatchStore. It panics if results is shorter than items.
+//
+// It is atomic. Every item's key is hashed once, and the entries of all the
+// items are locked together, each once however many items share it, in the
+// order of their addresses: as every batch locks in that order and AllowN,
+// RefundN, Reset and the tables' inserts and sweeps lock no entry while they
+// wait for another, no two callers wait for each other in a cycle. The items
+// are then decided in order at one now; if one is denied, every entry gets
+// back the state and expiry it had before the batch, and only then are the
+// entries unlocked.
+func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
+	if len(results) < len(items) {
+		panic("memory: AllowBatch with fewer results than items")
+	}
+	var itemBuf [batchInline]batchItem
+	var lockBuf [batchInline]lockedEntry
+	batch, locks := itemBuf[:0], lockBuf[:0]
+	if len(items) > batchInline {
+		batch, locks = make([]batchItem, 0, len(items)), make([]lockedEntry, 0, len(items))
+	}
+	now := s.now()
+	for i, it := range items {
+		d, err := floodgate.Check(it.Limit, it.Cost)
+		results[i] = floodgate.BatchResult{Decision: d, Err: err}
+		var b batchItem
+		if err == nil {
+			b.hash, b.shard = s.hash(it.Key)
+		}
+		batch = append(batch, b)
+	}
+	// Find every entry, inserting the missing ones, then lock them all. A
+	// sweep may drop an entry between the two: then unlock and look again,
+	// this time under the tables' locks, which wait for the sweep.
+	for slow := false; ; slow = true {
+		locks = locks[:0]
+		for i, it := range items {
+			if results[i].Err != nil {
+				continue
+			}
+			b := &batch[i]
+			b.e = s.entry(it.Limit.Algorithm, b.hash, b.shard, it.Key, now, slow)
+			locks = append(locks, lockedEntry{e: b.e, at: b.e.addr()})
+		}
+		locks = sortEntries(locks)
+		if lockAll(locks) {
+			break
+		}
+	}
+	for j := range locks {
+		locks[j].snap, locks[j].expires = locks[j].e.save()
+	}
+	denied := false
+	for i, it := range items {
+		if results[i].Err == nil {
+			d := batch[i].e.decide(it.Limit, now, it.Cost)
+			results[i].Decision = d
+			denied = denied || !d.Allowed
+		}
+	}
+	for _, l := range locks {
+		if denied {
+			l.e.restore(l.snap, l.expires)
+		}
+		l.e.settle()
+		l.e.unlock()
+	}
+}
+
+// sortEntries sorts locks by address and drops the duplicates.
+func sortEntries(locks []lockedEntry) []lockedEntry {
+	if len(locks) > batchInline {
+		slices.SortFunc(locks, func(a, b lockedEntry) int { return cmp.Compare(a.at, b.at) })
+		return slices.CompactFunc(locks, func(a, b lockedEntry) bool { return a.at == b.at })
+	}
+	// Few entries: insertion sort, with no calls.
+	n := 0
+	for _, l := range locks {
+		j := n
+		for j > 0 && locks[j-1].at > l.at {
+			j--
+		}
+		if j > 0 && locks[j-1].at == l.at {
+			continue
+		}
+		copy(locks[j+1:n+1], locks[j:n])
+		locks[j] = l
+		n++
+	}
+	return locks[:n]
+}
+
+// lockAll locks every entry of locks in order and reports true, or, if one
+// has been dropped, unlocks those it locked and reports false.
+func lockAll(locks []lockedEntry) bool {
+	for j, l := range locks {
+		if !l.e.lockLive() {
+			for _, u := range locks[:j] {
+				u.e.unlock()
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// entry returns key's entry under alg, unlocked, inserting it if it is
+// missing. With slow set it looks under the table's lock.
+func (s *Store) entry(alg floodgate.Algorithm, h uint64, i int, key string, now int64, slow bool) held {
+	switch alg {
+	case floodgate.TokenBucket:
+		return s.buckets[i].entry(h, key, now, s.grace, slow)
+	case floodgate.FixedWindow:
+		return s.fixed[i].entry(h, key, now, s.grace, slow)
+	case floodgate.SlidingWindowCounter:
+		return s.counters[i].entry(h, key, now, s.grace, slow)
+	default: // floodgate.SlidingWindowLog; Check rejected anything else.
+		return s.logs[i].entry(h, key, now, s.grace, slow)
+	}
+}
+
+func (e *entry[S]) addr() uintptr { return uintptr(unsafe.Pointer(e)) }
+
+func (e *entry[S]) lockLive() bool {
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+func (e *entry[S]) unlock() { e.mu.Unlock() }
+
+func (e *entry[S]) save() (algorithm.Snapshot, int64) {
+	switch st := any(&e.state).(type) {
+	case *algorithm.Bucket:
+		return st.Save(), e.expires
+	case *algorithm.Window:
+		return st.Save(), e.expires
+	case *algorithm.Log:
+		return st.Save(), e.expires
+	}
+	panic("memory: no batch support for this state")
+}
+
+func (e *entry[S]) restore(snap algorithm.Snapshot, expires int64) {
+	switch st := any(&e.state).(type) {
+	case *algorithm.Bucket:
+		st.Restore(snap)
+	case *algorithm.Window:
+		st.Restore(snap)
+	case *algorithm.Log:
+		st.Restore(snap)
+	}
+	e.expires = expires
+}
+
+func (e *entry[S]) decide(l floodgate.Limit, now, n int64) floodgate.Decision {
+	var d floodgate.Decision
+	switch st := any(&e.state).(type) {
+	case *algorithm.Bucket:
+		if e.expires <= now {
+			*st = algorithm.NewBucket(l, now)
+		}
+		d = st.Take(l, now, n)
+	case *algorithm.Window:
+		if e.expires <= now {
+			*st = algorithm.Window{}
+		}
+		if l.Algorithm == floodgate.FixedWindow {
+			d = st.FixedWindow(l, now, n)
+		} else {
+			d = st.SlidingWindowCounter(l, now, n)
+		}
+	case *algorithm.Log:
+		d = st.Add(l, now, n)
+	}
+	// As record, but an entry with nothing to remember is cleared by
+	// settle, so that restore still has its state to work on.
+	e.expires = math.MinInt64
+	if d.ResetAfter > 0 {
+		e.expires = now + d.ResetAfter.Microseconds()
+	}
+	return d
+}
+
+func (e *entry[S]) settle() {
+	if e.expires == math.MinInt64 {
+		e.clear()
+	}
+	if g, ok := any(&e.state).(*algorithm.Log); ok {
+		g.Shrink()
+	}
+}
