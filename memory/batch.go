@@ -56,12 +56,13 @@ type lockedEntry struct {
 //
 // It is atomic. Every item's key is hashed once, and the entries of all the
 // items are locked together, each once however many items share it, in the
-// order of their addresses: as every batch locks in that order and AllowN,
-// RefundN, Reset and the tables' inserts and sweeps lock no entry while they
-// wait for another, no two callers wait for each other in a cycle. The items
-// are then decided in order at one now; if one is denied, every entry gets
-// back the state and expiry it had before the batch, and only then are the
-// entries unlocked.
+// order of their addresses. No two callers wait for each other in a cycle:
+// batches lock entries in that one order, and wait for no table's lock while
+// they hold an entry; every other caller (AllowN, RefundN, Reset, the
+// tables' inserts and sweeps) holds at most one entry at a time, and waits
+// for nothing while it does. The items are then decided in order at one now;
+// if one is denied, every entry gets back the state and expiry it had before
+// the batch, and only then are the entries unlocked.
 func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
 	if len(results) < len(items) {
 		panic("memory: AllowBatch with fewer results than items")
