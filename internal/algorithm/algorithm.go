@@ -303,11 +303,7 @@ func (g *Log) Expire(w, now int64) {
 
 func (g *Log) push(t int64) {
 	if g.count == len(g.ring) {
-		grown := make([]int64, max(4, 2*len(g.ring)))
-		for i := range g.count {
-			grown[i] = g.at(i)
-		}
-		g.ring, g.head = grown, 0
+		g.resize(max(4, 2*len(g.ring)))
 	}
 	g.ring[(g.head+g.count)%len(g.ring)] = t
 	g.count++
@@ -316,12 +312,6 @@ func (g *Log) push(t int64) {
 // Allow admits or denies a request of cost n at now against the log, then
 // releases ring memory the log no longer needs.
 func (g *Log) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
-	d := g.add(l, now, n)
-	g.shrink()
-	return d
-}
-
-func (g *Log) add(l floodgate.Limit, now, n int64) floodgate.Decision {
 	w := l.Window.Microseconds()
 	g.Expire(w, now)
 	count := int64(g.count)
@@ -337,12 +327,13 @@ func (g *Log) add(l floodgate.Limit, now, n int64) floodgate.Decision {
 		d.Allowed = true
 		d.Remaining = l.Quota - count - n
 		d.ResetAfter = micros(first + n - 1 + w - now)
-		return d
+	} else {
+		// The (count+n-quota)-th oldest entry must leave the window first.
+		d.RetryAfter = micros(g.at(int(count+n-l.Quota-1)) + w - now)
+		d.Remaining = max(0, l.Quota-count)
+		d.ResetAfter = micros(g.Newest() + w - now)
 	}
-	// The (count+n-quota)-th oldest entry must leave the window first.
-	d.RetryAfter = micros(g.at(int(count+n-l.Quota-1)) + w - now)
-	d.Remaining = max(0, l.Quota-count)
-	d.ResetAfter = micros(g.Newest() + w - now)
+	g.shrink()
 	return d
 }
 
@@ -387,14 +378,18 @@ func (g *Log) Restore(s Snapshot) {
 // shrink releases ring memory when the log holds far fewer entries than its
 // buffer (after a burst ended), keeping memory proportional to use.
 func (g *Log) shrink() {
-	if len(g.ring) <= 8 || g.count > len(g.ring)/4 {
-		return
+	if len(g.ring) > 8 && g.count <= len(g.ring)/4 {
+		g.resize(max(4, 2*g.count))
 	}
-	smaller := make([]int64, max(4, 2*g.count))
+}
+
+// resize moves the entries to a ring of n slots.
+func (g *Log) resize(n int) {
+	ring := make([]int64, n)
 	for i := range g.count {
-		smaller[i] = g.at(i)
+		ring[i] = g.at(i)
 	}
-	g.ring, g.head = smaller, 0
+	g.ring, g.head = ring, 0
 }
 
 var (
