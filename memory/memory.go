@@ -123,7 +123,7 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	now := s.now()
 	h, i := s.hash(key)
 	// Check rejected an algorithm without a keyspace.
-	return s.keyspaces[l.Algorithm].allow(h, i, key, l, now, n, s.grace), nil
+	return s.keyspaces[l.Algorithm].allow(h, i, key, l, now, n, s.grace).decision(l.Quota), nil
 }
 
 // RefundN gives back n units of quota to key under limit. See
