@@ -3,12 +3,10 @@ package memory
 import (
 	"cmp"
 	"context"
-	"math"
 	"slices"
-	"unsafe"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/algorithm"
 )
 
 var _ floodgate.BatchStore = (*Store)(nil)
@@ -31,8 +29,7 @@ type held interface {
 	// decide makes the decision of cost n under l at now, as AllowN does,
 	// but leaves an entry with nothing to remember for settle to clear.
 	decide(l floodgate.Limit, now, n int64) floodgate.Decision
-	// settle clears an entry that has nothing to remember and releases the
-	// memory its state no longer needs.
+	// settle clears an entry that decide left with nothing to remember.
 	settle()
 }
 
@@ -59,12 +56,13 @@ type lockedEntry struct {
 //
 // It is atomic. Every item's key is hashed once, and the entries of all the
 // items are locked together, each once however many items share it, in the
-// order of their addresses: as every batch locks in that order and AllowN,
-// RefundN, Reset and the tables' inserts and sweeps lock no entry while they
-// wait for another, no two callers wait for each other in a cycle. The items
-// are then decided in order at one now; if one is denied, every entry gets
-// back the state and expiry it had before the batch, and only then are the
-// entries unlocked.
+// order of their addresses. No two callers wait for each other in a cycle:
+// batches lock entries in that one order, and wait for no table's lock while
+// they hold an entry; every other caller (AllowN, RefundN, Reset, the
+// tables' inserts and sweeps) holds at most one entry at a time, and waits
+// for nothing while it does. The items are then decided in order at one now;
+// if one is denied, every entry gets back the state and expiry it had before
+// the batch, and only then are the entries unlocked.
 func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
 	if len(results) < len(items) {
 		panic("memory: AllowBatch with fewer results than items")
@@ -95,7 +93,7 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 				continue
 			}
 			b := &batch[i]
-			b.e = s.entry(it.Limit.Algorithm, b.hash, b.shard, it.Key, now, slow)
+			b.e = s.keyspaces[it.Limit.Algorithm].entry(b.hash, b.shard, it.Key, now, s.grace, slow)
 			locks = append(locks, lockedEntry{e: b.e, at: b.e.addr()})
 		}
 		locks = sortEntries(locks)
@@ -158,94 +156,4 @@ func lockAll(locks []lockedEntry) bool {
 		}
 	}
 	return true
-}
-
-// entry returns key's entry under alg, unlocked, inserting it if it is
-// missing. With slow set it looks under the table's lock.
-func (s *Store) entry(alg floodgate.Algorithm, h uint64, i int, key string, now int64, slow bool) held {
-	switch alg {
-	case floodgate.TokenBucket:
-		return s.buckets[i].entry(h, key, now, s.grace, slow)
-	case floodgate.FixedWindow:
-		return s.fixed[i].entry(h, key, now, s.grace, slow)
-	case floodgate.SlidingWindowCounter:
-		return s.counters[i].entry(h, key, now, s.grace, slow)
-	default: // floodgate.SlidingWindowLog; Check rejected anything else.
-		return s.logs[i].entry(h, key, now, s.grace, slow)
-	}
-}
-
-func (e *entry[S]) addr() uintptr { return uintptr(unsafe.Pointer(e)) }
-
-func (e *entry[S]) lockLive() bool {
-	e.mu.Lock()
-	if e.dead {
-		e.mu.Unlock()
-		return false
-	}
-	return true
-}
-
-func (e *entry[S]) unlock() { e.mu.Unlock() }
-
-func (e *entry[S]) save() (algorithm.Snapshot, int64) {
-	switch st := any(&e.state).(type) {
-	case *algorithm.Bucket:
-		return st.Save(), e.expires
-	case *algorithm.Window:
-		return st.Save(), e.expires
-	case *algorithm.Log:
-		return st.Save(), e.expires
-	}
-	panic("memory: no batch support for this state")
-}
-
-func (e *entry[S]) restore(snap algorithm.Snapshot, expires int64) {
-	switch st := any(&e.state).(type) {
-	case *algorithm.Bucket:
-		st.Restore(snap)
-	case *algorithm.Window:
-		st.Restore(snap)
-	case *algorithm.Log:
-		st.Restore(snap)
-	}
-	e.expires = expires
-}
-
-func (e *entry[S]) decide(l floodgate.Limit, now, n int64) floodgate.Decision {
-	var d floodgate.Decision
-	switch st := any(&e.state).(type) {
-	case *algorithm.Bucket:
-		if e.expires <= now {
-			*st = algorithm.NewBucket(l, now)
-		}
-		d = st.Take(l, now, n)
-	case *algorithm.Window:
-		if e.expires <= now {
-			*st = algorithm.Window{}
-		}
-		if l.Algorithm == floodgate.FixedWindow {
-			d = st.FixedWindow(l, now, n)
-		} else {
-			d = st.SlidingWindowCounter(l, now, n)
-		}
-	case *algorithm.Log:
-		d = st.Add(l, now, n)
-	}
-	// As record, but an entry with nothing to remember is cleared by
-	// settle, so that restore still has its state to work on.
-	e.expires = math.MinInt64
-	if d.ResetAfter > 0 {
-		e.expires = now + d.ResetAfter.Microseconds()
-	}
-	return d
-}
-
-func (e *entry[S]) settle() {
-	if e.expires == math.MinInt64 {
-		e.clear()
-	}
-	if g, ok := any(&e.state).(*algorithm.Log); ok {
-		g.Shrink()
-	}
 }

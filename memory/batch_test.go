@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/algorithm"
 )
 
 // TestLockAllUnlocksOnDead: lockAll reports a dropped entry and leaves every
 // entry unlocked.
 func TestLockAllUnlocksOnDead(t *testing.T) {
-	es := []*entry[algorithm.Bucket]{{}, {dead: true}, {}}
+	es := []*batchEntry[algorithm.Bucket, *algorithm.Bucket]{{}, {dead: true}, {}}
 	locks := make([]lockedEntry, len(es))
 	for i, e := range es {
 		locks[i] = lockedEntry{e: e, at: e.addr()}
@@ -99,11 +99,10 @@ func TestBatchWithSweeps(t *testing.T) {
 					return
 				default:
 				}
-				for i := range shardCount {
-					sweepNow(&s.buckets[i], now)
-					sweepNow(&s.fixed[i], now)
-					sweepNow(&s.counters[i], now)
-					sweepNow(&s.logs[i], now)
+				for _, k := range s.keyspaces {
+					if k != nil {
+						k.(testKeyspace).sweepAll(now)
+					}
 				}
 			}
 		})
@@ -181,15 +180,6 @@ func TestBatchWithSweeps(t *testing.T) {
 				check(p+"once/"+strconv.Itoa(i)+"/"+strconv.Itoa(r), once)
 			}
 		}
-	}
-}
-
-// sweepNow sweeps t at now, as an insert would, if it has an index.
-func sweepNow[S any](t *table[S], now int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.index.Load() != nil {
-		t.sweep(now, 0)
 	}
 }
 

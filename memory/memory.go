@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/algorithm"
 )
 
 const (
@@ -35,19 +35,23 @@ const (
 // concurrent use. It needs no Close: eviction runs inline, amortised over
 // inserts, with no background goroutine.
 type Store struct {
-	// One table per algorithm and shard, each on its own cache line (see
-	// table). They come first: a Store is a large allocation, so it starts
-	// on a page and the tables on cache-line boundaries.
-	buckets  [shardCount]table[algorithm.Bucket]
-	fixed    [shardCount]table[algorithm.Window]
-	counters [shardCount]table[algorithm.Window]
-	logs     [shardCount]table[algorithm.Log]
+	// The keys' states, one keyspace per algorithm, indexed by it.
+	keyspaces [len(algorithms)]keyspace
 
 	clock      floodgate.Clock // nil: the system clock, read through start
 	start      time.Time       // the store's creation, with its monotonic reading
 	startMicro int64           // start in microseconds since the Unix epoch
 	grace      int64           // microseconds a replenished key is kept
 	seed       maphash.Seed
+}
+
+// algorithms makes each algorithm's keyspace: its state type, which
+// implements algorithm.State. Adding an algorithm adds a line here.
+var algorithms = [...]func() keyspace{
+	floodgate.SlidingWindowLog:     newKeyspace[algorithm.Log],
+	floodgate.TokenBucket:          newKeyspace[algorithm.Bucket],
+	floodgate.SlidingWindowCounter: newKeyspace[algorithm.Counter],
+	floodgate.FixedWindow:          newKeyspace[algorithm.Fixed],
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -75,6 +79,11 @@ func WithClock(c floodgate.Clock) Option {
 func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed(), start: time.Now(), grace: DefaultEvictionGrace.Microseconds()}
 	s.startMicro = s.start.UnixMicro()
+	for a, newKeyspace := range algorithms {
+		if newKeyspace != nil {
+			s.keyspaces[a] = newKeyspace()
+		}
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -113,59 +122,8 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	}
 	now := s.now()
 	h, i := s.hash(key)
-	// An entry that has expired (a new one has, at the start of time) is
-	// fully replenished: its state starts again as a key never seen's.
-	switch l.Algorithm {
-	case floodgate.TokenBucket:
-		e := s.buckets[i].lockOrInsert(h, key, now, s.grace)
-		if e.expires <= now {
-			e.state = algorithm.NewBucket(l, now)
-		}
-		d := e.state.Take(l, now, n)
-		e.record(d.ResetAfter, now)
-		return d, nil
-	case floodgate.FixedWindow:
-		e := s.lockWindow(&s.fixed[i], h, key, now)
-		d := e.state.FixedWindow(l, now, n)
-		e.record(d.ResetAfter, now)
-		return d, nil
-	case floodgate.SlidingWindowCounter:
-		e := s.lockWindow(&s.counters[i], h, key, now)
-		d := e.state.SlidingWindowCounter(l, now, n)
-		e.record(d.ResetAfter, now)
-		return d, nil
-	default: // floodgate.SlidingWindowLog; Check rejected anything else.
-		// An expired log empties itself: every entry is out of the window.
-		// Its ring is kept for reuse.
-		e := s.logs[i].lockOrInsert(h, key, now, s.grace)
-		d := e.state.Add(l, now, n)
-		e.state.Shrink()
-		e.record(d.ResetAfter, now)
-		return d, nil
-	}
-}
-
-// lockWindow returns key's entry in t, a table of window counts, locked,
-// with an expired state zeroed.
-func (s *Store) lockWindow(t *table[algorithm.Window], h uint64, key string, now int64) *entry[algorithm.Window] {
-	e := t.lockOrInsert(h, key, now, s.grace)
-	if e.expires <= now {
-		e.state = algorithm.Window{}
-	}
-	return e
-}
-
-// record notes a decision made at now on e's state, with resetAfter its
-// ResetAfter, and unlocks e. A decision that leaves nothing to remember
-// (ResetAfter 0) clears the entry, as if the key had never been seen; any
-// other sets its expiry, the moment the key is fully replenished again.
-func (e *entry[S]) record(resetAfter time.Duration, now int64) {
-	if resetAfter <= 0 {
-		e.clear()
-	} else {
-		e.expires = now + resetAfter.Microseconds()
-	}
-	e.mu.Unlock()
+	// Check rejected an algorithm without a keyspace.
+	return s.keyspaces[l.Algorithm].allow(h, i, key, l, now, n, s.grace).decision(l.Quota), nil
 }
 
 // RefundN gives back n units of quota to key under limit. See
@@ -174,30 +132,9 @@ func (s *Store) RefundN(_ context.Context, key string, l floodgate.Limit, n int6
 	if _, err := floodgate.Check(l, n); err != nil {
 		return err
 	}
-	now := s.now()
 	h, i := s.hash(key)
-	switch l.Algorithm {
-	case floodgate.TokenBucket:
-		refund(&s.buckets[i], h, key, now, func(b *algorithm.Bucket) { b.Refund(l, now, n) })
-	case floodgate.FixedWindow:
-		refund(&s.fixed[i], h, key, now, func(w *algorithm.Window) { w.Refund(l, now, n) })
-	case floodgate.SlidingWindowCounter:
-		refund(&s.counters[i], h, key, now, func(w *algorithm.Window) { w.Refund(l, now, n) })
-	default:
-		refund(&s.logs[i], h, key, now, func(g *algorithm.Log) { g.Refund(n) })
-	}
+	s.keyspaces[l.Algorithm].refund(h, i, key, l, s.now(), n)
 	return nil
-}
-
-// refund runs give on key's state in t if it has one that has not expired:
-// a missing or expired key is fully replenished, with nothing to give back.
-func refund[S any](t *table[S], h uint64, key string, now int64, give func(*S)) {
-	if e := t.lock(h, key); e != nil {
-		if e.expires > now {
-			give(&e.state)
-		}
-		e.mu.Unlock()
-	}
 }
 
 // Reset clears key's state under limit's algorithm: the key reads as never
@@ -207,33 +144,18 @@ func (s *Store) Reset(_ context.Context, key string, limit floodgate.Limit) erro
 		return err
 	}
 	h, i := s.hash(key)
-	switch limit.Algorithm {
-	case floodgate.TokenBucket:
-		reset(&s.buckets[i], h, key)
-	case floodgate.FixedWindow:
-		reset(&s.fixed[i], h, key)
-	case floodgate.SlidingWindowCounter:
-		reset(&s.counters[i], h, key)
-	default:
-		reset(&s.logs[i], h, key)
-	}
+	s.keyspaces[limit.Algorithm].reset(h, i, key)
 	return nil
-}
-
-// reset clears key's entry in t, if t holds one; a sweep drops it later.
-func reset[S any](t *table[S], h uint64, key string) {
-	if e := t.lock(h, key); e != nil {
-		e.clear()
-		e.mu.Unlock()
-	}
 }
 
 // Len returns the number of keys the store holds state for, expired or not
 // yet swept. It is meant for tests and metrics.
 func (s *Store) Len() int {
 	n := 0
-	for i := range shardCount {
-		n += s.buckets[i].len() + s.fixed[i].len() + s.counters[i].len() + s.logs[i].len()
+	for _, k := range s.keyspaces {
+		if k != nil {
+			n += k.len()
+		}
 	}
 	return n
 }
@@ -241,19 +163,12 @@ func (s *Store) Len() int {
 // MemoryUsage returns an estimate of the bytes the store spends on key under
 // limit's algorithm, or 0 if it holds no state for it: the key's bytes, its
 // entry (lock, key header, expiry and the algorithm's state), its share of
-// the index (two 16-byte slots: an index is about half full) and, for the
-// log, its ring buffer.
+// the index (two 16-byte slots: an index is about half full) and what the
+// state holds outside the entry (the log's ring buffer).
 func (s *Store) MemoryUsage(key string, limit floodgate.Limit) int {
-	h, i := s.hash(key)
-	switch limit.Algorithm {
-	case floodgate.TokenBucket:
-		return s.buckets[i].usage(h, key, nil)
-	case floodgate.FixedWindow:
-		return s.fixed[i].usage(h, key, nil)
-	case floodgate.SlidingWindowCounter:
-		return s.counters[i].usage(h, key, nil)
-	case floodgate.SlidingWindowLog:
-		return s.logs[i].usage(h, key, func(g *algorithm.Log) int { return 8 * g.Cap() })
+	if int(limit.Algorithm) >= len(s.keyspaces) || s.keyspaces[limit.Algorithm] == nil {
+		return 0
 	}
-	return 0
+	h, i := s.hash(key)
+	return s.keyspaces[limit.Algorithm].usage(h, i, key)
 }

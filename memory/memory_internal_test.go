@@ -130,3 +130,40 @@ func TestReplenishedKeysAreReused(t *testing.T) {
 		t.Fatalf("revisiting %d replenished keys allocated %d times, want ~0 (were they evicted?)", len(regular), allocs)
 	}
 }
+
+// TestEvictionGrace: WithEvictionGrace sets how long a fully replenished key
+// stays. New keys make the tables sweep: with no grace the replenished keys
+// of an earlier wave are dropped; with a grace longer than they have been
+// replenished, all are kept. Decisions are the same either way.
+func TestEvictionGrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200k keys")
+	}
+	ctx := context.Background()
+	const perWave = 100_000
+	limit := floodgate.NewTokenBucket(1, 1, time.Millisecond)
+	for _, grace := range []time.Duration{0, time.Hour} {
+		clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+		s := New(WithClock(clock), WithEvictionGrace(grace))
+		if s.grace != grace.Microseconds() {
+			t.Fatalf("WithEvictionGrace(%s): grace %dµs", grace, s.grace)
+		}
+		for _, wave := range []string{"a", "b"} {
+			for i := range perWave {
+				if d, err := s.Allow(ctx, wave+strconv.Itoa(i), limit); err != nil || !d.Allowed {
+					t.Fatalf("grace %s: Allow = %+v, %v", grace, d, err)
+				}
+			}
+			clock.Advance(time.Second) // every key is replenished, within the hour
+		}
+		switch n := s.Len(); {
+		case grace == 0 && n > perWave+shardCount*minSweep:
+			t.Errorf("no grace: the store holds %d keys after two waves of %d, want the first wave swept", n, perWave)
+		case grace > 0 && n != 2*perWave:
+			t.Errorf("grace %s: the store holds %d keys, want all %d kept", grace, n, 2*perWave)
+		}
+	}
+	if s := New(WithEvictionGrace(-time.Second)); s.grace != 0 {
+		t.Errorf("a negative grace is %dµs, want 0", s.grace)
+	}
+}

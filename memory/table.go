@@ -28,34 +28,27 @@ import (
 // entry per key (inserts look under mu first), so every decision on a key
 // runs under the lock of that one entry: decisions are serialised per key.
 //
-// Why this and not a map[string]*item under a shard lock: with the peer
-// benchmark's workload (100k keys, two goroutines; see BenchmarkPeerWorkload
-// and bench/cmd/peerbench), a decision was bound by cache misses and by
-// cache lines moving between the two cores. Both cores wrote the shard
-// lock's line and the item behind the map; in the CPU profile the lock took
-// a third of the time and the map lookup a quarter. Here a decision writes
-// one line, its entry's (lock and state together: the entries of the token
-// bucket and the windows are 64 bytes), and reads the table header and one
-// slot of the index (16 bytes, written only when a key is added; the whole
-// hash is in the slot, so a probe skips other keys without reading their
-// entries). Entries are allocated one by one, so they lie in memory in the
-// order keys were first seen, as the map's items did: a first version that
-// kept the states in the probed slots themselves (a 12 MB table for 100k
-// keys, in hash order) lost to the map when keys come back in that order
-// (223 against 162 ns per decision). Interleaved in one process, two
-// goroutines on 100k keys with the token bucket took 186 ns per decision
-// with the map, 170 with this index under a shard lock instead of a lock
-// per entry, and 104 with this design (325, 302 and 202 ns of CPU).
+// Why: a decision on a warm key writes one cache line, its entry's (lock and
+// state together: the entries of the token bucket and the windows are 64
+// bytes), and reads the table header and one 16-byte slot. A map under a
+// shard lock wrote the lock's line, shared by every core, and missed the
+// cache twice. Entries are allocated one by one rather than kept in the
+// slots, so they lie in memory in the order keys were first seen, the order
+// in which callers tend to come back. docs/PERFORMANCE.md has the
+// measurements.
 type table[S any] struct {
 	mu      sync.Mutex               // serialises inserts, sweeps and growth
 	index   atomic.Pointer[index[S]] // nil until the first insert
 	live    int                      // entries in the current index
 	sweepAt int                      // live at which the next insert sweeps
-	// The padding gives each table a cache line of its own (Store keeps
-	// them aligned), so inserts in one do not evict another's header from
-	// the other core's cache.
-	_ [cacheLine - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(atomic.Pointer[int]{}) - 2*unsafe.Sizeof(0)]byte
+	// The padding makes a table a cache line long, so that in an array of
+	// them no two headers share a line: inserts in one do not evict
+	// another's header from the other core's cache.
+	_ [cacheLine - tableHeader]byte
 }
+
+// tableHeader is the size of a table's fields, before its padding.
+const tableHeader = unsafe.Sizeof(sync.Mutex{}) + unsafe.Sizeof(atomic.Pointer[int]{}) + 2*unsafe.Sizeof(0)
 
 // cacheLine is the size of a CPU cache line on the common platforms.
 const cacheLine = 64

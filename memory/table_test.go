@@ -8,17 +8,21 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/floodgate-rl/floodgate/algorithm"
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithm"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
 
-// TestTableLayout: every table is one cache line, and a Store's tables
-// start on cache-line boundaries, so no two tables share a line.
+// TestTableLayout: every table is one cache line, and every keyspace's
+// tables start close enough to a line's start that each table's header
+// (its fields before the padding) lies within one line, shared with no
+// other table's.
 func TestTableLayout(t *testing.T) {
 	sizes := map[string]uintptr{
-		"bucket": unsafe.Sizeof(table[algorithm.Bucket]{}),
-		"window": unsafe.Sizeof(table[algorithm.Window]{}),
-		"log":    unsafe.Sizeof(table[algorithm.Log]{}),
+		"bucket":  unsafe.Sizeof(table[algorithm.Bucket]{}),
+		"fixed":   unsafe.Sizeof(table[algorithm.Fixed]{}),
+		"counter": unsafe.Sizeof(table[algorithm.Counter]{}),
+		"log":     unsafe.Sizeof(table[algorithm.Log]{}),
 	}
 	for name, size := range sizes {
 		if size != cacheLine {
@@ -26,17 +30,43 @@ func TestTableLayout(t *testing.T) {
 		}
 	}
 	s := New()
-	for name, p := range map[string]unsafe.Pointer{
-		"buckets": unsafe.Pointer(&s.buckets[0]), "fixed": unsafe.Pointer(&s.fixed[0]),
-		"counters": unsafe.Pointer(&s.counters[0]), "logs": unsafe.Pointer(&s.logs[0]),
-	} {
-		if uintptr(p)%cacheLine != 0 {
-			t.Errorf("Store.%s starts at %p, not on a cache line", name, p)
+	for a, k := range s.keyspaces {
+		if k == nil {
+			continue
+		}
+		if p := k.(testKeyspace).first(); uintptr(p)%cacheLine+tableHeader > cacheLine {
+			t.Errorf("the tables of %s start at %p: a table's %d-byte header crosses a cache line", floodgate.Algorithm(a), p, tableHeader)
 		}
 	}
-	// A bucket's entry, lock and state together, fits one cache line.
-	if size := unsafe.Sizeof(entry[algorithm.Bucket]{}); size > cacheLine {
-		t.Errorf("entry[Bucket] is %d bytes, more than a cache line", size)
+	// The entries of the bucket and the windows, lock and state together,
+	// fit one cache line.
+	for name, size := range map[string]uintptr{
+		"Bucket":  unsafe.Sizeof(entry[algorithm.Bucket]{}),
+		"Fixed":   unsafe.Sizeof(entry[algorithm.Fixed]{}),
+		"Counter": unsafe.Sizeof(entry[algorithm.Counter]{}),
+	} {
+		if size > cacheLine {
+			t.Errorf("entry[%s] is %d bytes, more than a cache line", name, size)
+		}
+	}
+}
+
+// testKeyspace is what tests reach into a keyspace for.
+type testKeyspace interface {
+	first() unsafe.Pointer // the first table
+	sweepAll(now int64)    // sweeps every table at now with no grace
+}
+
+func (k *tables[S, P]) first() unsafe.Pointer { return unsafe.Pointer(&k.shards[0]) }
+
+func (k *tables[S, P]) sweepAll(now int64) {
+	for i := range k.shards {
+		t := &k.shards[i]
+		t.mu.Lock()
+		if t.index.Load() != nil {
+			t.sweep(now, 0)
+		}
+		t.mu.Unlock()
 	}
 }
 
@@ -253,5 +283,15 @@ func TestTableConcurrentExact(t *testing.T) {
 	}
 	if tb.len() != keys {
 		t.Errorf("len %d, want %d", tb.len(), keys)
+	}
+}
+
+// TestEveryAlgorithmHasAKeyspace: the store decides every algorithm.
+func TestEveryAlgorithmHasAKeyspace(t *testing.T) {
+	s := New()
+	for _, a := range floodgate.Algorithms() {
+		if int(a) >= len(s.keyspaces) || s.keyspaces[a] == nil {
+			t.Errorf("no keyspace for %s", a)
+		}
 	}
 }

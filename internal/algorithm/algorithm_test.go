@@ -28,7 +28,7 @@ func TestBucketTake(t *testing.T) {
 		{sec, 1, false, 0, sec / 2, 5 * sec}, // time ran backwards: nothing refills
 	}
 	for i, s := range steps {
-		d := b.Take(l, s.at, s.n)
+		d := b.Allow(l, s.at, s.n)
 		if d.Allowed != s.allowed || d.Remaining != s.remaining || d.RetryAfter != micros(s.retry) || d.ResetAfter != micros(s.resetMicros) {
 			t.Fatalf("step %d (t=%dµs, n=%d): got %+v, want allowed=%v remaining=%d retry=%dµs reset=%dµs",
 				i, s.at, s.n, d, s.allowed, s.remaining, s.retry, s.resetMicros)
@@ -45,19 +45,19 @@ func TestCounterRetryIsTheFirstFit(t *testing.T) {
 		for cur := int64(0); cur <= 7; cur++ {
 			for _, e := range []int64{0, 1, w / 3, w / 2, w - 1} {
 				for n := int64(1); n <= 7; n++ {
-					s := Window{Start: 10 * w, Previous: prev, Current: cur}
+					s := Counter{Window{Start: 10 * w, Previous: prev, Current: cur}}
 					now := s.Start + e
-					d := s.SlidingWindowCounter(l, now, n)
+					d := s.Allow(l, now, n)
 					if d.Allowed {
 						continue
 					}
 					at := now + d.RetryAfter.Microseconds()
-					probe := Window{Start: 10 * w, Previous: prev, Current: cur}
-					if !probe.SlidingWindowCounter(l, at, n).Allowed {
+					probe := Counter{Window{Start: 10 * w, Previous: prev, Current: cur}}
+					if !probe.Allow(l, at, n).Allowed {
 						t.Fatalf("prev=%d cur=%d e=%d n=%d: denied at RetryAfter %s", prev, cur, e, n, d.RetryAfter)
 					}
-					probe = Window{Start: 10 * w, Previous: prev, Current: cur}
-					if d.RetryAfter > time.Microsecond && probe.SlidingWindowCounter(l, at-1, n).Allowed {
+					probe = Counter{Window{Start: 10 * w, Previous: prev, Current: cur}}
+					if d.RetryAfter > time.Microsecond && probe.Allow(l, at-1, n).Allowed {
 						t.Fatalf("prev=%d cur=%d e=%d n=%d: allowed 1µs before RetryAfter %s", prev, cur, e, n, d.RetryAfter)
 					}
 				}
@@ -70,14 +70,14 @@ func TestLogRingGrowsShrinksAndRefunds(t *testing.T) {
 	l := floodgate.NewLimit(floodgate.SlidingWindowLog, 1000, time.Second)
 	var g Log
 	for i := range int64(600) {
-		if d := g.Add(l, i, 1); !d.Allowed {
+		if d := g.Allow(l, i, 1); !d.Allowed {
 			t.Fatalf("request %d denied", i)
 		}
 	}
-	if g.Len() != 600 || g.Cap() < 600 {
-		t.Fatalf("len %d cap %d", g.Len(), g.Cap())
+	if g.Len() != 600 || cap(g.ring) < 600 {
+		t.Fatalf("len %d cap %d", g.Len(), cap(g.ring))
 	}
-	g.Refund(100)
+	g.Refund(l, 0, 100)
 	if g.Len() != 500 || g.Newest() != 499 {
 		t.Fatalf("after refund: len %d newest %d", g.Len(), g.Newest())
 	}
@@ -86,15 +86,15 @@ func TestLogRingGrowsShrinksAndRefunds(t *testing.T) {
 	if g.Len() != 4 {
 		t.Fatalf("after expiry: len %d, want 4", g.Len())
 	}
-	g.Shrink()
-	if g.Cap() > 16 {
-		t.Fatalf("after shrink: cap %d", g.Cap())
+	g.shrink()
+	if cap(g.ring) > 16 {
+		t.Fatalf("after shrink: cap %d", cap(g.ring))
 	}
 	if g.Newest() != 499 {
 		t.Fatalf("shrink lost entries: newest %d", g.Newest())
 	}
 	// Entries sit at distinct microseconds even for a burst at one instant.
-	d := g.Add(l, sec+495, 3)
+	d := g.Allow(l, sec+495, 3)
 	if !d.Allowed || g.Newest() != sec+497 {
 		t.Fatalf("burst: %+v newest %d", d, g.Newest())
 	}
@@ -102,13 +102,13 @@ func TestLogRingGrowsShrinksAndRefunds(t *testing.T) {
 
 func TestWindowRefund(t *testing.T) {
 	l := floodgate.NewLimit(floodgate.SlidingWindowCounter, 10, time.Second)
-	s := Window{}
-	s.SlidingWindowCounter(l, 0, 4)
+	s := Counter{}
+	s.Allow(l, 0, 4)
 	s.Refund(l, sec/2, 3)
 	if s.Current != 1 {
 		t.Fatalf("refund in the same window: current %d, want 1", s.Current)
 	}
-	s.SlidingWindowCounter(l, sec/2, 2)
+	s.Allow(l, sec/2, 2)
 	s.Refund(l, sec+1, 2) // the window rolled: the count is now the previous one
 	if s.Previous != 1 || s.Current != 0 {
 		t.Fatalf("refund after the roll: %+v", s)
@@ -123,7 +123,7 @@ func TestBucketCapacityLowered(t *testing.T) {
 	big := floodgate.NewTokenBucket(100, 1, time.Second)
 	small := floodgate.NewTokenBucket(10, 1, time.Second)
 	b := NewBucket(big, 0)
-	d := b.Take(small, 0, 1)
+	d := b.Allow(small, 0, 1)
 	if !d.Allowed || d.Remaining != 9 || d.ResetAfter != time.Second {
 		t.Fatalf("after lowering the capacity to 10: %+v, want allowed, Remaining 9, ResetAfter 1s", d)
 	}
@@ -146,28 +146,28 @@ func TestSaveRestore(t *testing.T) {
 	long := floodgate.NewLimit(floodgate.SlidingWindowCounter, 10, time.Minute)
 	for i, ss := range steps {
 		b := NewBucket(bucket, 10*sec)
-		b.Take(bucket, 10*sec, 7)
+		b.Allow(bucket, 10*sec, 7)
 		before := b
 		snap := b.Save()
 		for _, s := range ss {
-			b.Take(bucket, 10*sec+s.at, s.n)
-			b.Take(other, 10*sec+s.at, 1)
+			b.Allow(bucket, 10*sec+s.at, s.n)
+			b.Allow(other, 10*sec+s.at, 1)
 		}
 		b.Restore(snap)
 		if b != before {
 			t.Errorf("steps %d: bucket restored to %+v, want %+v", i, b, before)
 		}
-		w := Window{}
-		w.FixedWindow(window, 10*sec+sec/2, 4)
-		wbefore := w
-		wsnap := w.Save()
-		for _, s := range ss {
-			w.FixedWindow(window, 10*sec+s.at, s.n)
-			w.SlidingWindowCounter(long, 10*sec+s.at, 1)
-		}
-		w.Restore(wsnap)
-		if w != wbefore {
-			t.Errorf("steps %d: window restored to %+v, want %+v", i, w, wbefore)
+		for _, st := range []State{&Fixed{}, &Counter{}} {
+			st.Allow(window, 10*sec+sec/2, 4)
+			before := st.Save()
+			for _, s := range ss {
+				st.Allow(window, 10*sec+s.at, s.n)
+				st.Allow(long, 10*sec+s.at, 1)
+			}
+			st.Restore(before)
+			if got := st.Save(); got != before {
+				t.Errorf("steps %d: %T restored to %+v, want %+v", i, st, got, before)
+			}
 		}
 	}
 	// The log: a ring of four, two entries of which leave the window before
@@ -175,7 +175,7 @@ func TestSaveRestore(t *testing.T) {
 	l := floodgate.NewLimit(floodgate.SlidingWindowLog, 4, 10*time.Microsecond)
 	var g Log
 	for at := range int64(4) {
-		g.Add(l, at, 1)
+		g.Allow(l, at, 1)
 	}
 	for _, empty := range []bool{false, true} {
 		start := int64(11)
@@ -184,13 +184,13 @@ func TestSaveRestore(t *testing.T) {
 			start = 100
 		}
 		snap := g.Save()
-		g.Add(l, start, 1)
-		g.Add(l, start, 1)
-		if d := g.Add(l, start+1, 3); d.Allowed {
+		g.Allow(l, start, 1)
+		g.Allow(l, start, 1)
+		if d := g.Allow(l, start+1, 3); d.Allowed {
 			t.Fatalf("empty=%v: a fifth entry admitted", empty)
 		}
 		g.Restore(snap)
-		// The last Add dropped the entry at 2 from the window.
+		// The last Allow dropped the entry at 2 from the window.
 		want := []int64{3}
 		if empty {
 			want = nil

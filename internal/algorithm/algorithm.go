@@ -1,15 +1,16 @@
 // Package algorithm holds floodgate's rate-limit algorithms as pure state
-// transitions: each takes its state, the limit, the time in microseconds and
-// a cost, and returns a Decision. It knows nothing of locks, Redis or HTTP.
+// transitions: each algorithm's state is a type implementing [State], whose
+// methods take the limit, the time in microseconds and a cost. It knows
+// nothing of locks, Redis or HTTP.
 //
-// The memory store runs these functions directly. The Redis store runs Lua
+// The memory store runs these methods directly. The Redis store runs Lua
 // scripts that perform the same arithmetic step for step (integers below
 // 2^53, and the same IEEE double operations where doubles are used), so both
 // stores reach the same decisions for the same sequence of requests and
 // times; a differential test holds them to it.
 //
 // Callers validate the limit and the cost first (floodgate.Check): these
-// functions assume 1 <= n <= limit.Quota and a valid limit.
+// methods assume 1 <= n <= limit.Quota and a valid limit.
 package algorithm
 
 import (
@@ -18,6 +19,30 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 )
+
+// State is the state of one key under one algorithm. The zero value is a
+// key never seen, except for the bucket, which Replenish fills.
+type State interface {
+	// Allow decides a request of cost n at now and records it if it is
+	// admitted. A denied request changes nothing a later decision reads.
+	Allow(l floodgate.Limit, now, n int64) floodgate.Decision
+	// Refund gives back n units of quota that an admitted request took, as
+	// floodgate.Store.RefundN describes, never above the full quota.
+	Refund(l floodgate.Limit, now, n int64)
+	// Replenish makes the state that of a key never seen at now, fully
+	// replenished. Stores call it when the state's ResetAfter has passed.
+	Replenish(l floodgate.Limit, now int64)
+	// Save returns what Restore needs to undo every Allow since.
+	Save() Snapshot
+	// Restore undoes every Allow since the Save that returned s.
+	Restore(s Snapshot)
+	// Usage returns the bytes the state holds outside its own value.
+	Usage() int
+}
+
+// Snapshot is what a state's Restore needs to undo the decisions made on it
+// since its Save. A batch that one of its checks denies is undone this way.
+type Snapshot struct{ a, b, c int64 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
@@ -37,15 +62,12 @@ func NewBucket(l floodgate.Limit, now int64) Bucket {
 	return Bucket{Level: l.Quota * floodgate.BucketUnit(l), Last: now}
 }
 
-// Take refills the bucket up to now and takes n tokens if it holds them. A
-// denied request leaves the state unchanged. Time never runs backwards for a
-// bucket: a now before Last refills nothing.
-func (b *Bucket) Take(l floodgate.Limit, now, n int64) floodgate.Decision {
-	unit := floodgate.BucketUnit(l)
-	perMicro := floodgate.BucketRefillPerMicro(l)
-	full := l.Quota * unit
-	// A capacity lowered since the state was written caps the level.
-	level, last := min(b.Level, full), b.Last
+// refilled returns the bucket's level refilled up to now, capped at full
+// (a capacity lowered since the state was written caps it), and the time of
+// that level. Time never runs backwards for a bucket: a now before Last
+// refills nothing.
+func (b *Bucket) refilled(full, perMicro, now int64) (level, last int64) {
+	level, last = min(b.Level, full), b.Last
 	if now > last {
 		if elapsed := now - last; elapsed >= ceilDiv(full-level, perMicro) {
 			level = full
@@ -54,6 +76,16 @@ func (b *Bucket) Take(l floodgate.Limit, now, n int64) floodgate.Decision {
 		}
 		last = now
 	}
+	return level, last
+}
+
+// Allow refills the bucket up to now and takes n tokens if it holds them. A
+// denied request leaves the state unchanged.
+func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
+	unit := floodgate.BucketUnit(l)
+	perMicro := floodgate.BucketRefillPerMicro(l)
+	full := l.Quota * unit
+	level, last := b.refilled(full, perMicro, now)
 	need := n * unit
 	d := floodgate.Decision{Limit: l.Quota}
 	if level >= need {
@@ -74,21 +106,12 @@ func (b *Bucket) Take(l floodgate.Limit, now, n int64) floodgate.Decision {
 func (b *Bucket) Refund(l floodgate.Limit, now, n int64) {
 	unit := floodgate.BucketUnit(l)
 	full := l.Quota * unit
-	b.Level = min(b.Level, full)
-	if now > b.Last {
-		if elapsed := now - b.Last; elapsed >= ceilDiv(full-b.Level, floodgate.BucketRefillPerMicro(l)) {
-			b.Level = full
-		} else {
-			b.Level += elapsed * floodgate.BucketRefillPerMicro(l)
-		}
-		b.Last = now
-	}
-	b.Level = min(full, b.Level+n*unit)
+	level, last := b.refilled(full, floodgate.BucketRefillPerMicro(l), now)
+	b.Level, b.Last = min(full, level+n*unit), last
 }
 
-// Snapshot is what a state's Restore needs to undo every decision made on it
-// since its Save. A batch that one of its checks denies is undone this way.
-type Snapshot struct{ a, b, c int64 }
+// Replenish fills the bucket as of now.
+func (b *Bucket) Replenish(l floodgate.Limit, now int64) { *b = NewBucket(l, now) }
 
 // Save returns the bucket as it is, for Restore.
 func (b *Bucket) Save() Snapshot { return Snapshot{b.Level, b.Last, 0} }
@@ -96,9 +119,12 @@ func (b *Bucket) Save() Snapshot { return Snapshot{b.Level, b.Last, 0} }
 // Restore puts the bucket back as it was at Save.
 func (b *Bucket) Restore(s Snapshot) { b.Level, b.Last = s.a, s.b }
 
-// Window is the state of a fixed window or a sliding-window counter: the
-// start of the current clock-aligned window and the counts of the current and
-// previous windows (Previous is unused by the fixed window).
+// Usage is 0: the bucket holds nothing outside its value.
+func (b *Bucket) Usage() int { return 0 }
+
+// Window is the part the fixed window and the sliding-window counter share:
+// the start of the current clock-aligned window and the counts of the
+// current and previous windows (Previous is unused by the fixed window).
 type Window struct {
 	Start    int64 // microseconds since the Unix epoch, a multiple of the window
 	Current  int64
@@ -123,11 +149,17 @@ func (s *Window) roll(w, now int64) (elapsed int64) {
 	return now - start
 }
 
+// Replenish empties the window: a key never seen.
+func (s *Window) Replenish(floodgate.Limit, int64) { *s = Window{} }
+
 // Save returns the window as it is, for Restore.
 func (s *Window) Save() Snapshot { return Snapshot{s.Start, s.Current, s.Previous} }
 
 // Restore puts the window back as it was at Save.
 func (s *Window) Restore(v Snapshot) { s.Start, s.Current, s.Previous = v.a, v.b, v.c }
+
+// Usage is 0: the window holds nothing outside its value.
+func (s *Window) Usage() int { return 0 }
 
 // Refund takes n back from the count of the window containing now (never
 // below zero). For the sliding-window counter, a request counted in the
@@ -144,16 +176,19 @@ func (s *Window) Refund(l floodgate.Limit, now, n int64) {
 	}
 }
 
-// FixedWindow counts n against the clock-aligned window containing now.
-func (s *Window) FixedWindow(l floodgate.Limit, now, n int64) floodgate.Decision {
+// Fixed is the state of a fixed window.
+type Fixed struct{ Window }
+
+// Allow counts n against the clock-aligned window containing now.
+func (s *Fixed) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 	w := l.Window.Microseconds()
-	next := *s
+	next := s.Window
 	e := next.roll(w, now)
 	d := floodgate.Decision{Limit: l.Quota}
 	if next.Current+n <= l.Quota {
 		next.Current += n
 		d.Allowed = true
-		*s = next
+		s.Window = next
 	} else {
 		d.RetryAfter = micros(w - e)
 	}
@@ -191,18 +226,21 @@ func firstFit(quota, w, prev, cur, n, lo, hi int64) int64 {
 	return lo
 }
 
-// SlidingWindowCounter counts n against the clock-aligned window containing
-// now, weighting the previous window's count by its overlap with the sliding
-// window that ends at now.
-func (s *Window) SlidingWindowCounter(l floodgate.Limit, now, n int64) floodgate.Decision {
+// Counter is the state of a sliding-window counter.
+type Counter struct{ Window }
+
+// Allow counts n against the clock-aligned window containing now, weighting
+// the previous window's count by its overlap with the sliding window that
+// ends at now.
+func (s *Counter) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 	w := l.Window.Microseconds()
-	next := *s
+	next := s.Window
 	e := next.roll(w, now)
 	d := floodgate.Decision{Limit: l.Quota}
 	if counterFits(l.Quota, w, next.Previous, next.Current, n, e) {
 		next.Current += n
 		d.Allowed = true
-		*s = next
+		s.Window = next
 	} else if l.Quota-next.Current-n >= 0 {
 		// Fits later in this window, once the previous window weighs less.
 		d.RetryAfter = micros(firstFit(l.Quota, w, next.Previous, next.Current, n, e+1, w) - e)
@@ -238,8 +276,8 @@ type Log struct {
 // Len returns the number of entries in the log.
 func (g *Log) Len() int { return g.count }
 
-// Cap returns the capacity of the ring buffer (for memory accounting).
-func (g *Log) Cap() int { return cap(g.ring) }
+// Usage returns the bytes of the ring buffer.
+func (g *Log) Usage() int { return 8 * cap(g.ring) }
 
 func (g *Log) at(i int) int64 { return g.ring[(g.head+i)%len(g.ring)] }
 
@@ -265,18 +303,15 @@ func (g *Log) Expire(w, now int64) {
 
 func (g *Log) push(t int64) {
 	if g.count == len(g.ring) {
-		grown := make([]int64, max(4, 2*len(g.ring)))
-		for i := range g.count {
-			grown[i] = g.at(i)
-		}
-		g.ring, g.head = grown, 0
+		g.resize(max(4, 2*len(g.ring)))
 	}
 	g.ring[(g.head+g.count)%len(g.ring)] = t
 	g.count++
 }
 
-// Add admits or denies a request of cost n at now against the log.
-func (g *Log) Add(l floodgate.Limit, now, n int64) floodgate.Decision {
+// Allow admits or denies a request of cost n at now against the log, then
+// releases ring memory the log no longer needs.
+func (g *Log) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 	w := l.Window.Microseconds()
 	g.Expire(w, now)
 	count := int64(g.count)
@@ -292,23 +327,28 @@ func (g *Log) Add(l floodgate.Limit, now, n int64) floodgate.Decision {
 		d.Allowed = true
 		d.Remaining = l.Quota - count - n
 		d.ResetAfter = micros(first + n - 1 + w - now)
-		return d
+	} else {
+		// The (count+n-quota)-th oldest entry must leave the window first.
+		d.RetryAfter = micros(g.at(int(count+n-l.Quota-1)) + w - now)
+		d.Remaining = max(0, l.Quota-count)
+		d.ResetAfter = micros(g.Newest() + w - now)
 	}
-	// The (count+n-quota)-th oldest entry must leave the window first.
-	d.RetryAfter = micros(g.at(int(count+n-l.Quota-1)) + w - now)
-	d.Remaining = max(0, l.Quota-count)
-	d.ResetAfter = micros(g.Newest() + w - now)
+	g.shrink()
 	return d
 }
 
 // Refund drops the n newest entries (or all, if fewer), as if the request
 // that added them had not been made.
-func (g *Log) Refund(n int64) {
+func (g *Log) Refund(_ floodgate.Limit, _, n int64) {
 	g.count -= int(min(n, int64(g.count)))
 	if g.count == 0 {
 		g.head = 0
 	}
 }
+
+// Replenish does nothing: the log of a key whose ResetAfter has passed has no
+// entry left in its window, and Allow drops them, keeping the ring for reuse.
+func (g *Log) Replenish(floodgate.Limit, int64) {}
 
 // Save returns what Restore needs to drop the entries added after it: the
 // time of the newest entry and whether there is one. The ring itself is not
@@ -321,10 +361,11 @@ func (g *Log) Save() Snapshot {
 }
 
 // Restore drops the entries added since Save: they are the ones newer than
-// the newest entry then, as Add places a request after the newest entry. The
-// entries that Add dropped since, for having left the window, stay dropped,
-// as after a denied Add: they were out of the window at that Add's time, so
-// every decision at or after it reads the log the same without them.
+// the newest entry then, as Allow places a request after the newest entry.
+// The entries that Allow dropped since, for having left the window, stay
+// dropped, as after a denied Allow: they were out of the window at that
+// Allow's time, so every decision at or after it reads the log the same
+// without them.
 func (g *Log) Restore(s Snapshot) {
 	for g.count > 0 && (s.b == 0 || g.at(g.count-1) > s.a) {
 		g.count--
@@ -334,15 +375,26 @@ func (g *Log) Restore(s Snapshot) {
 	}
 }
 
-// Shrink releases ring memory when the log holds far fewer entries than its
+// shrink releases ring memory when the log holds far fewer entries than its
 // buffer (after a burst ended), keeping memory proportional to use.
-func (g *Log) Shrink() {
-	if len(g.ring) <= 8 || g.count > len(g.ring)/4 {
-		return
+func (g *Log) shrink() {
+	if len(g.ring) > 8 && g.count <= len(g.ring)/4 {
+		g.resize(max(4, 2*g.count))
 	}
-	smaller := make([]int64, max(4, 2*g.count))
-	for i := range g.count {
-		smaller[i] = g.at(i)
-	}
-	g.ring, g.head = smaller, 0
 }
+
+// resize moves the entries to a ring of n slots.
+func (g *Log) resize(n int) {
+	ring := make([]int64, n)
+	for i := range g.count {
+		ring[i] = g.at(i)
+	}
+	g.ring, g.head = ring, 0
+}
+
+var (
+	_ State = (*Bucket)(nil)
+	_ State = (*Fixed)(nil)
+	_ State = (*Counter)(nil)
+	_ State = (*Log)(nil)
+)

@@ -1,0 +1,168 @@
+package memory
+
+import (
+	"math"
+	"time"
+	"unsafe"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithm"
+)
+
+// keyspace holds every key's state under one algorithm, in one table per
+// shard. Its methods are the store's for that algorithm, given the key's
+// hash h and shard i; the limits and costs are valid.
+type keyspace interface {
+	allow(h uint64, i int, key string, l floodgate.Limit, now, n, grace int64) outcome
+	refund(h uint64, i int, key string, l floodgate.Limit, now, n int64)
+	reset(h uint64, i int, key string)
+	len() int
+	usage(h uint64, i int, key string) int
+	// entry returns key's entry for a batch, unlocked, adding it if it is
+	// missing. With slow set it looks under the table's lock.
+	entry(h uint64, i int, key string, now, grace int64, slow bool) held
+}
+
+// state constrains a keyspace's state type S: *S is an algorithm.State.
+type state[S any] interface {
+	*S
+	algorithm.State
+}
+
+// tables is the keyspace of the algorithm whose state is S. Each table is a
+// cache line long; the allocator may start the array a few bytes past a
+// line (a small header), which keeps every table's header within one line.
+type tables[S any, P state[S]] struct {
+	shards [shardCount]table[S]
+}
+
+func newKeyspace[S any, P state[S]]() keyspace { return new(tables[S, P]) }
+
+// decide makes the decision of cost n under l at now on e, which the caller
+// holds locked. A state whose ResetAfter has passed (a new entry's has, at
+// the start of time) is fully replenished: it starts again as a key never
+// seen's.
+func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) floodgate.Decision {
+	st := P(&e.state)
+	if e.expires <= now {
+		st.Replenish(l, now)
+	}
+	return st.Allow(l, now, n)
+}
+
+// outcome is a Decision without its Limit, which the caller fills in. The
+// compiler keeps a struct of up to four fields in registers from call to
+// call, where it copies a Decision of five through memory at each: on a hot
+// key those copies were a good part of a decision's time.
+type outcome struct {
+	allowed                bool
+	remaining              int64
+	retryAfter, resetAfter time.Duration
+}
+
+// decision returns o as a Decision of the limit of quota.
+func (o outcome) decision(quota int64) floodgate.Decision {
+	return floodgate.Decision{Allowed: o.allowed, Limit: quota, Remaining: o.remaining, RetryAfter: o.retryAfter, ResetAfter: o.resetAfter}
+}
+
+func (k *tables[S, P]) allow(h uint64, i int, key string, l floodgate.Limit, now, n, grace int64) outcome {
+	e := k.shards[i].lockOrInsert(h, key, now, grace)
+	// decide, written out: the compiler does not inline it.
+	st := P(&e.state)
+	if e.expires <= now {
+		st.Replenish(l, now)
+	}
+	d := st.Allow(l, now, n)
+	e.record(d.ResetAfter, now)
+	return outcome{d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter}
+}
+
+// record notes a decision made at now on e's state, with resetAfter its
+// ResetAfter, and unlocks e. A decision that leaves nothing to remember
+// (ResetAfter 0) clears the entry, as if the key had never been seen; any
+// other sets its expiry, the moment the key is fully replenished again.
+func (e *entry[S]) record(resetAfter time.Duration, now int64) {
+	if resetAfter <= 0 {
+		e.clear()
+	} else {
+		e.expires = now + resetAfter.Microseconds()
+	}
+	e.mu.Unlock()
+}
+
+// refund gives n back to key's state if it has one that has not expired: a
+// missing or expired key is fully replenished, with nothing to give back.
+func (k *tables[S, P]) refund(h uint64, i int, key string, l floodgate.Limit, now, n int64) {
+	if e := k.shards[i].lock(h, key); e != nil {
+		if e.expires > now {
+			P(&e.state).Refund(l, now, n)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// reset clears key's entry, if there is one; a sweep drops it later.
+func (k *tables[S, P]) reset(h uint64, i int, key string) {
+	if e := k.shards[i].lock(h, key); e != nil {
+		e.clear()
+		e.mu.Unlock()
+	}
+}
+
+func (k *tables[S, P]) len() int {
+	n := 0
+	for i := range k.shards {
+		n += k.shards[i].len()
+	}
+	return n
+}
+
+func (k *tables[S, P]) usage(h uint64, i int, key string) int {
+	return k.shards[i].usage(h, key, func(s *S) int { return P(s).Usage() })
+}
+
+func (k *tables[S, P]) entry(h uint64, i int, key string, now, grace int64, slow bool) held {
+	return (*batchEntry[S, P])(k.shards[i].entry(h, key, now, grace, slow))
+}
+
+// batchEntry is an entry as a batch holds it (see held).
+type batchEntry[S any, P state[S]] entry[S]
+
+func (e *batchEntry[S, P]) addr() uintptr { return uintptr(unsafe.Pointer(e)) }
+
+func (e *batchEntry[S, P]) lockLive() bool {
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+func (e *batchEntry[S, P]) unlock() { e.mu.Unlock() }
+
+func (e *batchEntry[S, P]) save() (algorithm.Snapshot, int64) {
+	return P(&e.state).Save(), e.expires
+}
+
+func (e *batchEntry[S, P]) restore(snap algorithm.Snapshot, expires int64) {
+	P(&e.state).Restore(snap)
+	e.expires = expires
+}
+
+func (e *batchEntry[S, P]) decide(l floodgate.Limit, now, n int64) floodgate.Decision {
+	d := decide[S, P]((*entry[S])(e), l, now, n)
+	// As record, but an entry with nothing to remember is cleared by
+	// settle, so that restore still has its state to work on.
+	e.expires = math.MinInt64
+	if d.ResetAfter > 0 {
+		e.expires = now + d.ResetAfter.Microseconds()
+	}
+	return d
+}
+
+func (e *batchEntry[S, P]) settle() {
+	if e.expires == math.MinInt64 {
+		(*entry[S])(e).clear()
+	}
+}
