@@ -37,6 +37,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 )
 
 // Algorithm selects how a [Limit] counts requests.
@@ -261,51 +263,8 @@ func (l Limit) Validate() error {
 	case l.Refill > MaxQuota:
 		return badRefill(fmt.Sprintf("must be at most %d", int64(MaxQuota)))
 	}
-	if unit := BucketUnit(l); unit > maxExact/l.Quota {
+	if unit := fixedpoint.Unit(l.Window.Microseconds(), l.RefillTokens()); unit > maxExact/l.Quota {
 		return badQuota(fmt.Sprintf("times the refill period (%s per %d tokens) is too large for exact token arithmetic; use a smaller capacity or a faster refill", l.Window, l.RefillTokens()))
-	}
-	return nil
-}
-
-// BucketUnit returns the number of fixed-point units in one token of a
-// TokenBucket limit: tokens are counted in units of 1/BucketUnit so that a
-// refill of RefillTokens per Window adds exactly RefillTokens()/g units per
-// microsecond-scaled step, where g reduces the fraction. Stores keep bucket
-// levels in these units, which keeps fractional rates exact.
-//
-// Concretely, one microsecond adds BucketRefillPerMicro(l) units and one
-// token is BucketUnit(l) units.
-func BucketUnit(l Limit) int64 {
-	w := l.Window.Microseconds()
-	return w / gcd(w, l.RefillTokens())
-}
-
-// BucketRefillPerMicro returns the fixed-point units a TokenBucket limit adds
-// per microsecond (see BucketUnit).
-func BucketRefillPerMicro(l Limit) int64 {
-	w := l.Window.Microseconds()
-	return l.RefillTokens() / gcd(w, l.RefillTokens())
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	if a == 0 {
-		return 1
-	}
-	return a
-}
-
-// CheckCost returns nil if a request of cost n can ever fit limit l, and
-// otherwise an error matching [ErrInvalidCost] (n < 1) or
-// [ErrCostExceedsLimit] (n > Quota). Stores call it before touching state.
-func (l Limit) CheckCost(n int64) error {
-	if n < 1 {
-		return fmt.Errorf("%w: cost %d must be at least 1", ErrInvalidCost, n)
-	}
-	if n > l.Quota {
-		return fmt.Errorf("%w: cost %d is more than the limit's quota %d, so it can never be admitted", ErrCostExceedsLimit, n, l.Quota)
 	}
 	return nil
 }
@@ -351,7 +310,7 @@ func ParseRate(s string) (tokens int64, per time.Duration, err error) {
 		scale *= 10
 	}
 	// Undo only the decimal scaling, so "100/m" stays 100 per minute.
-	g := gcd(n, scale)
+	g := fixedpoint.GCD(n, scale)
 	return n / g, per * time.Duration(scale/g), nil
 }
 

@@ -67,19 +67,3 @@ func TestAlgorithmText(t *testing.T) {
 	}
 }
 
-func TestBucketUnits(t *testing.T) {
-	cases := []struct {
-		limit          Limit
-		unit, perMicro int64
-	}{
-		{NewTokenBucket(10, 10, time.Second), 100_000, 1},
-		{NewTokenBucket(2, 1, 2*time.Second), 2_000_000, 1},
-		{NewTokenBucket(3, 3, time.Second), 1_000_000, 3},
-		{PerMinute(100).With(TokenBucket), 600_000, 1},
-	}
-	for _, c := range cases {
-		if u, p := BucketUnit(c.limit), BucketRefillPerMicro(c.limit); u != c.unit || p != c.perMicro {
-			t.Errorf("%v: unit %d per µs %d, want %d and %d", c.limit, u, p, c.unit, c.perMicro)
-		}
-	}
-}

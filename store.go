@@ -70,18 +70,6 @@ type SystemClock struct{}
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
 
-// Check validates limit and cost n together, as every store does before it
-// touches state, and returns the Decision to report alongside the error.
-func Check(limit Limit, n int64) (Decision, error) {
-	if err := limit.Validate(); err != nil {
-		return Decision{}, err
-	}
-	if err := limit.CheckCost(n); err != nil {
-		return Decision{Limit: limit.Quota}, err
-	}
-	return Decision{}, nil
-}
-
 // ManualClock is a Clock moved by hand, for tests and simulations. The zero
 // value reads the Unix epoch. It is safe for concurrent use.
 type ManualClock struct {

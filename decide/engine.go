@@ -20,7 +20,8 @@
 //   - the store-key scheme ([StoreKey]) and one deadline ([Options.Timeout]).
 //
 // Package decide is the engine room: it imports the root package and the
-// internal helpers only, never a front end, HTTP or Redis.
+// internal helpers (limitcheck, logthrottle) only, never a front end, HTTP
+// or Redis.
 package decide
 
 import (
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 	"github.com/floodgate-rl/floodgate/internal/logthrottle"
 )
 
@@ -287,11 +289,8 @@ func checkCost(c *Check) error {
 	if c.Cost == 0 {
 		c.Cost = 1
 	}
-	switch {
-	case c.Cost < 1:
-		return fmt.Errorf("rule %q: %w: cost %d must be at least 1", c.Rule, floodgate.ErrInvalidCost, c.Cost)
-	case c.Cost > c.Limit.Quota:
-		return fmt.Errorf("rule %q: %w: cost %d is more than the limit's quota %d, so it can never be admitted", c.Rule, floodgate.ErrCostExceedsLimit, c.Cost, c.Limit.Quota)
+	if err := limitcheck.Cost(c.Limit, c.Cost); err != nil {
+		return fmt.Errorf("rule %q: %w", c.Rule, err)
 	}
 	return nil
 }

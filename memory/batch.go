@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 )
 
 var _ floodgate.BatchStore = (*Store)(nil)
@@ -75,7 +76,7 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 	}
 	now := s.now()
 	for i, it := range items {
-		d, err := floodgate.Check(it.Limit, it.Cost)
+		d, err := limitcheck.Allow(it.Limit, it.Cost)
 		results[i] = floodgate.BatchResult{Decision: d, Err: err}
 		var b batchItem
 		if err == nil {

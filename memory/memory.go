@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 )
 
 const (
@@ -117,7 +118,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit floodgate.Limit) (f
 // AllowN decides whether a request of cost n fits limit for key at the
 // store's current time, and records it if so. See floodgate.Store.
 func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
-	if d, err := floodgate.Check(l, n); err != nil {
+	if d, err := limitcheck.Allow(l, n); err != nil {
 		return d, err
 	}
 	now := s.now()
@@ -129,7 +130,7 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 // RefundN gives back n units of quota to key under limit. See
 // floodgate.Store.
 func (s *Store) RefundN(_ context.Context, key string, l floodgate.Limit, n int64) error {
-	if _, err := floodgate.Check(l, n); err != nil {
+	if _, err := limitcheck.Allow(l, n); err != nil {
 		return err
 	}
 	h, i := s.hash(key)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 )
 
 var _ floodgate.BatchStore = (*Store)(nil)
@@ -39,7 +40,7 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 	}
 	var groups []batchGroup
 	for i, it := range items {
-		if d, err := floodgate.Check(it.Limit, it.Cost); err != nil {
+		if d, err := limitcheck.Allow(it.Limit, it.Cost); err != nil {
 			results[i] = floodgate.BatchResult{Decision: d, Err: err}
 			continue
 		}

@@ -59,6 +59,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 )
 
 // DefaultTimeout is the per-call timeout used when Config.Timeout is zero.
@@ -354,7 +355,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit floodgate.Limit) (f
 // AllowN decides, atomically in Redis, whether a request of cost n fits
 // limit for key, and records it if so. See floodgate.Store.
 func (s *Store) AllowN(ctx context.Context, key string, limit floodgate.Limit, n int64) (floodgate.Decision, error) {
-	if d, err := floodgate.Check(limit, n); err != nil {
+	if d, err := limitcheck.Allow(limit, n); err != nil {
 		return d, err
 	}
 	reply, err := s.run(ctx, key, limit, opAllow, n)
@@ -393,7 +394,7 @@ func decode(limit floodgate.Limit, reply rueidis.RedisMessage) (floodgate.Decisi
 // RefundN gives back n units of quota that an admitted request of cost n
 // took from key, atomically in Redis. See floodgate.Store.
 func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, n int64) error {
-	if _, err := floodgate.Check(limit, n); err != nil {
+	if _, err := limitcheck.Allow(limit, n); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -93,7 +94,7 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 	if err := limit.Validate(); err != nil {
 		return nil, err
 	}
-	if err := limit.CheckCost(o.cost); err != nil {
+	if err := limitcheck.Cost(limit, o.cost); err != nil {
 		return nil, err
 	}
 	store, closeStore, err := openStore(cfg.Store)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 )
 
 // State is the state of one key under one algorithm. The zero value is a
@@ -46,20 +47,30 @@ type Snapshot struct{ a, b, c int64 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
+// bucketUnit returns the fixed-point units in one token of bucket l.
+func bucketUnit(l floodgate.Limit) int64 {
+	return fixedpoint.Unit(l.Window.Microseconds(), l.RefillTokens())
+}
+
+// bucketPerMicro returns the units bucket l adds per microsecond.
+func bucketPerMicro(l floodgate.Limit) int64 {
+	return fixedpoint.PerMicro(l.Window.Microseconds(), l.RefillTokens())
+}
+
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // Bucket is the state of one token bucket: its level in fixed-point units
-// (see floodgate.BucketUnit) and the time it was last refilled. A key with no
+// (see package fixedpoint) and the time it was last refilled. A key with no
 // state is a full bucket.
 type Bucket struct {
-	Level int64 // tokens * floodgate.BucketUnit(limit)
+	Level int64 // tokens * bucketUnit(limit)
 	Last  int64 // microseconds since the Unix epoch
 }
 
 // NewBucket returns the state of a key seen for the first time at now: full.
 func NewBucket(l floodgate.Limit, now int64) Bucket {
-	return Bucket{Level: l.Quota * floodgate.BucketUnit(l), Last: now}
+	return Bucket{Level: l.Quota * bucketUnit(l), Last: now}
 }
 
 // refilled returns the bucket's level refilled up to now, capped at full
@@ -82,8 +93,8 @@ func (b *Bucket) refilled(full, perMicro, now int64) (level, last int64) {
 // Allow refills the bucket up to now and takes n tokens if it holds them. A
 // denied request leaves the state unchanged.
 func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
-	unit := floodgate.BucketUnit(l)
-	perMicro := floodgate.BucketRefillPerMicro(l)
+	unit := bucketUnit(l)
+	perMicro := bucketPerMicro(l)
 	full := l.Quota * unit
 	level, last := b.refilled(full, perMicro, now)
 	need := n * unit
@@ -104,9 +115,9 @@ func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 // not been made: the bucket is refilled up to now, then raised by n tokens,
 // never above its capacity.
 func (b *Bucket) Refund(l floodgate.Limit, now, n int64) {
-	unit := floodgate.BucketUnit(l)
+	unit := bucketUnit(l)
 	full := l.Quota * unit
-	level, last := b.refilled(full, floodgate.BucketRefillPerMicro(l), now)
+	level, last := b.refilled(full, bucketPerMicro(l), now)
 	b.Level, b.Last = min(full, level+n*unit), last
 }
 
