@@ -66,4 +66,3 @@ func TestAlgorithmText(t *testing.T) {
 		t.Fatal("MarshalText of the zero Algorithm succeeded")
 	}
 }
-
