@@ -65,6 +65,8 @@ const (
 	FixedWindow
 )
 
+// algorithmNames is the one list of algorithms: everything else (Algorithms,
+// validity, parsing, error messages, the stores' tables) derives from it.
 var algorithmNames = [...]string{
 	SlidingWindowLog:     "sliding_window_log",
 	TokenBucket:          "token_bucket",
@@ -74,8 +76,16 @@ var algorithmNames = [...]string{
 
 // Algorithms lists every valid algorithm, in declaration order.
 func Algorithms() []Algorithm {
-	return []Algorithm{SlidingWindowLog, TokenBucket, SlidingWindowCounter, FixedWindow}
+	out := make([]Algorithm, 0, len(algorithmNames)-1)
+	for a := range algorithmNames[1:] {
+		out = append(out, Algorithm(a+1))
+	}
+	return out
 }
+
+// AlgorithmNames returns the configuration names of every algorithm, in
+// declaration order, for error messages and completions.
+func AlgorithmNames() []string { return append([]string(nil), algorithmNames[1:]...) }
 
 // String returns the algorithm's configuration name, such as
 // "sliding_window_log".
@@ -86,7 +96,7 @@ func (a Algorithm) String() string {
 	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }
 
-func (a Algorithm) valid() bool { return a >= SlidingWindowLog && a <= FixedWindow }
+func (a Algorithm) valid() bool { return a > 0 && int(a) < len(algorithmNames) }
 
 // ParseAlgorithm returns the algorithm whose configuration name is s.
 func ParseAlgorithm(s string) (Algorithm, error) {
@@ -95,7 +105,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: algorithm %q is not one of sliding_window_log, token_bucket, sliding_window_counter, fixed_window", ErrInvalidLimit, s)
+	return 0, fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalidLimit, s, strings.Join(algorithmNames[1:], ", "))
 }
 
 // MarshalText implements [encoding.TextMarshaler].

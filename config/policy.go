@@ -56,7 +56,7 @@ type badKey struct{ key, value, reason string }
 func (r Rule) limit() (floodgate.Limit, *badKey) {
 	alg, err := floodgate.ParseAlgorithm(r.Algorithm)
 	if err != nil {
-		return floodgate.Limit{}, &badKey{"algorithm", fmt.Sprintf("%q", r.Algorithm), "is not one of " + algorithmNames()}
+		return floodgate.Limit{}, &badKey{"algorithm", fmt.Sprintf("%q", r.Algorithm), "is not one of " + strings.Join(floodgate.AlgorithmNames(), ", ")}
 	}
 	if alg != floodgate.TokenBucket {
 		switch {
@@ -78,14 +78,6 @@ func (r Rule) limit() (floodgate.Limit, *badKey) {
 		return floodgate.Limit{}, &badKey{"refill", fmt.Sprintf("%q", r.Refill), "is not a rate such as 10/s, 100/m, 5/h or 1/500ms"}
 	}
 	return floodgate.NewTokenBucket(r.Capacity, n, per), nil
-}
-
-func algorithmNames() string {
-	var names []string
-	for _, a := range floodgate.Algorithms() {
-		names = append(names, a.String())
-	}
-	return strings.Join(names, ", ")
 }
 
 // Policy returns the server policy the config describes: its rules, client

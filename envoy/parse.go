@@ -126,7 +126,7 @@ func (p *parser) algorithm(n *yaml.Node, path string) (floodgate.Algorithm, bool
 	}
 	alg, err := floodgate.ParseAlgorithm(s)
 	if err != nil {
-		p.oneOf(n.Line, path, s, algorithmNames())
+		p.oneOf(n.Line, path, s, floodgate.AlgorithmNames())
 		return 0, false
 	}
 	return alg, true
@@ -397,15 +397,6 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		p.errs.Report(line, yamlfield.Join(path, field), value, reason+" (algorithm "+alg.String()+", unit "+unitName+")")
 	}
 	return r
-}
-
-// algorithmNames lists the algorithms for error messages.
-func algorithmNames() []string {
-	var names []string
-	for _, a := range floodgate.Algorithms() {
-		names = append(names, a.String())
-	}
-	return names
 }
 
 // replaces compiles a replaces list: mappings with a non-empty name.

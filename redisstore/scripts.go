@@ -51,8 +51,9 @@ func newScript(file, source, code string) script {
 
 func loadScripts() []script {
 	prelude := readScript("prelude.lua")
-	out := make([]script, floodgate.FixedWindow+1)
-	for _, a := range floodgate.Algorithms() {
+	algs := floodgate.Algorithms()
+	out := make([]script, algs[len(algs)-1]+1) // indexed by Algorithm
+	for _, a := range algs {
 		file := a.String() + ".lua"
 		contract, code := splitContract(file, readScript(file))
 		code = prelude + "\n" + code

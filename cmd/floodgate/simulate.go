@@ -17,7 +17,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	duration := fs.Duration("duration", simulate.DefaultDuration, "simulated `time` per pattern (at least two windows)")
 	seed := fs.Uint64("seed", 1, "`seed` for the random patterns: the same seed gives the same report")
 	patterns := fs.String("pattern", "all", "comma-separated `patterns`: all, or of "+strings.Join(simulate.PatternNames(), ", "))
-	algorithms := fs.String("algorithm", "all", "comma-separated `algorithms`: all, or of "+simAlgorithmNames())
+	algorithms := fs.String("algorithm", "all", "comma-separated `algorithms`: all, or of "+strings.Join(floodgate.AlgorithmNames(), ", "))
 	format := fs.String("format", "table", "output `format`: table or json")
 	plotDir := fs.String("plot", "", "write the figures (PNG and SVG) to `dir`")
 	store := fs.String("store", "memory", "`store` to run through: memory, redis, redis-cluster or redis-sentinel")
@@ -126,12 +126,4 @@ func simParseAlgorithms(s string) ([]floodgate.Algorithm, error) {
 		out = append(out, a)
 	}
 	return out, nil
-}
-
-func simAlgorithmNames() string {
-	var names []string
-	for _, a := range floodgate.Algorithms() {
-		names = append(names, a.String())
-	}
-	return strings.Join(names, ", ")
 }
