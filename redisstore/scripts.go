@@ -69,7 +69,14 @@ func loadBatch(scripts []script) script {
 	for _, a := range floodgate.Algorithms() {
 		fmt.Fprintf(&b, "\n-- %s, without its contract, as a function\nlocal function %s(KEYS, ARGV)\n%send\n", scripts[a].file, a, scripts[a].code)
 	}
-	b.WriteString("\n")
+	b.WriteString("\n-- the algorithms by their keys' suffixes\nlocal algorithms = {")
+	for i, a := range floodgate.Algorithms() {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s = %s", suffixes[a], a)
+	}
+	b.WriteString(" }\n\n")
 	b.WriteString(code)
 	return newScript(batchFile, b.String(), code)
 }

@@ -44,10 +44,8 @@
 -- write, so an item whose write is refused has written nothing, and the
 -- writes of an undo, which follow an admitted item's, are never refused.
 
-local algorithms = {
-  swl = sliding_window_log, tb = token_bucket,
-  swc = sliding_window_counter, fw = fixed_window,
-}
+-- algorithms, the functions above by their keys' suffixes, is written
+-- before this code when the script is loaded, from the store's table.
 local n = #KEYS
 if n == 0 or #ARGV ~= 1 + 5 * n then
   error({err = 'ERR floodgate: a batch takes at least one key and 1 + 5 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys'})
