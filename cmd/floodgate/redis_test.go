@@ -14,8 +14,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // serveConfig writes a config for store type typ at addrs with a key prefix
@@ -178,5 +184,37 @@ func TestServeRedisDown(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "store unavailable") {
 		t.Errorf("no log line about the unavailable store:\n%s", logs)
+	}
+}
+
+// TestCheckStoreErrorNeverAdmits: a key that holds the wrong type of value
+// makes the Redis script fail (not an outage), and `floodgate check` reports
+// a store error, never an admission, even for a fail-open rule.
+func TestCheckStoreErrorNeverAdmits(t *testing.T) {
+	addr := redistest.StandaloneAddr(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "fgtest-" + hex.EncodeToString(b[:]) + ":"
+	cfg := fmt.Sprintf("store:\n  type: redis\n  addrs: [%q]\n  key_prefix: %q\nrules:\n  - name: api\n    algorithm: sliding_window_log\n    limit: 1\n    window: 1m\n    failure_mode: open\n", addr, prefix)
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	key := redisstore.Key(prefix, decide.StoreKey("", "api", "victim"), floodgate.SlidingWindowLog)
+	ctx := context.Background()
+	if err := client.Do(ctx, client.B().Set().Key(key).Value("not a sorted set").Ex(time.Minute).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		var out bytes.Buffer
+		err := run(ctx, []string{"check", "--config", path, "--rule", "api", "--key", "victim"}, &out, io.Discard)
+		if err == nil || errors.Is(err, errDenied) || !strings.Contains(err.Error(), "store error") {
+			t.Fatalf("check on a broken key: err %v, output %q; want a store error", err, out.String())
+		}
 	}
 }
