@@ -28,29 +28,33 @@ const MaxKeyLen = 256
 // empty namespace, so a key the server wrote is the key `floodgate check`
 // reads; the middleware in its Config.KeyPrefix; Envoy's service in "rls|",
 // with the descriptor's domain as the rule.
-func StoreKey(ns, rule, key string) string {
+func StoreKey(ns, rule, key string) string { return NewKeySpace(ns, rule).Key(key) }
+
+// KeySpace is the store keys of one rule in one namespace, escaped once:
+// front ends make one per rule when they load their rules, and
+// KeySpace.Key(key) is StoreKey(ns, rule, key) without escaping the name on
+// every request.
+type KeySpace struct{ prefix string }
+
+// NewKeySpace returns the key space of the rule named rule in namespace ns.
+func NewKeySpace(ns, rule string) KeySpace {
 	var b strings.Builder
-	hashed := len(key) > MaxKeyLen
-	n := len(ns) + len(rule) + 1
-	if hashed {
-		n += 2 * sha256.Size
-	} else {
-		n += len(key)
-	}
-	b.Grow(n + 4)
+	b.Grow(len(ns) + len(rule) + 4)
 	b.WriteString(ns)
 	escapeRule(&b, rule)
-	if !hashed {
-		b.WriteByte('|')
-		b.WriteString(key)
-		return b.String()
+	return KeySpace{prefix: b.String()}
+}
+
+// Key returns the store key of key in the key space.
+func (k KeySpace) Key(key string) string {
+	if len(key) <= MaxKeyLen {
+		return k.prefix + "|" + key
 	}
 	sum := sha256.Sum256([]byte(key))
-	var hx [2 * sha256.Size]byte
-	hex.Encode(hx[:], sum[:])
-	b.WriteByte('#')
-	b.Write(hx[:])
-	return b.String()
+	var b [1 + 2*sha256.Size]byte
+	b[0] = '#'
+	hex.Encode(b[1:], sum[:])
+	return k.prefix + string(b[:])
 }
 
 // escapeRule writes a rule name to b, escaped as StoreKey says.

@@ -389,7 +389,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 			continue // the rule does not apply to this request
 		}
 		c := ru.check
-		c.Key = decide.StoreKey(ru.prefix, ru.name, key)
+		c.Key = ru.keys.Key(key)
 		checks = append(checks, c)
 		rules = append(rules, ru)
 	}
@@ -481,7 +481,7 @@ type rule struct {
 	key     KeyFunc
 	failure FailureMode
 	shadow  bool
-	prefix  string                 // Config.KeyPrefix: the store keys' namespace
+	keys    decide.KeySpace        // the store keys, in Config.KeyPrefix
 	check   decide.Check           // the engine's check, but for its Key
 	policy  ratelimitheader.Policy // the rule's header pieces
 	problem []byte                 // the default 429 body
@@ -509,7 +509,7 @@ func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, erro
 		key:     r.Key,
 		failure: r.Failure,
 		shadow:  r.Shadow,
-		prefix:  keyPrefix,
+		keys:    decide.NewKeySpace(keyPrefix, r.Name),
 		check:   decide.Check{Rule: r.Name, Limit: r.Limit, Failure: r.Failure, Shadow: r.Shadow},
 	}
 	for j, m := range r.Methods {

@@ -128,6 +128,7 @@ type rule struct {
 	Rule
 	policy  ratelimitheader.Policy // the rule's header pieces
 	listing string                 // its RateLimit-Policy value
+	keys    decide.KeySpace        // its store keys, in the empty namespace
 }
 
 func newPolicy(p Policy) (*policy, error) {
@@ -160,7 +161,7 @@ func newPolicy(p Policy) (*policy, error) {
 		}
 		var list ratelimitheader.List
 		list.Add(&pol)
-		rl := &rule{Rule: r, policy: pol, listing: list.String()}
+		rl := &rule{Rule: r, policy: pol, listing: list.String(), keys: decide.NewKeySpace("", r.Name)}
 		out.rules[r.Name] = rl
 		out.ordered = append(out.ordered, rl)
 	}
@@ -171,6 +172,6 @@ func newPolicy(p Policy) (*policy, error) {
 // its rules with decide.StoreKey in the empty namespace, as `floodgate
 // check` and `floodgate bench --rule` do.
 func (rl *rule) check(key string, cost int64) decide.Check {
-	return decide.Check{Rule: rl.Name, Key: decide.StoreKey("", rl.Name, key), Limit: rl.Limit, Cost: cost,
+	return decide.Check{Rule: rl.Name, Key: rl.keys.Key(key), Limit: rl.Limit, Cost: cost,
 		Failure: rl.Failure, Shadow: rl.Shadow}
 }

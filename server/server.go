@@ -409,7 +409,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	err := s.store.Reset(r.Context(), decide.StoreKey("", rl.Name, *req.Key), rl.Limit)
+	err := s.store.Reset(r.Context(), rl.keys.Key(*req.Key), rl.Limit)
 	s.metrics.storeLatency.WithLabelValues("reset").Observe(time.Since(start).Seconds())
 	if err != nil {
 		status := http.StatusInternalServerError
