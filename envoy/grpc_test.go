@@ -396,7 +396,7 @@ func TestStoreKey(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
-		got := storeKey(tt.domain, desc(tt.pairs...))
+		got := storeKey(decide.NewKeySpace(keyNamespace, tt.domain), desc(tt.pairs...))
 		if got != tt.want {
 			t.Errorf("storeKey(%q, %v) = %q, want %q", tt.domain, tt.pairs, got, tt.want)
 		}
@@ -446,7 +446,7 @@ func TestStoreKeyUnchanged(t *testing.T) {
 					if len(want)-len(before(dom, nil))-1 > decide.MaxKeyLen {
 						continue // hashed now
 					}
-					if got := storeKey(dom, d); got != want {
+					if got := storeKey(decide.NewKeySpace(keyNamespace, dom), d); got != want {
 						t.Errorf("storeKey(%q, %v) = %q, earlier %q", dom, d, got, want)
 					}
 				}

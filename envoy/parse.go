@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
@@ -84,6 +85,7 @@ func Parse(srcs ...Source) (*Rules, error) {
 				Reason: "is already the domain of " + prev.source})
 			continue
 		}
+		d.keys = decide.NewKeySpace(keyNamespace, d.name)
 		r.domains[d.name] = d
 		r.sources = append(r.sources, src.Name)
 	}

@@ -235,14 +235,14 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		case descs[i].GetIsNegativeHits():
 			d.kind = kindNegative
 			if !r.blocked() {
-				d.key = storeKey(req.GetDomain(), descs[i])
+				d.key = storeKey(dom.keys, descs[i])
 			}
 		case r.blocked():
 			d.kind = kindBlocked
 			blocked = blocked || !r.ShadowMode
 		default:
 			d.check, d.fail = len(checks), s.failureOf(r)
-			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(req.GetDomain(), descs[i]),
+			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i]),
 				Limit: r.Limit, Cost: d.cost, Failure: d.fail.mode, Shadow: r.ShadowMode})
 		}
 	}
@@ -419,13 +419,17 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 	return r, nil
 }
 
-// storeKey is the store key of a descriptor: decide.StoreKey in the "rls|"
-// namespace, with the domain as the rule and every entry as the key,
+// keyNamespace is the namespace of the service's store keys.
+const keyNamespace = "rls|"
+
+// storeKey is the store key of a descriptor in its domain's key space:
+// decide.StoreKey in the "rls|" namespace, with the domain as the rule and
+// every entry as the key,
 // whatever rule matched, so that a key-only or wildcard rule counts each
 // value apart, as the reference does. The entries are written key=value,
 // joined by '|', with '\', '|' and '=' escaped, so distinct descriptors
 // never share a key.
-func storeKey(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
+func storeKey(keys decide.KeySpace, d *ratelimitv3.RateLimitDescriptor) string {
 	var buf [128]byte // most keys are built on the stack
 	b := buf[:0]
 	for i, e := range d.GetEntries() {
@@ -436,7 +440,7 @@ func storeKey(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
 		b = append(b, '=')
 		b = appendEscaped(b, e.GetValue())
 	}
-	return decide.StoreKey("rls|", domainName, string(b))
+	return keys.Key(string(b))
 }
 
 // appendEscaped appends s to b with '\' before every '\', '|' and '='.
