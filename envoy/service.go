@@ -246,11 +246,12 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				Limit: r.Limit, Cost: d.cost, Failure: d.fail.mode, Shadow: r.ShadowMode})
 		}
 	}
-	var res decide.Result
-	if blocked {
-		res = decide.Result{Deciding: -1, Outcomes: make([]decide.Outcome, len(checks))}
-	} else {
-		res = s.engine.Decide(ctx, checks)
+	var outcomes [maxInline]decide.Outcome
+	res := decide.Result{Deciding: -1, Outcomes: outcomes[:min(len(checks), maxInline)]}
+	if !blocked {
+		res = s.engine.DecideInto(ctx, checks, outcomes[:])
+	} else if len(checks) > maxInline {
+		res.Outcomes = make([]decide.Outcome, len(checks))
 	}
 	for i := range ds {
 		if d := &ds[i]; d.kind == kindNegative && d.key != "" {
