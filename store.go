@@ -34,6 +34,20 @@ type Decision struct {
 // same algorithm and key share state, so a changed Quota applies to the
 // existing history.
 //
+// That history lasts until the key is fully replenished under the limit of
+// its last write (an admitted request or a refund; a denied request writes
+// nothing): then the key reads as never seen under any limit, as does a key
+// that a refund leaves fully replenished. A bucket refunded to full thus
+// holds a larger capacity's every token, and a log's entries that left the
+// window of the limit that wrote them do not count again under a longer
+// one. The memory store forgets the key at that moment, to the
+// microsecond. Redis expires the key by a TTL of that moment rounded up to
+// the millisecond, on the Redis server's own clock (which the Redis store's
+// Config.Clock does not move): until then, up to about two milliseconds
+// late on the server's clock, a decision under another limit may still see
+// the history there. Under the limit that wrote it, both stores decide the
+// same either way.
+//
 // All methods are safe for concurrent use. A store returns an error matching
 // ErrInvalidLimit, ErrInvalidCost or ErrCostExceedsLimit for bad arguments
 // (with Decision.Limit set and Allowed false), and one matching

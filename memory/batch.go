@@ -27,11 +27,8 @@ type held interface {
 	// save returns the state and expiry for restore.
 	save() (algorithm.Snapshot, int64)
 	restore(algorithm.Snapshot, int64)
-	// decide makes the decision of cost n under l at now, as AllowN does,
-	// but leaves an entry with nothing to remember for settle to clear.
+	// decide makes the decision of cost n under l at now, as AllowN does.
 	decide(l floodgate.Limit, now, n int64) floodgate.Decision
-	// settle clears an entry that decide left with nothing to remember.
-	settle()
 }
 
 // batchItem is one valid item of a batch: its key's hash and entry.
@@ -117,7 +114,6 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 		if denied {
 			l.e.restore(l.snap, l.expires)
 		}
-		l.e.settle()
 		l.e.unlock()
 	}
 }

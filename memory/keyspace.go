@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"math"
 	"time"
 	"unsafe"
 
@@ -39,15 +38,25 @@ type tables[S any, P state[S]] struct {
 func newKeyspace[S any, P state[S]]() keyspace { return new(tables[S, P]) }
 
 // decide makes the decision of cost n under l at now on e, which the caller
-// holds locked. A state whose ResetAfter has passed (a new entry's has, at
-// the start of time) is fully replenished: it starts again as a key never
-// seen's.
+// holds locked, and sets e's expiry if it admits the request. A state whose
+// expiry has passed (a new entry's has, at the start of time) starts again
+// as a key never seen's, whatever limit wrote it: its Redis key has expired.
+//
+// The expiry is what the Redis scripts give the key: an admitted request
+// writes it, to the moment the key is fully replenished (the decision's
+// ResetAfter, which is then positive), and a denied one writes nothing, so
+// the expiry stays that of the last write even if l is another limit than
+// the one that wrote it.
 func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) floodgate.Decision {
 	st := P(&e.state)
 	if e.expires <= now {
 		st.Replenish(l, now)
 	}
-	return st.Allow(l, now, n)
+	d := st.Allow(l, now, n)
+	if d.Allowed {
+		e.expires = now + d.ResetAfter.Microseconds()
+	}
+	return d
 }
 
 // outcome is a Decision without its Limit, which the caller fills in. The
@@ -73,29 +82,26 @@ func (k *tables[S, P]) allow(h uint64, i int, key string, l floodgate.Limit, now
 		st.Replenish(l, now)
 	}
 	d := st.Allow(l, now, n)
-	e.record(d.ResetAfter, now)
-	return outcome{d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter}
-}
-
-// record notes a decision made at now on e's state, with resetAfter its
-// ResetAfter, and unlocks e. A decision that leaves nothing to remember
-// (ResetAfter 0) clears the entry, as if the key had never been seen; any
-// other sets its expiry, the moment the key is fully replenished again.
-func (e *entry[S]) record(resetAfter time.Duration, now int64) {
-	if resetAfter <= 0 {
-		e.clear()
-	} else {
-		e.expires = now + resetAfter.Microseconds()
+	if d.Allowed {
+		e.expires = now + d.ResetAfter.Microseconds()
 	}
 	e.mu.Unlock()
+	return outcome{d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter}
 }
 
 // refund gives n back to key's state if it has one that has not expired: a
 // missing or expired key is fully replenished, with nothing to give back.
+// As the Redis scripts do, a refund that leaves the key fully replenished
+// clears it (the scripts delete the key), and any other sets its expiry to
+// the moment it will be (the scripts set the key's expiry).
 func (k *tables[S, P]) refund(h uint64, i int, key string, l floodgate.Limit, now, n int64) {
 	if e := k.shards[i].lock(h, key); e != nil {
 		if e.expires > now {
-			P(&e.state).Refund(l, now, n)
+			if reset := P(&e.state).Refund(l, now, n); reset > 0 {
+				e.expires = now + reset.Microseconds()
+			} else {
+				e.clear()
+			}
 		}
 		e.mu.Unlock()
 	}
@@ -151,18 +157,5 @@ func (e *batchEntry[S, P]) restore(snap algorithm.Snapshot, expires int64) {
 }
 
 func (e *batchEntry[S, P]) decide(l floodgate.Limit, now, n int64) floodgate.Decision {
-	d := decide[S, P]((*entry[S])(e), l, now, n)
-	// As record, but an entry with nothing to remember is cleared by
-	// settle, so that restore still has its state to work on.
-	e.expires = math.MinInt64
-	if d.ResetAfter > 0 {
-		e.expires = now + d.ResetAfter.Microseconds()
-	}
-	return d
-}
-
-func (e *batchEntry[S, P]) settle() {
-	if e.expires == math.MinInt64 {
-		(*entry[S])(e).clear()
-	}
+	return decide[S, P]((*entry[S])(e), l, now, n)
 }

@@ -2,12 +2,14 @@ package memory
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithm"
 )
 
 // TestEvictionBoundsMemory drives a million distinct keys through the store
@@ -165,5 +167,117 @@ func TestEvictionGrace(t *testing.T) {
 	}
 	if s := New(WithEvictionGrace(-time.Second)); s.grace != 0 {
 		t.Errorf("a negative grace is %dµs, want 0", s.grace)
+	}
+}
+
+// TestChangedLimitSeesWhatRedisKeeps: under another limit, a key reads as
+// its Redis key would. A refund that fills a bucket deletes the key, so a
+// larger capacity then finds a full bucket; a key whose last write has
+// expired is gone, so a longer window finds no entry; and a denied request
+// writes nothing, not even the expiry, under whichever limit.
+func TestChangedLimitSeesWhatRedisKeeps(t *testing.T) {
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	s := New(WithClock(clock))
+	mustAllow := func(key string, l floodgate.Limit, n int64, want bool) floodgate.Decision {
+		t.Helper()
+		d, err := s.AllowN(ctx, key, l, n)
+		if err != nil || d.Allowed != want {
+			t.Fatalf("AllowN(%s, %v, %d) = %+v, %v; want allowed %v", key, l, n, d, err, want)
+		}
+		return d
+	}
+
+	small, large := floodgate.NewTokenBucket(10, 10, time.Second), floodgate.NewTokenBucket(100, 100, time.Second)
+	mustAllow("b", small, 5, true)
+	if err := s.RefundN(ctx, "b", small, 5); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustAllow("b", large, 100, true); d.Remaining != 0 {
+		t.Fatalf("a bucket refunded to full, under a larger capacity: %+v, want the whole capacity", d)
+	}
+
+	short, long := floodgate.NewLimit(floodgate.SlidingWindowLog, 2, time.Second), floodgate.NewLimit(floodgate.SlidingWindowLog, 2, time.Hour)
+	mustAllow("log", short, 2, true)
+	clock.Advance(2 * time.Second)
+	if d := mustAllow("log", long, 1, true); d.Remaining != 1 {
+		t.Fatalf("an expired log under a longer window: %+v, want its entries gone", d)
+	}
+
+	mustAllow("deny", short, 2, true)
+	clock.Advance(time.Second / 2)
+	mustAllow("deny", long, 1, false) // its ResetAfter is an hour away
+	clock.Advance(time.Second)
+	if d := mustAllow("deny", long, 1, true); d.Remaining != 1 {
+		t.Fatalf("a log past the expiry of its last write: %+v, want its entries gone", d)
+	}
+}
+
+// sweepAll drops every entry of s that has been replenished for longer than
+// grace at now, as an insert's sweep does.
+func sweepAll(s *Store, now, grace int64) {
+	for _, k := range s.keyspaces {
+		switch k := k.(type) {
+		case *tables[algorithm.Log, *algorithm.Log]:
+			sweepTables(&k.shards, now, grace)
+		case *tables[algorithm.Bucket, *algorithm.Bucket]:
+			sweepTables(&k.shards, now, grace)
+		case *tables[algorithm.Counter, *algorithm.Counter]:
+			sweepTables(&k.shards, now, grace)
+		case *tables[algorithm.Fixed, *algorithm.Fixed]:
+			sweepTables(&k.shards, now, grace)
+		case nil:
+		default:
+			panic("sweepAll: unknown keyspace")
+		}
+	}
+}
+
+func sweepTables[S any](shards *[shardCount]table[S], now, grace int64) {
+	for i := range shards {
+		t := &shards[i]
+		t.mu.Lock()
+		if t.index.Load() != nil {
+			t.sweep(now, grace)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// TestEvictionNeverChangesDecisions: a store that drops every expired key
+// after each step decides as one that drops none, for random costs, refunds,
+// batches and limits changed on the same keys (quota and window).
+func TestEvictionNeverChangesDecisions(t *testing.T) {
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	swept, kept := New(WithClock(clock), WithEvictionGrace(0)), New(WithClock(clock))
+	r := rand.New(rand.NewPCG(1, 2))
+	windows := []time.Duration{time.Millisecond, 10 * time.Millisecond, time.Second}
+	quotas := []int64{1, 2, 5, 20}
+	for i := range 20000 {
+		l := floodgate.NewLimit(floodgate.Algorithms()[r.IntN(len(floodgate.Algorithms()))], quotas[r.IntN(len(quotas))], windows[r.IntN(len(windows))])
+		key := strconv.Itoa(r.IntN(4))
+		n := 1 + r.Int64N(l.Quota)
+		clock.Advance(time.Duration(r.Int64N(int64(l.Window))))
+		switch r.IntN(10) {
+		case 0:
+			_ = swept.RefundN(ctx, key, l, n)
+			_ = kept.RefundN(ctx, key, l, n)
+		case 1:
+			items := []floodgate.BatchItem{{Key: key, Limit: l, Cost: n}, {Key: strconv.Itoa(r.IntN(4)), Limit: l, Cost: 1}}
+			rs, rk := make([]floodgate.BatchResult, 2), make([]floodgate.BatchResult, 2)
+			swept.AllowBatch(ctx, items, rs)
+			kept.AllowBatch(ctx, items, rk)
+			if rs[0] != rk[0] || rs[1] != rk[1] {
+				t.Fatalf("step %d: AllowBatch(%v): swept %+v, kept %+v", i, items, rs, rk)
+			}
+		default:
+			ds, _ := swept.AllowN(ctx, key, l, n)
+			dk, _ := kept.AllowN(ctx, key, l, n)
+			if ds != dk {
+				t.Fatalf("step %d: AllowN(%s, %v, %d): swept %+v, kept %+v", i, key, l, n, ds, dk)
+			}
+		}
+		sweepAll(swept, swept.now(), 0)
 	}
 }

@@ -28,10 +28,16 @@ type State interface {
 	// admitted. A denied request changes nothing a later decision reads.
 	Allow(l floodgate.Limit, now, n int64) floodgate.Decision
 	// Refund gives back n units of quota that an admitted request took, as
-	// floodgate.Store.RefundN describes, never above the full quota.
-	Refund(l floodgate.Limit, now, n int64)
+	// floodgate.Store.RefundN describes, never above the full quota. It
+	// returns the time from now until the state is fully replenished, as
+	// a decision's ResetAfter: 0 when it is already (a state a store then
+	// clears, as the Redis scripts delete the key), and otherwise the time
+	// a store keeps it for (the expiry the scripts set).
+	Refund(l floodgate.Limit, now, n int64) time.Duration
 	// Replenish makes the state that of a key never seen at now, fully
-	// replenished. Stores call it when the state's ResetAfter has passed.
+	// replenished. Stores call it when the ResetAfter of the state's last
+	// write has passed, under whichever limit: the Redis key has expired
+	// then, and a later limit (another quota or window) finds nothing.
 	Replenish(l floodgate.Limit, now int64)
 	// Save returns what Restore needs to undo every Allow since.
 	Save() Snapshot
@@ -113,12 +119,15 @@ func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 
 // Refund puts n tokens back, as if a request of cost n admitted just now had
 // not been made: the bucket is refilled up to now, then raised by n tokens,
-// never above its capacity.
-func (b *Bucket) Refund(l floodgate.Limit, now, n int64) {
+// never above its capacity. A bucket it fills is fully replenished: it
+// returns 0.
+func (b *Bucket) Refund(l floodgate.Limit, now, n int64) time.Duration {
 	unit := bucketUnit(l)
+	perMicro := bucketPerMicro(l)
 	full := l.Quota * unit
-	level, last := b.refilled(full, bucketPerMicro(l), now)
+	level, last := b.refilled(full, perMicro, now)
 	b.Level, b.Last = min(full, level+n*unit), last
+	return micros(ceilDiv(full-b.Level, perMicro))
 }
 
 // Replenish fills the bucket as of now.
@@ -172,23 +181,35 @@ func (s *Window) Restore(v Snapshot) { s.Start, s.Current, s.Previous = v.a, v.b
 // Usage is 0: the window holds nothing outside its value.
 func (s *Window) Usage() int { return 0 }
 
-// Refund takes n back from the count of the window containing now (never
+// refund takes n back from the count of the window containing now (never
 // below zero). For the sliding-window counter, a request counted in the
 // window that has just become the previous one is taken from that count.
-func (s *Window) Refund(l floodgate.Limit, now, n int64) {
-	w := l.Window.Microseconds()
+// It returns the time elapsed in the window containing now.
+func (s *Window) refund(w, now, n int64) (elapsed int64) {
 	before := s.Start
-	s.roll(w, now)
+	e := s.roll(w, now)
 	switch {
 	case s.Start == before:
 		s.Current = max(0, s.Current-n)
 	case s.Start == before+w:
 		s.Previous = max(0, s.Previous-n)
 	}
+	return e
 }
 
 // Fixed is the state of a fixed window.
 type Fixed struct{ Window }
+
+// Refund takes n back from the count of the window containing now (a
+// refund after the window has moved on changes nothing), and returns the
+// time until that window ends, or 0 if nothing is counted in it.
+func (s *Fixed) Refund(l floodgate.Limit, now, n int64) time.Duration {
+	w := l.Window.Microseconds()
+	if e := s.refund(w, now, n); s.Current > 0 {
+		return micros(w - e)
+	}
+	return 0
+}
 
 // Allow counts n against the clock-aligned window containing now.
 func (s *Fixed) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
@@ -239,6 +260,21 @@ func firstFit(quota, w, prev, cur, n, lo, hi int64) int64 {
 
 // Counter is the state of a sliding-window counter.
 type Counter struct{ Window }
+
+// Refund takes n back from the count it was counted in, if that is the
+// current or the previous window, and returns the time until neither
+// window's count weighs (0 if neither has one), as Allow's ResetAfter.
+func (s *Counter) Refund(l floodgate.Limit, now, n int64) time.Duration {
+	w := l.Window.Microseconds()
+	e := s.refund(w, now, n)
+	switch {
+	case s.Current > 0:
+		return micros(2*w - e)
+	case s.Previous > 0:
+		return micros(w - e)
+	}
+	return 0
+}
 
 // Allow counts n against the clock-aligned window containing now, weighting
 // the previous window's count by its overlap with the sliding window that
@@ -349,17 +385,21 @@ func (g *Log) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 }
 
 // Refund drops the n newest entries (or all, if fewer), as if the request
-// that added them had not been made.
-func (g *Log) Refund(_ floodgate.Limit, _, n int64) {
+// that added them had not been made, and returns the time until the newest
+// entry left leaves the window: 0 if there is none, or it has left.
+func (g *Log) Refund(l floodgate.Limit, now, n int64) time.Duration {
 	g.count -= int(min(n, int64(g.count)))
 	if g.count == 0 {
 		g.head = 0
+		return 0
 	}
+	return micros(max(0, g.Newest()+l.Window.Microseconds()-now))
 }
 
-// Replenish does nothing: the log of a key whose ResetAfter has passed has no
-// entry left in its window, and Allow drops them, keeping the ring for reuse.
-func (g *Log) Replenish(floodgate.Limit, int64) {}
+// Replenish drops every entry, keeping the ring for reuse. Under the limit
+// that wrote them they have all left the window by then; under a longer
+// window they would count again, but the key has expired in Redis.
+func (g *Log) Replenish(floodgate.Limit, int64) { g.count, g.head = 0, 0 }
 
 // Save returns what Restore needs to drop the entries added after it: the
 // time of the newest entry and whether there is one. The ring itself is not

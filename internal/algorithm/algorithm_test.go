@@ -77,9 +77,8 @@ func TestLogRingGrowsShrinksAndRefunds(t *testing.T) {
 	if g.Len() != 600 || cap(g.ring) < 600 {
 		t.Fatalf("len %d cap %d", g.Len(), cap(g.ring))
 	}
-	g.Refund(l, 0, 100)
-	if g.Len() != 500 || g.Newest() != 499 {
-		t.Fatalf("after refund: len %d newest %d", g.Len(), g.Newest())
+	if reset := g.Refund(l, 0, 100); g.Len() != 500 || g.Newest() != 499 || reset != micros(499+sec) {
+		t.Fatalf("after refund: len %d newest %d reset %s", g.Len(), g.Newest(), reset)
 	}
 	// A second later all but the last few have left the window.
 	g.Expire(sec, sec+495)
@@ -104,18 +103,57 @@ func TestWindowRefund(t *testing.T) {
 	l := floodgate.NewLimit(floodgate.SlidingWindowCounter, 10, time.Second)
 	s := Counter{}
 	s.Allow(l, 0, 4)
-	s.Refund(l, sec/2, 3)
-	if s.Current != 1 {
-		t.Fatalf("refund in the same window: current %d, want 1", s.Current)
+	if reset := s.Refund(l, sec/2, 3); s.Current != 1 || reset != micros(2*sec-sec/2) {
+		t.Fatalf("refund in the same window: current %d, reset %s; want 1, 1.5s", s.Current, reset)
 	}
 	s.Allow(l, sec/2, 2)
-	s.Refund(l, sec+1, 2) // the window rolled: the count is now the previous one
-	if s.Previous != 1 || s.Current != 0 {
-		t.Fatalf("refund after the roll: %+v", s)
+	// The window rolled: the count is now the previous one.
+	if reset := s.Refund(l, sec+1, 2); s.Previous != 1 || s.Current != 0 || reset != micros(sec-1) {
+		t.Fatalf("refund after the roll: %+v, reset %s", s, reset)
+	}
+	var empty Counter
+	empty.Allow(l, 0, 2)
+	if reset := empty.Refund(l, 1, 2); empty.Current != 0 || reset != 0 {
+		t.Fatalf("refunding the only request: %+v, reset %s; want nothing left", empty, reset)
 	}
 	s.Refund(l, 5*sec, 9) // long gone: nothing to refund, never negative
 	if s.Previous < 0 || s.Current < 0 {
 		t.Fatalf("negative counts: %+v", s)
+	}
+}
+
+func TestRefundToFull(t *testing.T) {
+	b := floodgate.NewTokenBucket(10, 10, time.Second)
+	bucket := NewBucket(b, 0)
+	bucket.Allow(b, 0, 4)
+	if reset := bucket.Refund(b, 0, 1); reset != 300*time.Millisecond {
+		t.Fatalf("bucket 3 tokens short: reset %s, want 300ms", reset)
+	}
+	if reset := bucket.Refund(b, 0, 5); reset != 0 {
+		t.Fatalf("bucket refunded to full: reset %s, want 0", reset)
+	}
+	f := floodgate.NewLimit(floodgate.FixedWindow, 10, time.Second)
+	var fixed Fixed
+	fixed.Allow(f, sec/4, 3)
+	if reset := fixed.Refund(f, sec/2, 2); fixed.Current != 1 || reset != time.Second/2 {
+		t.Fatalf("fixed window: %+v, reset %s; want 1 left, 500ms", fixed, reset)
+	}
+	if reset := fixed.Refund(f, sec/2, 2); fixed.Current != 0 || reset != 0 {
+		t.Fatalf("fixed window emptied: %+v, reset %s; want 0", fixed, reset)
+	}
+	g := floodgate.NewLimit(floodgate.SlidingWindowLog, 10, time.Second)
+	var log Log
+	log.Allow(g, 0, 2)
+	if reset := log.Refund(g, sec+1, 1); reset != 0 {
+		t.Fatalf("log whose newest entry has left the window: reset %s, want 0", reset)
+	}
+	if reset := log.Refund(g, 0, 5); log.Len() != 0 || reset != 0 {
+		t.Fatalf("log emptied: len %d, reset %s", log.Len(), reset)
+	}
+	log.Allow(g, 0, 2)
+	log.Replenish(g, 2*sec)
+	if log.Len() != 0 {
+		t.Fatalf("a replenished log keeps %d entries", log.Len())
 	}
 }
 
