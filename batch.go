@@ -5,16 +5,26 @@ import "context"
 // BatchItem is one check of a batch decision: a request of cost Cost against
 // Limit for Key.
 type BatchItem struct {
-	Key   string
+	// Key is the key the check counts under.
+	Key string
+	// Limit is the check's limit.
 	Limit Limit
-	Cost  int64
+	// Cost is the request's cost, between 1 and Limit.Quota.
+	Cost int64
 }
 
 // BatchResult is the outcome of one [BatchItem]: its Decision, or the error
 // that kept the store from deciding it.
 type BatchResult struct {
+	// Decision is the store's decision, when Err is nil.
 	Decision Decision
-	Err      error
+	// Err is what kept the store from deciding the item.
+	Err error
+	// RefundErr is set when the item was admitted, another item was
+	// denied, and the store could not give this item's cost back (a Redis
+	// Cluster batch across slots whose refund failed): the quota stays
+	// taken. Decision is still the item's.
+	RefundErr error
 }
 
 // BatchStore is a [Store] that decides the checks of one request together,

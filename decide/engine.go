@@ -66,6 +66,14 @@ type Check struct {
 	Shadow bool
 }
 
+// cost returns the check's cost: Cost, or 1 when Cost is 0.
+func (c *Check) cost() int64 {
+	if c.Cost == 0 {
+		return 1
+	}
+	return c.Cost
+}
+
 // Mode returns the failure mode that applies to the check: its Failure, or
 // FailOpen for a shadow check.
 func (c *Check) Mode() FailureMode {
@@ -201,9 +209,6 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 // fail-closed check could not decide (Options.UnavailableRetryAfter).
 func (e *Engine) UnavailableRetryAfter() time.Duration { return e.unavailable }
 
-// Store returns the engine's store.
-func (e *Engine) Store() floodgate.Store { return e.store }
-
 // Decide decides a request's checks and returns the result. It never panics
 // and never admits on a store error that is not an outage.
 func (e *Engine) Decide(ctx context.Context, checks []Check) Result {
@@ -263,7 +268,9 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 		e.allowEach(ctx, checks, r.Outcomes)
 	}
 	e.conclude(ctx, checks, r)
-	if r.Verdict == Admitted && shadows > 0 {
+	// Shadow checks are skipped after an outage of an enforced one: they
+	// would wait out the store's timeout a second time.
+	if r.Verdict == Admitted && shadows > 0 && !anyUnavailable(r.Outcomes) {
 		for i := range checks {
 			if c := &checks[i]; c.Shadow && r.Outcomes[i].Err == nil {
 				e.allowOne(ctx, c, &r.Outcomes[i])
@@ -286,10 +293,7 @@ func (e *Engine) verdictSoFar(checks []Check, r *Result) bool {
 }
 
 func checkCost(c *Check) error {
-	if c.Cost == 0 {
-		c.Cost = 1
-	}
-	if err := limitcheck.Cost(c.Limit, c.Cost); err != nil {
+	if err := limitcheck.Cost(c.Limit, c.cost()); err != nil {
 		return fmt.Errorf("rule %q: %w", c.Rule, err)
 	}
 	return nil
@@ -297,8 +301,8 @@ func checkCost(c *Check) error {
 
 // allowOne asks the store about one check.
 func (e *Engine) allowOne(ctx context.Context, c *Check, o *Outcome) {
-	d, err := e.store.AllowN(ctx, c.Key, c.Limit, c.Cost)
-	setOutcome(ctx, o, d, err)
+	d, err := e.store.AllowN(ctx, c.Key, c.Limit, c.cost())
+	setOutcome(o, d, err)
 }
 
 // allowBatch asks a BatchStore about every enforced check at once.
@@ -309,19 +313,25 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 	items, results, idx := itemsBuf[:0], resultsBuf[:0], idxBuf[:0]
 	for i := range checks {
 		if c := &checks[i]; !c.Shadow && out[i].Err == nil {
-			items = append(items, floodgate.BatchItem{Key: c.Key, Limit: c.Limit, Cost: c.Cost})
+			items = append(items, floodgate.BatchItem{Key: c.Key, Limit: c.Limit, Cost: c.cost()})
 			results = append(results, floodgate.BatchResult{})
 			idx = append(idx, i)
 		}
 	}
 	e.batch.AllowBatch(ctx, items, results)
 	for j, i := range idx {
-		setOutcome(ctx, &out[i], results[j].Decision, results[j].Err)
+		setOutcome(&out[i], results[j].Decision, results[j].Err)
+		out[i].RefundErr = results[j].RefundErr
 	}
-	// A denied batch took nothing: the store gave it back.
+	// A denied batch took nothing: the store gave it back (but for items
+	// whose give-back failed, which keep their cost and a RefundErr).
 	if anyDenied(out) {
 		for _, i := range idx {
-			out[i].giveBack(checks[i].Cost)
+			if out[i].RefundErr == nil {
+				out[i].giveBack(checks[i].cost())
+			} else {
+				out[i].taken = false
+			}
 		}
 	}
 }
@@ -342,6 +352,15 @@ func (e *Engine) allowEach(ctx context.Context, checks []Check, out []Outcome) {
 	}
 }
 
+func anyUnavailable(out []Outcome) bool {
+	for i := range out {
+		if out[i].Verdict == Unavailable {
+			return true
+		}
+	}
+	return false
+}
+
 func anyDenied(out []Outcome) bool {
 	for i := range out {
 		if out[i].Verdict == Denied {
@@ -352,7 +371,7 @@ func anyDenied(out []Outcome) bool {
 }
 
 // setOutcome classifies a store's answer for one check.
-func setOutcome(ctx context.Context, o *Outcome, d floodgate.Decision, err error) {
+func setOutcome(o *Outcome, d floodgate.Decision, err error) {
 	switch {
 	case err == nil && d.Allowed:
 		*o = Outcome{Decision: d, Verdict: Admitted, Decided: true, taken: true}
@@ -361,7 +380,7 @@ func setOutcome(ctx context.Context, o *Outcome, d floodgate.Decision, err error
 	case errors.Is(err, floodgate.ErrInvalidLimit), errors.Is(err, floodgate.ErrInvalidCost), errors.Is(err, floodgate.ErrCostExceedsLimit):
 		*o = Outcome{Verdict: Invalid, Err: err}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, context.Canceled), ctx.Err() != nil:
+		errors.Is(err, context.Canceled):
 		*o = Outcome{Verdict: Unavailable, Err: err}
 	default:
 		*o = Outcome{Verdict: StoreError, Err: err}
@@ -455,14 +474,14 @@ func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
 			defer cancel()
 		}
 		c := &checks[i]
-		if err := e.store.RefundN(ctx, c.Key, c.Limit, c.Cost); err != nil {
+		if err := e.store.RefundN(ctx, c.Key, c.Limit, c.cost()); err != nil {
 			e.warn.Warn(ctx, "floodgate: refund failed: a request that was not admitted keeps the quota it took",
 				slog.String("rule", c.Rule), slog.String("error", err.Error()))
 			o.taken = false
 			o.RefundErr = fmt.Errorf("rule %q: refund: %w", c.Rule, err)
 			continue
 		}
-		o.giveBack(c.Cost)
+		o.giveBack(c.cost())
 	}
 }
 

@@ -335,3 +335,100 @@ func TestConcurrentExact(t *testing.T) {
 		})
 	}
 }
+
+// faultyBatch is a BatchStore over the memory store whose items for the keys
+// in fail get err, and whose items in refundFail report a failed give-back
+// when the batch is denied.
+type faultyBatch struct {
+	*memory.Store
+	fail       map[string]error
+	refundFail map[string]bool
+	refunds    int
+}
+
+func (f *faultyBatch) AllowBatch(ctx context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
+	var ok []floodgate.BatchItem
+	var idx []int
+	for i, it := range items {
+		if err := f.fail[it.Key]; err != nil {
+			results[i] = floodgate.BatchResult{Err: err}
+			continue
+		}
+		ok, idx = append(ok, it), append(idx, i)
+	}
+	sub := make([]floodgate.BatchResult, len(ok))
+	f.Store.AllowBatch(ctx, ok, sub)
+	denied := false
+	for j, i := range idx {
+		results[i] = sub[j]
+		denied = denied || sub[j].Err == nil && !sub[j].Decision.Allowed
+	}
+	if denied {
+		for i, it := range items {
+			if f.refundFail[it.Key] && results[i].Err == nil && results[i].Decision.Allowed {
+				// As a cross-slot refund that failed: the cost stays taken.
+				_, _ = f.Store.AllowN(ctx, it.Key, it.Limit, it.Cost)
+				results[i].RefundErr = fmt.Errorf("%w: refund timed out", floodgate.ErrStoreUnavailable)
+			}
+		}
+	}
+}
+
+func (f *faultyBatch) RefundN(ctx context.Context, key string, l floodgate.Limit, n int64) error {
+	f.refunds++
+	return f.Store.RefundN(ctx, key, l, n)
+}
+
+// TestBatchErrorPolicy: the error policy holds on the batch path too.
+func TestBatchErrorPolicy(t *testing.T) {
+	lim := floodgate.PerMinute(1)
+	unavailable := fmt.Errorf("%w: connection refused", floodgate.ErrStoreUnavailable)
+	t.Run("script error never admits, and the others are given back", func(t *testing.T) {
+		f := &faultyBatch{Store: memory.New(), fail: map[string]error{"bad": errScript}}
+		e := newEngine(t, f)
+		for i := range 3 {
+			r := e.Decide(context.Background(), []decide.Check{
+				{Rule: "ok", Key: "ok", Limit: lim},
+				{Rule: "bad", Key: "bad", Limit: lim, Failure: decide.FailOpen},
+			})
+			if r.Verdict != decide.StoreError || r.Deciding != 1 {
+				t.Fatalf("request %d: %v deciding %d, want a store error from check 1", i, r.Verdict, r.Deciding)
+			}
+		}
+		if f.refunds != 3 {
+			t.Errorf("%d refunds, want 3", f.refunds)
+		}
+		if got := remaining(t, f.Store, "ok", lim); got != 1 {
+			t.Errorf("ok kept a cost: remaining %d, want 1", got)
+		}
+	})
+	t.Run("fail-open outage admits, the others are counted", func(t *testing.T) {
+		f := &faultyBatch{Store: memory.New(), fail: map[string]error{"down": unavailable}}
+		e := newEngine(t, f)
+		r := e.Decide(context.Background(), []decide.Check{
+			{Rule: "ok", Key: "ok", Limit: lim},
+			{Rule: "down", Key: "down", Limit: lim},
+		})
+		if !r.Allowed() || r.Outcomes[1].Verdict != decide.Unavailable || r.Deciding != 0 {
+			t.Fatalf("%v deciding %d outcomes %+v", r.Verdict, r.Deciding, r.Outcomes)
+		}
+		if got := remaining(t, f.Store, "ok", lim); got != 0 {
+			t.Errorf("ok was not counted: remaining %d, want 0", got)
+		}
+	})
+	t.Run("a failed give-back keeps the denial a denial", func(t *testing.T) {
+		f := &faultyBatch{Store: memory.New(), refundFail: map[string]bool{"ok": true}}
+		e := newEngine(t, f)
+		e.Decide(context.Background(), []decide.Check{{Rule: "full", Key: "full", Limit: lim}})
+		r := e.Decide(context.Background(), []decide.Check{
+			{Rule: "ok", Key: "ok", Limit: floodgate.PerMinute(5)},
+			{Rule: "full", Key: "full", Limit: lim},
+		})
+		if r.Verdict != decide.Denied || r.Deciding != 1 || r.Outcomes[0].RefundErr == nil {
+			t.Fatalf("%v deciding %d outcome 0 %+v, want denied by 1 with a RefundErr on 0", r.Verdict, r.Deciding, r.Outcomes[0])
+		}
+		if f.refunds != 0 {
+			t.Errorf("%d refunds by the engine, want 0: the store reported its own failure", f.refunds)
+		}
+	})
+}

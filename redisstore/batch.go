@@ -81,7 +81,11 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 		denied = groups[g].decide(ctx, items, results, res) || denied
 	}
 	if denied && len(groups) > 1 {
-		s.refundBatch(ctx, items, results, groups, now)
+		// The refunds run even if the caller has gone away or the batch
+		// used up its time: a denied request must not keep quota.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer rcancel()
+		s.refundBatch(rctx, items, results, groups, now)
 	}
 }
 
@@ -166,10 +170,7 @@ func (s *Store) refundBatch(ctx context.Context, items []floodgate.BatchItem, re
 	for j, res := range s.evalMulti(ctx, calls) {
 		i := whom[j]
 		if err := refundReply(ctx, items[i].Limit, res); err != nil {
-			results[i] = floodgate.BatchResult{
-				Decision: floodgate.Decision{Limit: items[i].Limit.Quota},
-				Err:      fmt.Errorf("redisstore: another item of the batch was denied, and giving this admitted one back failed (it may still be recorded): %w", err),
-			}
+			results[i].RefundErr = fmt.Errorf("redisstore: another item of the batch was denied, and giving this admitted one back failed (it may still be recorded): %w", err)
 		}
 	}
 }

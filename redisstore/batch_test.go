@@ -519,7 +519,8 @@ func TestBatchReplyShape(t *testing.T) {
 }
 
 // TestBatchRefundFails: an admitted item whose refund fails, after another
-// slot denied, gets the refund's error and is not reported as allowed.
+// slot denied, keeps its decision and reports the refund's error in
+// RefundErr, so the request still reads as denied, not as a store error.
 func TestBatchRefundFails(t *testing.T) {
 	client := newClient(t, redistest.StandaloneAddr(t))
 	s := testStore(t, client, nil)
@@ -530,7 +531,7 @@ func TestBatchRefundFails(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	s.refundBatch(ctx, items, results, groups, "")
-	if r := results[0]; !errors.Is(r.Err, floodgate.ErrStoreUnavailable) || r.Decision.Allowed || r.Decision.Limit != 5 {
-		t.Errorf("after a failed refund: %+v; want ErrStoreUnavailable, not allowed", r)
+	if r := results[0]; r.Err != nil || !errors.Is(r.RefundErr, floodgate.ErrStoreUnavailable) || !r.Decision.Allowed || r.Decision.Limit != 5 {
+		t.Errorf("after a failed refund: %+v; want its decision kept and RefundErr matching ErrStoreUnavailable", r)
 	}
 }
