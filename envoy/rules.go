@@ -35,15 +35,14 @@ var errorMode = failure{mode: decide.FailClosed, call: true}
 
 // parseFailure returns the failure mode named s: error, open or closed.
 func parseFailure(s string) (failure, error) {
-	switch s {
-	case "error":
+	if s == "error" {
 		return failure{mode: decide.FailClosed, call: true, set: true}, nil
-	case "open":
-		return failure{mode: decide.FailOpen, set: true}, nil
-	case "closed":
-		return failure{mode: decide.FailClosed, set: true}, nil
 	}
-	return failure{}, fmt.Errorf("failure mode %q is not error, open or closed", s)
+	m, err := decide.ParseFailureMode(s)
+	if err != nil {
+		return failure{}, fmt.Errorf("failure mode %q is not error, open or closed", s)
+	}
+	return failure{mode: m, set: true}, nil
 }
 
 // String returns the mode's name: error, open or closed.

@@ -354,9 +354,12 @@ func callError(ds []descriptor, checks []decide.Check, res *decide.Result) error
 			return status.Errorf(codes.InvalidArgument, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
 		}
 	case decide.Unavailable:
+		// Any unavailable rule whose failure mode is error fails the call,
+		// whichever fail-closed rule the engine named as deciding.
 		for i := range ds {
-			if d := &ds[i]; d.kind == kindCheck && d.check == res.Deciding && d.fail.call {
-				return status.Errorf(codes.Unavailable, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
+			if d := &ds[i]; d.kind == kindCheck && d.fail.call && !checks[d.check].Shadow &&
+				res.Outcomes[d.check].Verdict == decide.Unavailable {
+				return status.Errorf(codes.Unavailable, "rule %s: %v", checks[d.check].Rule, res.Outcomes[d.check].Err)
 			}
 		}
 	}
