@@ -380,7 +380,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 			l.keyErrs.Add(1)
 			l.keyFailure(r, ru, fmt.Errorf("%w: %w", ErrKey, err))
 			if ru.check.Mode() == FailClosed {
-				l.unavailable(w, l.engineRetryAfter())
+				l.unavailable(w, l.engine.UnavailableRetryAfter())
 				return false
 			}
 			continue
@@ -447,11 +447,6 @@ func (l *Limiter) count(r *http.Request, rules []*rule, res *decide.Result) {
 	}
 }
 
-// engineRetryAfter is the Retry-After of a 503 from a fail-closed rule.
-func (l *Limiter) engineRetryAfter() time.Duration {
-	return l.engine.UnavailableRetryAfter()
-}
-
 // unavailable answers 503 for a fail-closed rule that could not decide.
 func (l *Limiter) unavailable(w http.ResponseWriter, retry time.Duration) {
 	l.unavail.Add(1)
@@ -479,7 +474,6 @@ type rule struct {
 	methods []string
 	mux     *http.ServeMux // nil: every path
 	key     KeyFunc
-	failure FailureMode
 	shadow  bool
 	keys    decide.KeySpace        // the store keys, in Config.KeyPrefix
 	check   decide.Check           // the engine's check, but for its Key
@@ -504,13 +498,12 @@ func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, erro
 		return rule{}, &ConfigError{Field: field("Failure"), Value: r.Failure.String(), Reason: "must be FailOpen or FailClosed"}
 	}
 	cr := rule{
-		name:    r.Name,
-		limit:   r.Limit,
-		key:     r.Key,
-		failure: r.Failure,
-		shadow:  r.Shadow,
-		keys:    decide.NewKeySpace(keyPrefix, r.Name),
-		check:   decide.Check{Rule: r.Name, Limit: r.Limit, Failure: r.Failure, Shadow: r.Shadow},
+		name:   r.Name,
+		limit:  r.Limit,
+		key:    r.Key,
+		shadow: r.Shadow,
+		keys:   decide.NewKeySpace(keyPrefix, r.Name),
+		check:  decide.Check{Rule: r.Name, Limit: r.Limit, Failure: r.Failure, Shadow: r.Shadow},
 	}
 	for j, m := range r.Methods {
 		if m == "" || strings.IndexFunc(m, func(c rune) bool { return !isTchar(c) }) >= 0 {

@@ -26,7 +26,7 @@ var suffixes = [...]string{
 //
 //	prefix + "{" + enc(identity) + "}:" + suffix
 //
-// where suffix is "swl", "tb", "swc" or "fw" (alg must be valid), and enc(s)
+// where suffix is the algorithm's own ("swl", "tb", "swc", "fw"), and enc(s)
 // is "=" followed by s with '%', '{' and '}' percent-escaped (%25, %7B, %7D)
 // for strings of up to 128 bytes, and "#" followed by the hex SHA-256 of s
 // for longer ones. An identity that holds a Redis Cluster hash tag of its

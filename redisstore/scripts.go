@@ -76,7 +76,14 @@ func loadBatch(scripts []script) script {
 		}
 		fmt.Fprintf(&b, " %s = %s", suffixes[a], a)
 	}
-	b.WriteString(" }\n\n")
+	b.WriteString(" }\nlocal algorithm_names = '")
+	for i, a := range floodgate.Algorithms() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "\"%s\"", suffixes[a])
+	}
+	b.WriteString("'\n\n")
 	b.WriteString(code)
 	return newScript(batchFile, b.String(), code)
 }

@@ -188,7 +188,7 @@ func TestScriptArguments(t *testing.T) {
 		{[]string{"swl", "0", "1000", "1", ""}, "ARGV[8] (quota)"},
 		{[]string{"tb", "10", "1000", "11", ""}, "ARGV[10] (cost) 11 is more than the quota 10"},
 		{[]string{"tb", "10", "1000", "1", "x"}, `ARGV[11] (refill) must be an integer of at least 1, got "x"`},
-		{[]string{"leaky", "10", "1000", "1", ""}, `ARGV[7] (algorithm) must be "swl", "tb", "swc" or "fw", got "leaky"`},
+		{[]string{"leaky", "10", "1000", "1", ""}, `ARGV[7] (algorithm) must be one of "swl", "tb", "swc", "fw", got "leaky"`},
 	}
 	keys := []string{key + "-tb", key}
 	for _, c := range items {

@@ -56,9 +56,10 @@ func algorithmStyle(a floodgate.Algorithm) style {
 		return style{color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, []vg.Length{6, 3}, 2}
 	case floodgate.SlidingWindowCounter:
 		return style{color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, []vg.Length{2, 2}, 2}
-	default: // FixedWindow
+	case floodgate.FixedWindow:
 		return style{color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, nil, 2}
 	}
+	return style{color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, []vg.Length{1, 3}, 1} // an algorithm without a style of its own
 }
 
 var limitColor = color.Gray{Y: 0x40}

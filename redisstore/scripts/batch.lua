@@ -74,7 +74,7 @@ local function decide(k, record)
   local key, alg = KEYS[k], ARGV[b + 1]
   local script = algorithms[alg]
   if not script then
-    error({err = 'ERR floodgate: ARGV[' .. (b + 1) .. '] (algorithm) must be "swl", "tb", "swc" or "fw", got "' .. alg .. '"'})
+    error({err = 'ERR floodgate: ARGV[' .. (b + 1) .. '] (algorithm) must be one of ' .. algorithm_names .. ', got "' .. alg .. '"'})
   end
   local saved
   if record then
