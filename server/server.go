@@ -235,6 +235,27 @@ type CheckResponse struct {
 	StoreUnavailable bool `json:"store_unavailable,omitempty"`
 }
 
+// NewCheckResponse is the POST /v1/check answer for a one-rule result of
+// rule r that was admitted or denied (the engine's other verdicts are
+// answered as problems). `floodgate check --json` prints the same.
+func NewCheckResponse(r Rule, res *decide.Result) CheckResponse {
+	o := &res.Outcomes[0]
+	resp := CheckResponse{
+		Allowed:          res.Allowed(),
+		Limit:            r.Limit.Quota,
+		Rule:             r.Name,
+		Shadow:           r.Shadow,
+		ShadowDenied:     r.Shadow && o.Decided && o.Verdict == decide.Denied,
+		StoreUnavailable: o.Verdict == decide.Unavailable,
+	}
+	if o.Decided {
+		d := o.Decision
+		resp.Limit, resp.Remaining = d.Limit, d.Remaining
+		resp.RetryAfterMs, resp.ResetAfterMs = ceilMillis(d.RetryAfter), ceilMillis(d.ResetAfter)
+	}
+	return resp
+}
+
 // ceilMillis rounds a duration up to whole milliseconds, so a client that
 // waits that long is never early.
 func ceilMillis(d time.Duration) int64 {
@@ -313,20 +334,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}
-	o := &res.Outcomes[0]
-	resp := CheckResponse{
-		Allowed:          res.Allowed(),
-		Limit:            rl.Limit.Quota,
-		Rule:             rl.Name,
-		Shadow:           rl.Shadow,
-		ShadowDenied:     rl.Shadow && o.Decided && o.Verdict == decide.Denied,
-		StoreUnavailable: o.Verdict == decide.Unavailable,
-	}
-	if o.Decided {
-		d := o.Decision
-		resp.Limit, resp.Remaining = d.Limit, d.Remaining
-		resp.RetryAfterMs, resp.ResetAfterMs = ceilMillis(d.RetryAfter), ceilMillis(d.ResetAfter)
-	}
+	resp := NewCheckResponse(rl.Rule, &res)
 	p.writeHeaders(w.Header(), rl, &res, s.clock.Now())
 	status := http.StatusOK
 	if !res.Allowed() {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"time"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -74,11 +73,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	d := o.Decision
 	if *asJSON {
-		b, _ := json.Marshal(server.CheckResponse{
-			Allowed: res.Allowed(), Limit: rule.Limit.Quota, Remaining: d.Remaining,
-			RetryAfterMs: ceilMillis(d.RetryAfter), ResetAfterMs: ceilMillis(d.ResetAfter), Rule: rule.Name,
-			Shadow: rule.Shadow, ShadowDenied: rule.Shadow && o.Verdict == decide.Denied, StoreUnavailable: o.Verdict == decide.Unavailable,
-		})
+		b, _ := json.Marshal(server.NewCheckResponse(rule, &res))
 		fmt.Fprintln(stdout, string(b))
 	} else {
 		verdict := "allowed"
@@ -98,12 +93,6 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errDenied
 	}
 	return nil
-}
-
-// ceilMillis rounds a duration up to whole milliseconds, as the server's
-// answers do.
-func ceilMillis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
