@@ -28,7 +28,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
-	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -384,16 +383,12 @@ func (p *policy) writeHeaders(h http.Header, rl *rule, res *decide.Result, now t
 	if rl.Shadow {
 		return
 	}
-	listing := ""
-	if p.headers != httplimit.HeadersNone && p.headers != httplimit.HeadersLegacy {
-		listing = rl.listing
-	}
 	var most *ratelimitheader.Policy
 	var d floodgate.Decision
 	if res.Deciding >= 0 {
 		most, d = &rl.policy, res.Outcomes[res.Deciding].Decision
 	}
-	ratelimitheader.Write(h, p.headers, listing, most, d, now)
+	ratelimitheader.Write(h, p.headers, rl.listing, most, d, now)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
