@@ -418,7 +418,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusInternalServerError
 		if errors.Is(err, floodgate.ErrStoreUnavailable) {
 			status = http.StatusServiceUnavailable
-			w.Header().Set("Retry-After", "1")
+			w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(s.engine.UnavailableRetryAfter())}
 		}
 		problem.Error(w, status, err.Error())
 		return
