@@ -64,6 +64,11 @@ type Check struct {
 	// closed, and are never the deciding check. They are decided only for
 	// requests the enforced checks admit, and consume quota only then.
 	Shadow bool
+	// Err, if set, is why the front end could not build the check (its key
+	// could not be found in the request): the store is not asked, and the
+	// check counts as one the store could not decide, so its failure mode
+	// applies.
+	Err error
 }
 
 // cost returns the check's cost: Cost, or 1 when Cost is 0.
@@ -242,6 +247,10 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	enforced, shadows := 0, 0
 	for i := range checks {
 		c := &checks[i]
+		if c.Err != nil {
+			r.Outcomes[i] = Outcome{Verdict: Unavailable, Err: c.Err}
+			continue
+		}
 		if err := checkCost(c); err != nil {
 			r.Outcomes[i] = Outcome{Verdict: Invalid, Err: err}
 			continue
@@ -490,7 +499,7 @@ func (e *Engine) report(ctx context.Context, c *Check, o *Outcome) {
 	switch {
 	case o.Err == nil || o.Verdict == Invalid || errors.Is(o.Err, context.Canceled):
 	case o.Verdict == Unavailable:
-		e.warn.Warn(ctx, "floodgate: rate-limit store unavailable; applying the rule's failure mode",
+		e.warn.Warn(ctx, "floodgate: rate-limit rule cannot decide; applying its failure mode",
 			slog.String("rule", c.Rule), slog.String("failure_mode", c.Mode().String()), slog.String("error", o.Err.Error()))
 	default:
 		msg := "floodgate: rate-limit store error; the request is not admitted"

@@ -432,3 +432,25 @@ func TestBatchErrorPolicy(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckErr: a check the front end could not build follows its failure
+// mode, and the store is never asked about it.
+func TestCheckErr(t *testing.T) {
+	noKey := errors.New("no key in the request")
+	for _, mode := range []decide.FailureMode{decide.FailOpen, decide.FailClosed} {
+		f := &faulty{Store: memory.New(), fail: map[string]error{"": errScript}} // an asked keyless check would be a store error
+		e := newEngine(t, f)
+		lim := floodgate.PerMinute(5)
+		r := e.Decide(context.Background(), []decide.Check{
+			{Rule: "ok", Key: "ok", Limit: lim},
+			{Rule: "keyless", Limit: lim, Failure: mode, Err: noKey},
+		})
+		want := map[decide.FailureMode]decide.Verdict{decide.FailOpen: decide.Admitted, decide.FailClosed: decide.Unavailable}[mode]
+		if r.Verdict != want || r.Outcomes[1].Verdict != decide.Unavailable || !errors.Is(r.Outcomes[1].Err, noKey) {
+			t.Errorf("%s: %v, outcome %+v; want %v", mode, r.Verdict, r.Outcomes[1], want)
+		}
+		if got, wantLeft := remaining(t, f.Store, "ok", lim), map[bool]int64{true: 4, false: 5}[mode == decide.FailOpen]; got != wantLeft {
+			t.Errorf("%s: ok has %d left, want %d", mode, got, wantLeft)
+		}
+	}
+}

@@ -58,7 +58,6 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/decide"
-	"github.com/floodgate-rl/floodgate/internal/logthrottle"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -253,7 +252,6 @@ type Limiter struct {
 	onStoreError func(*http.Request, string, error)
 	onShadowDeny func(*http.Request, string, floodgate.Decision)
 	clock        floodgate.Clock
-	keyLog       *logthrottle.Logger
 
 	denied    atomic.Uint64
 	shadowed  atomic.Uint64
@@ -302,7 +300,6 @@ func New(cfg Config) (*Limiter, error) {
 	if every == 0 {
 		every = DefaultLogInterval
 	}
-	l.keyLog = logthrottle.New(logger, every, l.clock.Now)
 	engine, err := decide.New(cfg.Store, decide.Options{
 		Timeout:               max(0, cfg.Timeout),
 		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
@@ -375,21 +372,17 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		if !ru.matches(r) {
 			continue
 		}
-		key, err := ru.key(r)
-		if err != nil {
-			l.keyErrs.Add(1)
-			l.keyFailure(r, ru, fmt.Errorf("%w: %w", ErrKey, err))
-			if ru.check.Mode() == FailClosed {
-				l.unavailable(w, l.engine.UnavailableRetryAfter())
-				return false
-			}
-			continue
-		}
-		if key == "" {
-			continue // the rule does not apply to this request
-		}
 		c := ru.check
-		c.Key = ru.keys.Key(key)
+		key, err := ru.key(r)
+		switch {
+		case err != nil:
+			// The engine applies the rule's failure mode, as for an outage.
+			c.Err = fmt.Errorf("%w: %w", ErrKey, err)
+		case key == "":
+			continue // the rule does not apply to this request
+		default:
+			c.Key = ru.keys.Key(key)
+		}
 		checks = append(checks, c)
 		rules = append(rules, ru)
 	}
@@ -427,6 +420,11 @@ func (l *Limiter) count(r *http.Request, rules []*rule, res *decide.Result) {
 	for i := range res.Outcomes {
 		o, ru := &res.Outcomes[i], rules[i]
 		switch {
+		case errors.Is(o.Err, ErrKey):
+			l.keyErrs.Add(1)
+			if l.onStoreError != nil {
+				l.onStoreError(r, ru.name, o.Err)
+			}
 		case o.Err != nil && o.Verdict != decide.Invalid && r.Context().Err() == nil:
 			l.storeErrs.Add(1)
 			if l.onStoreError != nil {
@@ -452,19 +450,6 @@ func (l *Limiter) unavailable(w http.ResponseWriter, retry time.Duration) {
 	l.unavail.Add(1)
 	w.Header()["Retry-After"] = []string{ratelimitheader.RetryAfter(retry)}
 	writeUnavailable(w)
-}
-
-// keyFailure reports a rule's key function failure to the hook, and to the
-// log unless a line was written less than LogInterval ago.
-func (l *Limiter) keyFailure(r *http.Request, ru *rule, err error) {
-	if l.onStoreError != nil {
-		l.onStoreError(r, ru.name, err)
-	}
-	l.keyLog.Warn(r.Context(), "floodgate: rate-limit rule cannot decide",
-		slog.String("rule", ru.name),
-		slog.String("failure_mode", ru.check.Mode().String()),
-		slog.String("error", err.Error()),
-	)
 }
 
 // rule is a Rule checked and prepared for serving.
