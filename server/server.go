@@ -121,22 +121,28 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 }
 
 // Reload replaces the policy with p; requests in flight finish under the
-// one they started with. If p is invalid, the policy in force stays. Either
-// way the reload is counted in floodgate_config_reloads_total.
+// one they started with. If p is invalid, the policy in force stays. The
+// caller counts the attempt with CountReload, once, whatever else it
+// reloads with it.
 func (s *Server) Reload(p Policy) error {
 	pol, err := newPolicy(p)
 	if err != nil {
-		s.ReloadFailed()
 		return err
 	}
 	s.policy.Store(pol)
-	s.metrics.reloads.WithLabelValues("ok").Inc()
 	return nil
 }
 
-// ReloadFailed counts a reload that failed before it reached Reload, such
-// as a configuration file that does not parse.
-func (s *Server) ReloadFailed() { s.metrics.reloads.WithLabelValues("error").Inc() }
+// CountReload counts one reload attempt in floodgate_config_reloads_total,
+// by result: ok, or error when any part of it failed (a file that does not
+// parse, a policy Reload rejects, rules of another service).
+func (s *Server) CountReload(ok bool) {
+	result := "error"
+	if ok {
+		result = "ok"
+	}
+	s.metrics.reloads.WithLabelValues(result).Inc()
+}
 
 // Handler returns the HTTP API:
 //
@@ -230,8 +236,26 @@ type CheckResponse struct {
 	Shadow       bool `json:"shadow,omitempty"`
 	ShadowDenied bool `json:"shadow_denied,omitempty"`
 	// StoreUnavailable is set when the store could not decide and the
-	// rule's fail-open mode admitted the request.
+	// rule's fail-open mode admitted the request. Remaining, RetryAfterMs
+	// and ResetAfterMs are then unknown: zero here, left out of the JSON.
 	StoreUnavailable bool `json:"store_unavailable,omitempty"`
+}
+
+// MarshalJSON leaves out of a fail-open answer (StoreUnavailable) the
+// figures the store did not give: remaining, retry_after_ms and
+// reset_after_ms.
+func (r CheckResponse) MarshalJSON() ([]byte, error) {
+	type plain CheckResponse
+	if !r.StoreUnavailable {
+		return json.Marshal(plain(r))
+	}
+	return json.Marshal(struct {
+		Allowed          bool   `json:"allowed"`
+		Limit            int64  `json:"limit"`
+		Rule             string `json:"rule"`
+		Shadow           bool   `json:"shadow,omitempty"`
+		StoreUnavailable bool   `json:"store_unavailable"`
+	}{r.Allowed, r.Limit, r.Rule, r.Shadow, true})
 }
 
 // NewCheckResponse is the POST /v1/check answer for a one-rule result of

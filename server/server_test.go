@@ -608,12 +608,16 @@ func TestReloadErrorCounted(t *testing.T) {
 	if err := f.srv.Reload(server.Policy{Rules: []server.Rule{{Name: "bad"}}}); err == nil {
 		t.Fatal("Reload accepted a rule with no limit")
 	}
-	f.srv.ReloadFailed()
+	f.srv.CountReload(false)
+	f.srv.CountReload(false)
+	f.srv.CountReload(true)
 	if rec := f.do("POST", "/v1/check", `{"rule":"login","key":"k"}`); rec.Code != 200 {
 		t.Fatalf("after a failed reload: %d", rec.Code)
 	}
 	body := f.do("GET", "/metrics", "").Body.String()
-	if want := `floodgate_config_reloads_total{result="error"} 2`; !strings.Contains(body, want) {
-		t.Errorf("metrics lack %q", want)
+	for _, want := range []string{`floodgate_config_reloads_total{result="error"} 2`, `floodgate_config_reloads_total{result="ok"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

@@ -35,18 +35,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	over := serveOverrides{listen: *listen, grpcListen: *grpcListen, envoyConfig: *envoyConfig, logFormat: *logFormat}
-	cfg, err := loadConfig(*cfgPath)
+	plan, err := planServe(*cfgPath, over)
 	if err != nil {
 		return err
 	}
-	over.apply(cfg)
-	policy, err := cfg.Policy()
+	cfg, policy := plan.cfg, plan.policy
+	logger, level, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
 	}
-	logger, err := newLogger(cfg.Log, stderr)
-	if err != nil {
-		return err
+	for _, w := range plan.warnings {
+		logger.Warn(w)
 	}
 	store, closeStore, err := openStore(cfg.Store)
 	if err != nil {
@@ -55,7 +54,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer closeStore()
 
 	reg := prometheus.NewRegistry()
-	rls, err := startRLS(cfg, store, logger, reg, *envoyConfig, *grpcListen)
+	rls, err := startRLS(plan, store, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -94,7 +93,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
 		case <-hup:
-			if next := reload(srv, *cfgPath, cfg, over, logger); next != nil {
+			if next := reload(srv, rls, *cfgPath, cfg, over, logger, level); next != nil {
 				cfg = next
 			}
 		case <-ctx.Done():
@@ -113,33 +112,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 }
 
-// serveOverrides are serve's flags that override the config file's values.
-type serveOverrides struct {
-	listen, grpcListen, envoyConfig, logFormat string
-}
-
-// apply sets the overridden values on cfg, as they are in force.
-func (o serveOverrides) apply(cfg *config.Config) {
-	if o.listen != "" {
-		cfg.Listen = o.listen
-	}
-	if o.grpcListen != "" {
-		cfg.GRPCListen = o.grpcListen
-	}
-	if o.envoyConfig != "" {
-		cfg.EnvoyConfig = o.envoyConfig
-	}
-	if o.logFormat != "" {
-		cfg.Log.Format = o.logFormat
-	}
-}
-
-// reload re-reads the config file on SIGHUP and returns it, as in force,
-// once the server runs its policy. A bad file keeps the running policy,
-// logs why and returns nil.
-func reload(srv *server.Server, path string, running *config.Config, over serveOverrides, logger *slog.Logger) *config.Config {
+// reload re-reads the config file (and the Envoy rule folder, if the
+// Envoy service runs with one) on SIGHUP, and returns the config as in
+// force once the server runs its policy. A bad file keeps the running
+// config, logs why and returns nil. Each attempt is counted once in
+// floodgate_config_reloads_total, as ok only if every part reloaded. The
+// log level applies at once; what a reload cannot apply is logged as
+// taking effect on restart only.
+func reload(srv *server.Server, rls *rlsServer, path string, running *config.Config, over serveOverrides, logger *slog.Logger, level *slog.LevelVar) *config.Config {
+	rulesOK := rls.reload()
 	if path == "" {
-		logger.Warn("SIGHUP ignored: running the built-in policy, no --config file to reload")
+		logger.Warn("SIGHUP: no --config file to reload; running the built-in policy")
+		srv.CountReload(rulesOK)
 		return nil
 	}
 	cfg, err := config.Load(path)
@@ -147,16 +131,23 @@ func reload(srv *server.Server, path string, running *config.Config, over serveO
 	if err == nil {
 		policy, err = cfg.Policy()
 	}
+	if err == nil {
+		err = srv.Reload(policy)
+	}
 	if err != nil {
-		srv.ReloadFailed()
+		srv.CountReload(false)
 		logger.Error("reload failed; keeping the running config", "config", path, "err", err)
 		return nil
 	}
-	if err := srv.Reload(policy); err != nil {
-		logger.Error("reload failed; keeping the running config", "config", path, "err", err)
-		return nil
-	}
+	srv.CountReload(rulesOK)
 	over.apply(cfg)
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w)
+	}
+	if cfg.Log.Level != running.Log.Level {
+		_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated by config.Load
+		logger.Info("log level changed", "level", cfg.Log.Level)
+	}
 	logger.Info("config reloaded", "config", path, "rules", len(policy.Rules))
 	if changed := restartSettings(running, cfg); len(changed) > 0 {
 		logger.Warn("settings changed that take effect on restart only", "changed", strings.Join(changed, ","))
@@ -182,7 +173,7 @@ func restartSettings(running, next *config.Config) []string {
 		{"listen", running.Listen, next.Listen},
 		{"grpc_listen", running.GRPCListen, next.GRPCListen},
 		{"envoy_config", running.EnvoyConfig, next.EnvoyConfig},
-		{"log", running.Log.Format + " " + running.Log.Level, next.Log.Format + " " + next.Log.Level},
+		{"log.format", running.Log.Format, next.Log.Format},
 	} {
 		if f.a != f.b {
 			changed = append(changed, f.name)
@@ -198,19 +189,21 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path)
 }
 
-func newLogger(c config.Log, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
+// newLogger returns the logger c describes, with the level variable a
+// reload sets.
+func newLogger(c config.Log, w io.Writer) (*slog.Logger, *slog.LevelVar, error) {
+	level := new(slog.LevelVar)
 	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
-		return nil, fmt.Errorf("log.level: %w", err)
+		return nil, nil, fmt.Errorf("log.level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch c.Format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), level, nil
 	case "text", "":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), level, nil
 	}
-	return nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
+	return nil, nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
 }
 
 func printBanner(w io.Writer, cfg *config.Config, policy server.Policy, addr string) {
