@@ -285,22 +285,21 @@ func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// decodeBody reads a JSON body strictly; on failure it has answered.
+// decodeBody reads a JSON body strictly (see decodeStrict); on failure it
+// has answered.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			problem.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
 		} else {
-			problem.Error(w, http.StatusBadRequest, "the body is not valid JSON of the expected shape: "+err.Error())
+			problem.Error(w, http.StatusBadRequest, "the body could not be read: "+err.Error())
 		}
 		return false
 	}
-	if dec.More() {
-		problem.Error(w, http.StatusBadRequest, "the body has data after the JSON object")
+	if err := decodeStrict(body, v); err != nil {
+		problem.Error(w, http.StatusBadRequest, err.Error())
 		return false
 	}
 	return true

@@ -47,13 +47,13 @@ forward_auth:
 `
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *server.Server
 	h     http.Handler
 	clock *floodgate.ManualClock
 }
 
-func newFixture(t *testing.T, yaml string, store func(floodgate.Clock) floodgate.Store) *fixture {
+func newFixture(t testing.TB, yaml string, store func(floodgate.Clock) floodgate.Store) *fixture {
 	t.Helper()
 	return newPolicyFixture(t, policyOf(t, yaml), store)
 }
@@ -71,7 +71,7 @@ func policyOf(t testing.TB, yaml string) server.Policy {
 	return p
 }
 
-func newPolicyFixture(t *testing.T, p server.Policy, store func(floodgate.Clock) floodgate.Store) *fixture {
+func newPolicyFixture(t testing.TB, p server.Policy, store func(floodgate.Clock) floodgate.Store) *fixture {
 	t.Helper()
 	clock := floodgate.NewManualClock(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC))
 	if store == nil {
