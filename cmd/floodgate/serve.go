@@ -145,8 +145,9 @@ func reload(srv *server.Server, rls *rlsServer, path string, running *config.Con
 		logger.Warn(w)
 	}
 	if cfg.Log.Level != running.Log.Level {
+		// Said before it applies, so that it shows when the level rises.
+		logger.Info("log level changed", "from", running.Log.Level, "to", cfg.Log.Level)
 		_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated by config.Load
-		logger.Info("log level changed", "level", cfg.Log.Level)
 	}
 	logger.Info("config reloaded", "config", path, "rules", len(policy.Rules))
 	if changed := restartSettings(running, cfg); len(changed) > 0 {
