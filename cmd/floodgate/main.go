@@ -25,7 +25,7 @@ func main() {
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) && !errors.Is(err, errDenied) {
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "floodgate") {
+			if !strings.HasPrefix(msg, "floodgate:") && !strings.HasPrefix(msg, "floodgate ") {
 				msg = "floodgate: " + msg
 			}
 			fmt.Fprintln(os.Stderr, msg)
