@@ -146,7 +146,10 @@ func (s *Server) CountReload(ok bool) {
 
 // Handler returns the HTTP API:
 //
-//	POST /v1/check          one decision: {"rule","key","cost"}
+//	POST /v1/check          one decision: {"rule","key","cost"}, names exact
+//	                        and once each, keys UTF-8 text (invalid UTF-8 and
+//	                        lone surrogate escapes are answered 400, never
+//	                        folded into U+FFFD)
 //	POST /v1/reset          clear one key under one rule: {"rule","key"}
 //	GET  /v1/rules          the active rules
 //	*    /v1/forward-auth   forward auth keyed on the client's address (any method)
