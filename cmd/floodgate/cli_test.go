@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -324,4 +325,37 @@ func mkdir(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestCheckURLToken: --token-file sends the file's token (trimmed) as a
+// bearer token, and a refusal comes back as an error naming the status.
+func TestCheckURLToken(t *testing.T) {
+	const token = "s3cret-token"
+	srv := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"title":"Unauthorized","status":401,"detail":"a bearer token is required"}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"allowed":true,"limit":5,"remaining":4,"retry_after_ms":0,"reset_after_ms":60000,"rule":"login"}`)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	base := "http://" + ln.Addr().String()
+	file := writeFile(t, t.TempDir(), "token", token+"\n")
+	if out, stderr, code := cli(t, "check", "--url", base, "--token-file", file, "--rule", "login", "--key", "k"); code != 0 || !strings.Contains(out, "remaining 4") {
+		t.Errorf("with the token: exit %d %s %s", code, out, stderr)
+	}
+	if _, stderr, code := cli(t, "check", "--url", base, "--rule", "login", "--key", "k"); code != 1 || !strings.Contains(stderr, "401") || !strings.Contains(stderr, "bearer token is required") {
+		t.Errorf("without the token: exit %d %s", code, stderr)
+	}
+	if _, stderr, code := cli(t, "check", "--token-file", file, "--rule", "login", "--key", "k"); code != 2 || !strings.Contains(stderr, "--url only") {
+		t.Errorf("--token-file without --url: exit %d %s", code, stderr)
+	}
 }
