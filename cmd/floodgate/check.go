@@ -139,12 +139,14 @@ func printCheck(w io.Writer, r server.CheckResponse, key string, cost int64) {
 // runConfig validates a config file as serve would read it, lints a folder
 // of Envoy rule files, or prints the built-in example.
 func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	const synopsis = "config validate FILE | config validate-envoy DIR | config example"
+	const synopsis = "config validate [--connect] FILE | config validate-envoy DIR | config example"
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		fmt.Fprintf(stderr, "Usage: floodgate %s\n\n"+
-			"  validate FILE        check a config file with every check serve makes before it starts\n"+
-			"                       (rules, store, listen addresses, the envoy_config folder); errors name\n"+
-			"                       the line, field and value\n"+
+			"  validate [--connect] FILE\n"+
+			"                       check a config file with every check serve makes before it starts\n"+
+			"                       (rules, store settings, listen addresses, the envoy_config folder);\n"+
+			"                       errors name the line, field and value; --connect also connects to\n"+
+			"                       the store\n"+
 			"  validate-envoy DIR   check a folder of envoyproxy/ratelimit rule files alone\n"+
 			"  example              print the built-in example config\n", synopsis)
 		if len(args) == 0 {
@@ -154,13 +156,21 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch args[0] {
 	case "validate":
-		fs := newFlagSet("config validate", "config validate FILE", stderr)
+		fs := newFlagSet("config validate", "config validate [--connect] FILE", stderr)
+		connect := fs.Bool("connect", false, "connect to the store too, as serve does when it starts (a Redis store must then be reachable)")
 		if err := parseFlagsArgs(fs, args[1:], 1, 1); err != nil {
 			return err
 		}
 		plan, err := planServe(fs.Arg(0), serveOverrides{})
 		if err != nil {
 			return err
+		}
+		if *connect {
+			_, closeStore, err := openStore(plan.cfg.Store)
+			if err != nil {
+				return err
+			}
+			closeStore()
 		}
 		for _, w := range plan.warnings {
 			fmt.Fprintln(stderr, "warning: "+w)
