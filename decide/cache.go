@@ -26,7 +26,8 @@ const (
 // CacheOptions bound the engine's over-limit cache, which remembers each
 // denial until its retry delay has passed and answers further requests of
 // at least that cost for the same key and limit without asking the store.
-// The zero value turns it on with the default bounds.
+// The zero value turns it on with the default bounds (for every store but
+// the memory store, which needs no cache).
 type CacheOptions struct {
 	// Disabled turns the cache off for every check.
 	Disabled bool
