@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/memory"
 )
@@ -34,9 +35,9 @@ var epoch = time.Unix(1_900_000_000, 0)
 
 // clocked returns a memory store on a manual clock, a counting wrapper
 // around it, and an engine on the same clock.
-func clocked(t *testing.T, opts decide.Options) (*memory.Store, *counting, *decide.Engine, *floodgate.ManualClock) {
+func clocked(t *testing.T, opts decide.Options) (*memory.Store, *counting, *decide.Engine, *clocktest.Manual) {
 	t.Helper()
-	clock := floodgate.NewManualClock(epoch)
+	clock := clocktest.NewManual(epoch)
 	mem := memory.New(memory.WithClock(clock))
 	cs := &counting{Store: mem}
 	opts.Logger = slog.New(slog.DiscardHandler)
@@ -315,7 +316,7 @@ func TestCacheBounds(t *testing.T) {
 func TestCacheConcurrent(t *testing.T) {
 	for _, name := range []string{"batch", "sequential"} {
 		t.Run(name, func(t *testing.T) {
-			clock := floodgate.NewManualClock(epoch)
+			clock := clocktest.NewManual(epoch)
 			cs := &counting{Store: memory.New(memory.WithClock(clock))}
 			var s floodgate.Store = cs
 			if name == "sequential" {

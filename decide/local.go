@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 )
 
 // shareSlack absorbs the binary rounding of shares such as 1/3, so that
@@ -28,7 +29,7 @@ const shareSlack = 1e-9
 // the shared limit together, except that a quota or capacity is never
 // below 1: a limit of 2 over 4 instances is 1 each, 4 in all. A share of 1
 // is l itself. The error names the share, or the limit the share would
-// make invalid (a refill period stretched past floodgate.MaxWindow).
+// make invalid (a refill period stretched past the longest window).
 func LocalLimit(l floodgate.Limit, share float64) (floodgate.Limit, error) {
 	if !(share > 0 && share <= 1) { // also rejects NaN
 		return l, fmt.Errorf("decide: local share %v must be above 0 and at most 1", share)
@@ -42,17 +43,17 @@ func LocalLimit(l floodgate.Limit, share float64) (floodgate.Limit, error) {
 	out := l
 	out.Quota = max(1, int64(math.Floor(float64(l.Quota)*share+shareSlack)))
 	if l.Algorithm == floodgate.TokenBucket {
-		refill := l.RefillTokens()
+		refill := fixedpoint.Refill(l.Quota, l.Refill)
 		scaled := float64(refill) * share
 		if whole := math.Round(scaled); whole >= 1 && math.Abs(scaled-whole) <= shareSlack*whole {
 			out.Refill = int64(whole)
 		} else {
 			window := float64(l.Window.Microseconds()) / share
-			if window > float64(floodgate.MaxWindow.Microseconds()) {
-				return l, fmt.Errorf("decide: local share %v of %s would refill %d tokens per more than %s; use a larger share", share, l, refill, floodgate.MaxWindow)
+			if window > math.MaxInt64/float64(time.Microsecond) {
+				return l, fmt.Errorf("decide: local share %v of %s would refill %d tokens per more than %s; use a larger share", share, l, refill, time.Duration(math.MaxInt64))
 			}
 			out.Refill = refill
-			out.Window = time.Duration(math.Ceil(window*(1-shareSlack))) * time.Microsecond
+			out.Window = time.Duration(math.Ceil(window-1e-6)) * time.Microsecond // 1e-6: the rounding of 1/3
 		}
 	}
 	if err := out.Validate(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/memory"
 )
@@ -77,7 +78,7 @@ func TestLocalLimit(t *testing.T) {
 		{"bucket fractional refill", bucket, 0.25, floodgate.NewTokenBucket(25, 10, 4*time.Second), ""},
 		{"bucket third", bucket, 1.0 / 3, floodgate.NewTokenBucket(33, 10, 3*time.Second), ""},
 		{"bucket refill 0 means quota", floodgate.NewLimit(floodgate.TokenBucket, 8, time.Second), 0.25, floodgate.NewTokenBucket(2, 2, time.Second), ""},
-		{"bucket stretched too far", floodgate.NewTokenBucket(10, 1, 200*24*time.Hour), 0.25, floodgate.Limit{}, "more than"},
+		{"bucket stretched too far", floodgate.NewTokenBucket(10, 1, 200*24*time.Hour), 0.25, floodgate.Limit{}, "must be at most 366 days"},
 		{"share 0", floodgate.PerMinute(10), 0, floodgate.Limit{}, "above 0"},
 		{"share above 1", floodgate.PerMinute(10), 1.5, floodgate.Limit{}, "at most 1"},
 		{"share NaN", floodgate.PerMinute(10), nan(), floodgate.Limit{}, "above 0"},
@@ -106,7 +107,7 @@ func nan() float64 { return math.NaN() }
 func TestFallbackShare(t *testing.T) {
 	for _, tc := range cacheLimits {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := floodgate.NewManualClock(epoch)
+			clock := clocktest.NewManual(epoch)
 			s := &switchable{BatchStore: memory.New(memory.WithClock(clock))}
 			var logs bytes.Buffer
 			e, err := decide.New(s, decide.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: clock.Now})

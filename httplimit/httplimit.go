@@ -276,7 +276,7 @@ type Limiter struct {
 	onError      func(http.ResponseWriter, *http.Request, error)
 	onStoreError func(*http.Request, string, error)
 	onShadowDeny func(*http.Request, string, floodgate.Decision)
-	clock        floodgate.Clock
+	now          func() time.Time // the Clock's Now, or time.Now
 
 	denied    atomic.Uint64
 	shadowed  atomic.Uint64
@@ -314,10 +314,10 @@ func New(cfg Config) (*Limiter, error) {
 		onError:      cfg.ErrorHandler,
 		onStoreError: cfg.OnStoreError,
 		onShadowDeny: cfg.OnShadowDeny,
-		clock:        cfg.Clock,
+		now:          time.Now,
 	}
-	if l.clock == nil {
-		l.clock = floodgate.SystemClock{}
+	if cfg.Clock != nil {
+		l.now = cfg.Clock.Now
 	}
 	logger, every := cfg.Logger, cfg.LogInterval
 	if logger == nil {
@@ -331,7 +331,7 @@ func New(cfg Config) (*Limiter, error) {
 		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
 		Logger:                logger,
 		LogInterval:           every,
-		Now:                   l.clock.Now,
+		Now:                   l.now,
 		OverLimitCache:        cfg.OverLimitCache,
 	})
 	if err != nil {

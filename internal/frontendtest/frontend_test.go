@@ -22,6 +22,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
@@ -222,7 +223,7 @@ func sequence(moveTime bool) []step {
 	return s
 }
 
-func run(t *testing.T, newStore func(name string) floodgate.Store, clock *floodgate.ManualClock, moveTime bool) {
+func run(t *testing.T, newStore func(name string) floodgate.Store, clock *clocktest.Manual, moveTime bool) {
 	fes := frontEnds(t, newStore, clock)
 	denied := 0
 	for i, st := range sequence(moveTime) {
@@ -269,7 +270,7 @@ func run(t *testing.T, newStore func(name string) floodgate.Store, clock *floodg
 }
 
 func TestSameAnswerMemory(t *testing.T) {
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_800_000_000, 0))
 	run(t, func(string) floodgate.Store { return memory.New(memory.WithClock(clock)) }, clock, true)
 }
 
@@ -286,7 +287,7 @@ func TestSameAnswerRedisCluster(t *testing.T) {
 
 func runRedis(t *testing.T, mode redisstore.Mode, addrs []string) {
 	prefix := fmt.Sprintf("fe-%d:", time.Now().UnixNano())
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_800_000_000, 0))
 	run(t, func(name string) floodgate.Store {
 		s, err := redisstore.New(redisstore.Config{Mode: mode, Addrs: addrs, KeyPrefix: prefix + name + ":", Timeout: time.Second})
 		if err != nil {
