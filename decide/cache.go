@@ -291,3 +291,54 @@ func (c *overLimitCache) invalidate(key string) {
 func (c *overLimitCache) stats() CacheStats {
 	return CacheStats{Hits: c.hits.Load(), Evictions: c.evictions.Load(), Entries: c.entries.Load(), Bytes: c.bytes.Load()}
 }
+
+// cached answers from the over-limit cache every enforced check it holds a
+// denial for, noting the others' cache epochs, and reports whether one was
+// denied: then the request is, without asking the store.
+func (e *Engine) cached(checks []Check, out []Outcome, now int64) bool {
+	hit := false
+	for i := range checks {
+		if c := &checks[i]; !c.Shadow && out[i].Err == nil && e.cachedOne(c, &out[i], now) {
+			hit = true
+		}
+	}
+	return hit
+}
+
+// cachedOne answers c from the over-limit cache if it holds a denial for
+// it, and otherwise notes the key's cache epoch in o.
+func (e *Engine) cachedOne(c *Check, o *Outcome, now int64) bool {
+	if c.NoCache {
+		return false
+	}
+	d, ok, epoch := e.cache.lookup(c.Key, c.Limit, c.cost(), now)
+	if !ok {
+		o.epoch = epoch
+		return false
+	}
+	*o = Outcome{Decision: d, Verdict: Denied, Decided: true, Cached: true}
+	return true
+}
+
+// remember stores in the over-limit cache the store's denials of the
+// enforced checks (or the shadow ones), asked when the engine's clock read
+// now. A key that appears twice is not stored: its second decision saw the
+// first's cost.
+func (e *Engine) remember(checks []Check, out []Outcome, now int64, shadow bool) {
+	for i := range checks {
+		c, o := &checks[i], &out[i]
+		if c.Shadow != shadow || c.NoCache || o.Verdict != Denied || !o.Decided || o.Cached || o.Local {
+			continue
+		}
+		twice := false
+		for j := range checks {
+			if j != i && checks[j].Key == c.Key && checks[j].Shadow == shadow {
+				twice = true
+				break
+			}
+		}
+		if !twice {
+			e.cache.store(c.Key, c.Limit, c.cost(), o.Decision, now, o.epoch)
+		}
+	}
+}

@@ -2,6 +2,9 @@ package decide
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -21,6 +24,36 @@ func (e *Engine) Reset(ctx context.Context, key string, limit floodgate.Limit) e
 		err = lerr
 	}
 	return err
+}
+
+// refund gives back every cost the store holds for a request that is not
+// admitted, even if the caller has gone away.
+func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
+	var cancel context.CancelFunc
+	for i := range out {
+		o := &out[i]
+		if !o.taken {
+			continue
+		}
+		if cancel == nil {
+			ctx = context.WithoutCancel(ctx)
+			cancel = func() {}
+			if e.timeout > 0 {
+				ctx, cancel = context.WithTimeout(ctx, e.timeout)
+			}
+			defer cancel()
+		}
+		c := &checks[i]
+		store, limit := e.giveBackTo(c, o)
+		if err := e.refundTo(ctx, store, c.Key, limit, c.cost()); err != nil {
+			e.warn.Warn(ctx, "floodgate: refund failed: a request that was not admitted keeps the quota it took",
+				slog.String("rule", c.Rule), slog.String("error", err.Error()))
+			o.taken = false
+			o.RefundErr = fmt.Errorf("rule %q: refund: %w", c.Rule, err)
+			continue
+		}
+		o.giveBack(c.cost())
+	}
 }
 
 // Refund gives back n units of quota under limit for key in the store
@@ -57,4 +90,20 @@ func (e *Engine) CacheStats() CacheStats {
 		return CacheStats{}
 	}
 	return e.cache.stats()
+}
+
+// clockFunc is a floodgate.Clock reading a func.
+type clockFunc func() time.Time
+
+// Now returns f().
+func (f clockFunc) Now() time.Time { return f() }
+
+// micros returns the engine's clock in microseconds since New: monotonic
+// when the clock is time.Now, so a stepped wall clock moves no cache entry
+// (and one clock read, not two).
+func (e *Engine) micros() int64 {
+	if e.system {
+		return time.Since(e.start).Microseconds()
+	}
+	return e.now().Sub(e.start).Microseconds()
 }

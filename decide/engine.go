@@ -275,22 +275,6 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// clockFunc is a floodgate.Clock reading a func.
-type clockFunc func() time.Time
-
-// Now returns f().
-func (f clockFunc) Now() time.Time { return f() }
-
-// micros returns the engine's clock in microseconds since New: monotonic
-// when the clock is time.Now, so a stepped wall clock moves no cache entry
-// (and one clock read, not two).
-func (e *Engine) micros() int64 {
-	if e.system {
-		return time.Since(e.start).Microseconds()
-	}
-	return e.now().Sub(e.start).Microseconds()
-}
-
 // UnavailableRetryAfter returns the retry delay of a request that a
 // fail-closed check could not decide (Options.UnavailableRetryAfter).
 func (e *Engine) UnavailableRetryAfter() time.Duration { return e.unavailable }
@@ -397,57 +381,6 @@ func (e *Engine) decideShadows(ctx context.Context, checks []Check, out []Outcom
 	}
 	if e.cache != nil {
 		e.remember(checks, out, now, true)
-	}
-}
-
-// cached answers from the over-limit cache every enforced check it holds a
-// denial for, noting the others' cache epochs, and reports whether one was
-// denied: then the request is, without asking the store.
-func (e *Engine) cached(checks []Check, out []Outcome, now int64) bool {
-	hit := false
-	for i := range checks {
-		if c := &checks[i]; !c.Shadow && out[i].Err == nil && e.cachedOne(c, &out[i], now) {
-			hit = true
-		}
-	}
-	return hit
-}
-
-// cachedOne answers c from the over-limit cache if it holds a denial for
-// it, and otherwise notes the key's cache epoch in o.
-func (e *Engine) cachedOne(c *Check, o *Outcome, now int64) bool {
-	if c.NoCache {
-		return false
-	}
-	d, ok, epoch := e.cache.lookup(c.Key, c.Limit, c.cost(), now)
-	if !ok {
-		o.epoch = epoch
-		return false
-	}
-	*o = Outcome{Decision: d, Verdict: Denied, Decided: true, Cached: true}
-	return true
-}
-
-// remember stores in the over-limit cache the store's denials of the
-// enforced checks (or the shadow ones), asked when the engine's clock read
-// now. A key that appears twice is not stored: its second decision saw the
-// first's cost.
-func (e *Engine) remember(checks []Check, out []Outcome, now int64, shadow bool) {
-	for i := range checks {
-		c, o := &checks[i], &out[i]
-		if c.Shadow != shadow || c.NoCache || o.Verdict != Denied || !o.Decided || o.Cached || o.Local {
-			continue
-		}
-		twice := false
-		for j := range checks {
-			if j != i && checks[j].Key == c.Key && checks[j].Shadow == shadow {
-				twice = true
-				break
-			}
-		}
-		if !twice {
-			e.cache.store(c.Key, c.Limit, c.cost(), o.Decision, now, o.epoch)
-		}
 	}
 }
 
@@ -624,36 +557,6 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
 			o.Decision.Remaining == r.Outcomes[m].Decision.Remaining && o.Decision.ResetAfter > r.Outcomes[m].Decision.ResetAfter {
 			r.Deciding = i
 		}
-	}
-}
-
-// refund gives back every cost the store holds for a request that is not
-// admitted, even if the caller has gone away.
-func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
-	var cancel context.CancelFunc
-	for i := range out {
-		o := &out[i]
-		if !o.taken {
-			continue
-		}
-		if cancel == nil {
-			ctx = context.WithoutCancel(ctx)
-			cancel = func() {}
-			if e.timeout > 0 {
-				ctx, cancel = context.WithTimeout(ctx, e.timeout)
-			}
-			defer cancel()
-		}
-		c := &checks[i]
-		store, limit := e.giveBackTo(c, o)
-		if err := e.refundTo(ctx, store, c.Key, limit, c.cost()); err != nil {
-			e.warn.Warn(ctx, "floodgate: refund failed: a request that was not admitted keeps the quota it took",
-				slog.String("rule", c.Rule), slog.String("error", err.Error()))
-			o.taken = false
-			o.RefundErr = fmt.Errorf("rule %q: refund: %w", c.Rule, err)
-			continue
-		}
-		o.giveBack(c.cost())
 	}
 }
 
