@@ -79,10 +79,12 @@ func (m *FailureMode) UnmarshalText(b []byte) error {
 type Verdict uint8
 
 const (
-	// Admitted: within every enforced limit, or a fail-open check could not
-	// be decided.
+	// Admitted: within every enforced limit (for a FailLocal check the
+	// store could not decide, within its local share), or a fail-open check
+	// could not be decided.
 	Admitted Verdict = iota
-	// Denied: over a limit. Nothing was consumed.
+	// Denied: over a limit (or a cached denial's, or a FailLocal check's
+	// local share). Nothing was consumed.
 	Denied
 	// Unavailable: the store could not decide in time and a fail-closed
 	// check needed it.
