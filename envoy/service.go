@@ -46,9 +46,17 @@ type Options struct {
 	// in the reference; a rule file turns them on for its domain with
 	// response_headers: true.
 	ResponseHeaders bool
-	// Clock tells the time for X-RateLimit-Reset (an absolute time) and log
-	// throttling. Nil: the system clock. Decisions take the store's time.
+	// Clock tells the time for X-RateLimit-Reset (an absolute time), log
+	// throttling and the over-limit cache. Nil: the system clock. Decisions
+	// take the store's time.
 	Clock floodgate.Clock
+	// OverLimitCache turns on and bounds the engine's over-limit cache
+	// (decide.Options.OverLimitCache): envoyproxy/ratelimit's
+	// LOCAL_CACHE_SIZE_IN_BYTES is its MaxBytes. The zero value: off, as
+	// in the reference, so that a request denied by one descriptor still
+	// reports every other descriptor's remaining quota; with the cache on,
+	// a request a cached denial answers reports only that descriptor's.
+	OverLimitCache decide.CacheOptions
 }
 
 // logInterval is the least time between two log lines about failures.
@@ -96,7 +104,11 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine, err := decide.New(store, decide.Options{Logger: opts.Logger, LogInterval: logInterval, Now: now})
+	if opts.OverLimitCache == (decide.CacheOptions{}) {
+		opts.OverLimitCache.Disabled = true
+	}
+	engine, err := decide.New(store, decide.Options{Logger: opts.Logger, LogInterval: logInterval, Now: now,
+		OverLimitCache: opts.OverLimitCache})
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
@@ -334,7 +346,7 @@ func (s *Service) failureOf(r *Rule) failure {
 // request that was not admitted: it happens whatever the request's verdict.
 func (s *Service) giveBack(ctx context.Context, d *descriptor) {
 	r := d.rule
-	d.err = s.store.RefundN(ctx, d.key, r.Limit, min(d.cost, r.Limit.Quota))
+	d.err = s.engine.Refund(ctx, d.key, r.Limit, min(d.cost, r.Limit.Quota))
 	if d.err != nil && ctx.Err() == nil {
 		s.metrics.storeErrors.Inc()
 		s.warn.Warn(ctx, "floodgate: giving back is_negative_hits failed; the key keeps the hits it counted",

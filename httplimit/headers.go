@@ -56,6 +56,9 @@ func (l *Limiter) writeHeaders(h http.Header, rules []*rule, res *decide.Result)
 			}
 		}
 	}
+	if res.LocalFallback() {
+		h[ratelimitheader.HeaderFallback] = []string{ratelimitheader.FallbackLocal}
+	}
 	var most *ratelimitheader.Policy
 	var d floodgate.Decision
 	if res.Deciding >= 0 {

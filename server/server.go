@@ -56,9 +56,13 @@ type Options struct {
 	// UnavailableRetryAfter is the Retry-After of a 503 from a fail-closed
 	// rule. Zero: decide.DefaultUnavailableRetryAfter.
 	UnavailableRetryAfter time.Duration
-	// Clock tells the time for X-RateLimit-Reset and log throttling. Nil:
-	// the system clock. Decisions take the store's time.
+	// Clock tells the time for X-RateLimit-Reset, log throttling, the
+	// over-limit cache and the local fallback. Nil: the system clock.
+	// Decisions take the store's time.
 	Clock floodgate.Clock
+	// OverLimitCache bounds the engine's over-limit cache, or turns it off
+	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
+	OverLimitCache decide.CacheOptions
 }
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
@@ -97,6 +101,7 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		UnavailableRetryAfter: opts.UnavailableRetryAfter,
 		Logger:                opts.Logger,
 		Now:                   now,
+		OverLimitCache:        opts.OverLimitCache,
 	})
 	if err != nil {
 		return nil, err
@@ -105,7 +110,7 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(opts.Registry)
+	m, err := newMetrics(opts.Registry, engine)
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +249,10 @@ type CheckResponse struct {
 	// rule's fail-open mode admitted the request. Remaining, RetryAfterMs
 	// and ResetAfterMs are then unknown: zero here, left out of the JSON.
 	StoreUnavailable bool `json:"store_unavailable,omitempty"`
+	// LocalFallback is set when the store could not decide and this
+	// instance decided alone, at the rule's local share (failure mode
+	// local): Limit is the local limit.
+	LocalFallback bool `json:"local_fallback,omitempty"`
 }
 
 // MarshalJSON leaves out of a fail-open answer (StoreUnavailable) the
@@ -275,6 +284,7 @@ func NewCheckResponse(r Rule, res *decide.Result) CheckResponse {
 		Shadow:           r.Shadow,
 		ShadowDenied:     r.Shadow && o.Decided && o.Verdict == decide.Denied,
 		StoreUnavailable: o.Verdict == decide.Unavailable,
+		LocalFallback:    o.Local,
 	}
 	if o.Decided {
 		d := o.Decision
@@ -411,6 +421,9 @@ func (p *policy) writeHeaders(h http.Header, rl *rule, res *decide.Result, now t
 	if rl.Shadow {
 		return
 	}
+	if res.LocalFallback() {
+		h[ratelimitheader.HeaderFallback] = []string{ratelimitheader.FallbackLocal}
+	}
 	var most *ratelimitheader.Policy
 	var d floodgate.Decision
 	if res.Deciding >= 0 {
@@ -440,7 +453,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	err := s.store.Reset(r.Context(), rl.keys.Key(*req.Key), rl.Limit)
+	err := s.engine.Reset(r.Context(), rl.keys.Key(*req.Key), rl.Limit)
 	s.metrics.storeLatency.WithLabelValues("reset").Observe(time.Since(start).Seconds())
 	if err != nil {
 		status := http.StatusInternalServerError
@@ -462,8 +475,10 @@ type RuleInfo struct {
 	WindowMs    int64  `json:"window_ms"`
 	Refill      int64  `json:"refill,omitempty"`
 	FailureMode string `json:"failure_mode"`
-	Shadow      bool   `json:"shadow"`
-	Description string `json:"description"`
+	// LocalShare is the rule's local share under failure mode local.
+	LocalShare  float64 `json:"local_share,omitempty"`
+	Shadow      bool    `json:"shadow"`
+	Description string  `json:"description"`
 }
 
 func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
@@ -475,6 +490,7 @@ func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
 		info := RuleInfo{
 			Name: rl.Name, Algorithm: rl.Limit.Algorithm.String(), Limit: rl.Limit.Quota,
 			WindowMs: rl.Limit.Window.Milliseconds(), FailureMode: rl.Failure.String(), Shadow: rl.Shadow,
+			LocalShare:  rl.LocalShare,
 			Description: rl.Description,
 		}
 		if rl.Limit.Algorithm == floodgate.TokenBucket {

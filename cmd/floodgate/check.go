@@ -107,7 +107,7 @@ func decideHere(ctx context.Context, cfg *config.Config, ruleName, key string, c
 		return server.CheckResponse{}, err
 	}
 	res := engine.Decide(ctx, []decide.Check{{Rule: rule.Name, Key: decide.StoreKey("", rule.Name, key),
-		Limit: rule.Limit, Cost: cost, Failure: rule.Failure, Shadow: rule.Shadow}})
+		Limit: rule.Limit, Cost: cost, Failure: rule.Failure, LocalShare: rule.LocalShare, Shadow: rule.Shadow}})
 	switch res.Verdict {
 	case decide.Unavailable:
 		return server.CheckResponse{}, fmt.Errorf("store unavailable, and rule %q fails closed: the server would answer 503: %w", rule.Name, res.Err())
@@ -130,6 +130,9 @@ func printCheck(w io.Writer, r server.CheckResponse, key string, cost int64) {
 		return
 	case r.ShadowDenied:
 		verdict = "allowed (shadow rule: would have denied)"
+	}
+	if r.LocalFallback {
+		verdict += " (store unavailable: decided alone at the rule's local share)"
 	}
 	fmt.Fprintf(w, "%s: rule %s (limit %d), key %q, cost %d: remaining %d, retry after %s, reset after %s\n",
 		verdict, r.Rule, r.Limit, key, cost, r.Remaining,

@@ -64,7 +64,15 @@ const (
 	HeaderRemaining  = "X-Ratelimit-Remaining"
 	HeaderReset      = "X-Ratelimit-Reset"
 	HeaderRetryAfter = "Retry-After"
+	// HeaderFallback, with the value FallbackLocal, says that the store
+	// was unavailable and this instance decided alone, at its local share
+	// of the limit (a FailLocal rule): the other headers describe that
+	// local limit.
+	HeaderFallback = "Floodgate-Fallback"
 )
+
+// FallbackLocal is HeaderFallback's value.
+const FallbackLocal = "local"
 
 // Order lists the headers in the order front ends that emit a list (Envoy's
 // response_headers_to_add) send them.
