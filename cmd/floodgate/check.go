@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -47,6 +48,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--config and --url exclude each other: --url asks a server that has its own config")
 	case *tokenFile != "" && *url == "":
 		return usageErr("--token-file applies to --url only")
+	case !utf8.ValidString(*key):
+		return usageErr("--key is not valid UTF-8; the server accepts only UTF-8 keys, so no such key is ever counted")
 	}
 	if *cost < 1 {
 		return fmt.Errorf("--cost %d must be at least 1", *cost)

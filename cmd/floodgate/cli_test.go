@@ -235,6 +235,9 @@ func TestCheckURL(t *testing.T) {
 	if _, stderr, code := cli(t, "check", "--url", base, "--config", "x.yaml", "--rule", "login", "--key", "k"); code != 2 || !strings.Contains(stderr, "exclude each other") {
 		t.Errorf("--url with --config: exit %d %s", code, stderr)
 	}
+	if _, stderr, code := cli(t, "check", "--rule", "login", "--key", "a\xffb"); code != 2 || !strings.Contains(stderr, "UTF-8") {
+		t.Errorf("a key that is not UTF-8: exit %d %s", code, stderr)
+	}
 	// Deciding here on the memory store says so.
 	if out, stderr, code := cli(t, "check", "--rule", "login", "--key", "k"); code != 0 || !strings.Contains(out, "allowed") || !strings.Contains(stderr, "decides alone") {
 		t.Errorf("memory check: exit %d\n%s\n%s", code, out, stderr)
