@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -211,5 +212,5 @@ func (e *Error) Err() error {
 	default:
 		return fmt.Errorf("floodgate server: %s: %s", e.Kind, e.Detail)
 	}
-	return fmt.Errorf("%w: floodgate server: %s", sentinel, e.Detail)
+	return fmt.Errorf("%w: floodgate server: %s", sentinel, strings.TrimPrefix(e.Detail, sentinel.Error()+": "))
 }
