@@ -51,8 +51,8 @@ func (testService) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest, str
 
 // serveOpts configures a test server.
 type serveOpts struct {
-	bufconn  bool                         // an in-memory listener instead of loopback TCP
-	register func(*grpc.Server)           // more services
+	bufconn  bool                          // an in-memory listener instead of loopback TCP
+	register func(*grpc.Server)            // more services
 	unary    []grpc.UnaryServerInterceptor // before the limiter
 	dial     []grpc.DialOption
 }
