@@ -40,16 +40,14 @@ func PeerAddress(e *clientip.Extractor) KeyFunc {
 			return "", clientip.ErrNoAddress
 		}
 		var h http.Header
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if v := md["x-forwarded-for"]; len(v) > 0 {
-				h = http.Header{"X-Forwarded-For": v}
+		if v := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for"); len(v) > 0 {
+			h = http.Header{"X-Forwarded-For": v}
+		}
+		if v := metadata.ValueFromIncomingContext(ctx, "forwarded"); len(v) > 0 {
+			if h == nil {
+				h = http.Header{}
 			}
-			if v := md["forwarded"]; len(v) > 0 {
-				if h == nil {
-					h = http.Header{}
-				}
-				h["Forwarded"] = v
-			}
+			h["Forwarded"] = v
 		}
 		a, err := e.Resolve(p.Addr.String(), h)
 		if err != nil {
@@ -65,8 +63,7 @@ func PeerAddress(e *clientip.Extractor) KeyFunc {
 func Metadata(name string) KeyFunc {
 	name = strings.ToLower(name)
 	return func(ctx context.Context, _ string) (string, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md[name]; len(v) > 0 {
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
 			return strings.TrimSpace(v[0]), nil
 		}
 		return "", nil

@@ -60,14 +60,18 @@ func (l *Limiter) metadata(rules []*rule, res *decide.Result) metadata.MD {
 	if res.Deciding >= 0 && !rules[res.Deciding].shadow {
 		most, d = &rules[res.Deciding].policy, res.Outcomes[res.Deciding].Decision
 	}
-	h := make(http.Header, 6)
+	h := make(http.Header, len(ratelimitheader.Order)+1)
 	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.clock.Now())
 	if len(h) == 0 {
 		return nil
 	}
-	md := make(metadata.MD, len(h)+1)
-	for k, v := range h {
-		md[metadataKeys[k]] = v
+	// The same map, its keys renamed to the metadata's lower case.
+	md := metadata.MD(h)
+	for _, k := range ratelimitheader.Order {
+		if v, ok := h[k]; ok {
+			delete(h, k)
+			md[metadataKeys[k]] = v
+		}
 	}
 	if !d.Allowed && most != nil {
 		md[MetadataPushback] = []string{pushback(d.RetryAfter)}
