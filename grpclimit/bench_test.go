@@ -21,7 +21,7 @@ import (
 // grpc.SetHeader and SetTrailer work on a call that no server runs.
 type transportStream struct{ header, trailer metadata.MD }
 
-func (s *transportStream) Method() string                 { return "/grpc.testing.TestService/UnaryCall" }
+func (s *transportStream) Method() string                  { return "/grpc.testing.TestService/UnaryCall" }
 func (s *transportStream) SetHeader(md metadata.MD) error  { s.header = md; return nil }
 func (s *transportStream) SendHeader(md metadata.MD) error { s.header = md; return nil }
 func (s *transportStream) SetTrailer(md metadata.MD) error { s.trailer = md; return nil }
