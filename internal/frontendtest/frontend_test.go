@@ -1,6 +1,7 @@
 // Package frontendtest holds the test that ties the front ends together: the
 // same rules and the same request sequence through the net/http middleware,
-// the gRPC interceptors, the server's API, its forward auth and Envoy's
+// the gRPC interceptors, the middleware on the remote store (through a
+// server's store API), the server's API, its forward auth and Envoy's
 // rate-limit service must give the same decisions and byte-identical
 // rate-limit headers (metadata, for gRPC), on the memory store and on real
 // Redis.
@@ -38,6 +39,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/remotestore"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -142,6 +144,26 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 
 	grpcClient := grpcFrontEnd(t, newStore("grpc"), clock)
 
+	// The middleware again, deciding through the remote store with a
+	// server's store API (the server's store follows the test's clock, as
+	// the others do).
+	storeSrv, err := server.New(newStore("remote"), server.Policy{}, server.Options{StoreAPI: &server.StoreAPI{}, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeAPI := httptest.NewServer(storeSrv.Handler())
+	t.Cleanup(storeAPI.Close)
+	remote, err := remotestore.New(remotestore.Config{URL: storeAPI.URL, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remote.Close)
+	remoteLim, err := httplimit.New(httplimit.Config{Store: remote, Rules: mwRules, Clock: clock, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remoteMW := remoteLim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+
 	return []frontEnd{
 		{"grpc interceptor", true, func(t *testing.T, client int, names []string) answer {
 			var pairs []string
@@ -174,6 +196,18 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 			mw.ServeHTTP(w, r)
 			if w.Code != http.StatusNoContent && w.Code != http.StatusTooManyRequests {
 				t.Fatalf("middleware: status %d", w.Code)
+			}
+			return fromHeader(w.Code == http.StatusNoContent, w.Header())
+		}},
+		{"middleware on remotestore", true, func(t *testing.T, client int, names []string) answer {
+			r := httptest.NewRequest(http.MethodGet, "http://app.example/", nil)
+			for _, n := range names {
+				r.Header.Set("X-"+n, fmt.Sprint("client-", client))
+			}
+			w := httptest.NewRecorder()
+			remoteMW.ServeHTTP(w, r)
+			if w.Code != http.StatusNoContent && w.Code != http.StatusTooManyRequests {
+				t.Fatalf("middleware on remotestore: status %d: %s", w.Code, w.Body)
 			}
 			return fromHeader(w.Code == http.StatusNoContent, w.Header())
 		}},
