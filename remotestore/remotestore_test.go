@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -216,5 +217,48 @@ func TestNamespace(t *testing.T) {
 		if _, err := server.New(store, server.Policy{}, server.Options{StoreAPI: &server.StoreAPI{Namespace: ns}}); err == nil || !strings.Contains(err.Error(), "Namespace") {
 			t.Errorf("namespace %q: %v, want an error naming Namespace", ns, err)
 		}
+	}
+}
+
+// TestKeepAlive: calls reuse their connections: 32 concurrent callers
+// making 50 calls each open about one connection each, not one per call.
+func TestKeepAlive(t *testing.T) {
+	srv, err := server.New(memory.New(), server.Policy{}, server.Options{StoreAPI: &server.StoreAPI{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int64
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	s := newStore(t, remotestore.Config{URL: ts.URL, Timeout: 10 * time.Second})
+	const callers, each = 32, 50
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				d, err := s.Allow(t.Context(), "shared", floodgate.PerHour(1000))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 1000 {
+		t.Errorf("admitted %d of %d, want exactly 1000", got, callers*each)
+	}
+	if got := conns.Load(); got > 2*callers {
+		t.Fatalf("%d calls opened %d connections, want at most %d: keep-alive is not working", callers*each, got, 2*callers)
 	}
 }
