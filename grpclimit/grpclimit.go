@@ -57,6 +57,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
@@ -242,6 +243,7 @@ type rule struct {
 	keys     decide.KeySpace
 	check    decide.Check // the engine's check, but for its Key
 	policy   ratelimitheader.Policy
+	quota    *anypb.Any // the QuotaFailure detail of a denial
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
@@ -364,6 +366,9 @@ func compileRule(i int, r Rule, keyPrefix string, peerKey KeyFunc) (rule, error)
 	var err error
 	if cr.policy, err = ratelimitheader.ForLimit(r.Name, r.Limit); err != nil {
 		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be serialized", Err: err}
+	}
+	if cr.quota, err = quotaFailure(r.Name, r.Limit); err != nil {
+		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be marshalled into a QuotaFailure", Err: err}
 	}
 	return cr, nil
 }

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate"
@@ -91,23 +93,26 @@ func retryAfterMD(d time.Duration) metadata.MD {
 	return metadata.MD{MetadataRetryAfter: {ratelimitheader.RetryAfter(d)}, MetadataPushback: {pushback(d)}}
 }
 
+// quotaFailure returns a rule's QuotaFailure detail, marshalled once when
+// the rule is loaded.
+func quotaFailure(name string, l floodgate.Limit) (*anypb.Any, error) {
+	return anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+		Subject:     "rule:" + name,
+		Description: fmt.Sprintf("the call exceeds the quota of rule %q: %s", name, l),
+		QuotaId:     name,
+		QuotaValue:  l.Quota,
+	}}})
+}
+
 // denied is the status of a call over ru's limit: ResourceExhausted with a
 // RetryInfo of the exact delay and a QuotaFailure naming the rule.
 func denied(ru *rule, d floodgate.Decision) error {
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limit exceeded: rule %q (%s); retry after %s", ru.name, ru.limit, d.RetryAfter))
-	st, err := st.WithDetails(
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)},
-		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-			Subject:     "rule:" + ru.name,
-			Description: fmt.Sprintf("the call exceeds the quota of rule %q: %s", ru.name, ru.limit),
-			QuotaId:     ru.name,
-			QuotaValue:  ru.limit.Quota,
-		}}},
-	)
-	if err != nil { // cannot happen: both details marshal
-		return status.Error(codes.ResourceExhausted, fmt.Sprintf("rate limit exceeded: rule %q", ru.name))
+	msg := "rate limit exceeded: rule " + strconv.Quote(ru.name) + "; retry after " + d.RetryAfter.String()
+	retry, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
+	if err != nil { // cannot happen: a RetryInfo marshals
+		return status.Error(codes.ResourceExhausted, msg)
 	}
-	return st.Err()
+	return status.FromProto(&spb.Status{Code: int32(codes.ResourceExhausted), Message: msg, Details: []*anypb.Any{retry, ru.quota}}).Err()
 }
 
 // unavailable is the status of a call that the fail-closed rule named rule
