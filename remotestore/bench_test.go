@@ -3,7 +3,9 @@ package remotestore_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
@@ -26,7 +28,8 @@ import (
 // floodgate server (server.Handler with the store API, on a loopback HTTP
 // listener in the same process) whose store is the same redisstore, and
 // "remote-memory" the same server over its memory store (the HTTP hop
-// alone). 10,000 random identities under a token bucket that admits most
+// alone), and "remote-constant" the remote store against a handler that
+// answers one fixed decision (the floor of the hop). 10,000 random identities under a token bucket that admits most
 // calls, at 1, 16 and 64 concurrent callers. Besides ns/op it reports
 // decisions/s and p50-µs, p99-µs of one AllowN call. Run it with:
 //
@@ -55,6 +58,22 @@ func BenchmarkStores(b *testing.B) {
 		b.Cleanup(s.Close)
 		return s
 	}
+	// The floor of the HTTP hop: the remote store against a handler that
+	// answers one fixed decision.
+	constant := func() floodgate.Store {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header()["Content-Type"] = []string{"application/json"}
+			_, _ = io.WriteString(w, `{"allowed":true,"limit":100,"remaining":99,"retry_after_us":0,"reset_after_us":10000}`+"\n")
+		}))
+		b.Cleanup(ts.Close)
+		s, err := remotestore.New(remotestore.Config{URL: ts.URL, Timeout: time.Second, MaxIdleConns: 128})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(s.Close)
+		return s
+	}
 	stores := []struct {
 		name  string
 		store floodgate.Store
@@ -62,6 +81,7 @@ func BenchmarkStores(b *testing.B) {
 		{"redis", rs},
 		{"remote", remote(rs)},
 		{"remote-memory", remote(memory.New())},
+		{"remote-constant", constant()},
 	}
 	ids := make([]string, 10000)
 	for i := range ids {
