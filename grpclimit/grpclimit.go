@@ -19,8 +19,8 @@
 // or whole services) and how to key a call: the peer's address by default
 // (with the x-forwarded-for metadata believed only from trusted proxies, and
 // IPv6 grouped by prefix, as package clientip does for HTTP), a metadata
-// value, an identity an authentication interceptor put in the context, or a
-// combination. A call passes only if every rule that applies allows it;
+// value, the verified client certificate's identity, an identity an
+// authentication interceptor put in the context, or a combination. A call passes only if every rule that applies allows it;
 // the rules are decided together by the decide engine every front end
 // shares, all or nothing. A stream is checked when it starts, and a rule
 // with a MessageCost counts the messages the server receives on it

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
@@ -100,5 +101,29 @@ func Combine(fns ...KeyFunc) KeyFunc {
 			keypart.Join(&b, i, k)
 		}
 		return b.String(), nil
+	}
+}
+
+// ClientCertificate keys calls by the identity of the client's verified TLS
+// certificate: its first URI subject alternative name (a SPIFFE ID such as
+// "spiffe://example.org/billing"), or else its subject's common name. The
+// rule does not apply to calls without a verified client certificate (a
+// server whose tls.Config does not verify client certificates never has
+// one).
+func ClientCertificate() KeyFunc {
+	return func(ctx context.Context, _ string) (string, error) {
+		p, ok := peer.FromContext(ctx)
+		if !ok {
+			return "", nil
+		}
+		info, ok := p.AuthInfo.(credentials.TLSInfo)
+		if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+			return "", nil
+		}
+		leaf := info.State.VerifiedChains[0][0]
+		if len(leaf.URIs) > 0 {
+			return leaf.URIs[0].String(), nil
+		}
+		return leaf.Subject.CommonName, nil
 	}
 }
