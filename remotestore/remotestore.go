@@ -234,7 +234,8 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 // AllowBatch decides items as one request in one call to the server, whose
 // store decides them all or nothing. Items with an invalid limit or cost
 // get their error without a call and are otherwise skipped; when the call
-// fails, every other item gets its error. See floodgate.BatchStore. It
+// fails, every other item gets its error (so does every item of a batch of
+// more than 256 valid items, which the store API does not take). See floodgate.BatchStore. It
 // panics if results is shorter than items.
 func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
 	if len(results) < len(items) {
@@ -254,7 +255,13 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 		return
 	}
 	var resp storewire.BatchResponse
-	err := s.call(ctx, storewire.PathBatch, &req, &resp)
+	var err error
+	if len(idx) > storewire.MaxBatchItems {
+		// Not split: the halves would not be all or nothing.
+		err = fmt.Errorf("remotestore: a batch of %d items is over the store API's %d", len(idx), storewire.MaxBatchItems)
+	} else {
+		err = s.call(ctx, storewire.PathBatch, &req, &resp)
+	}
 	if err == nil && len(resp.Results) != len(idx) {
 		err = fmt.Errorf("remotestore: the server answered %d results for a batch of %d", len(resp.Results), len(idx))
 	}

@@ -262,3 +262,27 @@ func TestKeepAlive(t *testing.T) {
 		t.Fatalf("%d calls opened %d connections, want at most %d: keep-alive is not working", callers*each, got, 2*callers)
 	}
 }
+
+// TestBatchTooLong: a batch over the API's bound fails whole, without a
+// call, as a store error: splitting it would not be all or nothing.
+func TestBatchTooLong(t *testing.T) {
+	var calls atomic.Int64
+	url := apiServer(t, memory.New(), func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1); next.ServeHTTP(w, r) })
+	})
+	s := newStore(t, remotestore.Config{URL: url})
+	items := make([]floodgate.BatchItem, 257)
+	for i := range items {
+		items[i] = floodgate.BatchItem{Key: fmt.Sprint(i), Limit: floodgate.PerMinute(1), Cost: 1}
+	}
+	results := make([]floodgate.BatchResult, len(items))
+	s.AllowBatch(t.Context(), items, results)
+	for i, r := range results {
+		if r.Err == nil || isKind(r.Err) || r.Decision.Allowed {
+			t.Fatalf("item %d: %+v, want a store error", i, r)
+		}
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("%d calls, want none", calls.Load())
+	}
+}
