@@ -525,7 +525,7 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md me
 		return nil, nil
 	}
 	res := l.engine.DecideInto(ctx, checks, outcomesBuf[:])
-	l.count(ctx, rules, &res)
+	l.count(ctx, checks, rules, &res)
 	switch res.Verdict {
 	case decide.Admitted:
 		return l.metadata(rules, &res), nil
@@ -541,22 +541,23 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md me
 	}
 }
 
-// count updates the counters and calls the hooks for a call's outcomes.
-func (l *Limiter) count(ctx context.Context, rules []*rule, res *decide.Result) {
+// count updates the counters and calls the hooks for a request's outcomes.
+func (l *Limiter) count(ctx context.Context, checks []decide.Check, rules []*rule, res *decide.Result) {
+	gone := ctx.Err() != nil
 	for i := range res.Outcomes {
 		o, ru := &res.Outcomes[i], rules[i]
-		switch {
-		case errors.Is(o.Err, ErrKey):
+		switch res.Event(checks, i, gone) {
+		case decide.KeyFailed:
 			l.keyErrs.Add(1)
 			if l.onStoreError != nil {
 				l.onStoreError(ctx, ru.name, o.Err)
 			}
-		case o.Err != nil && o.Verdict != decide.Invalid && ctx.Err() == nil:
+		case decide.StoreFailed:
 			l.storeErrs.Add(1)
 			if l.onStoreError != nil {
 				l.onStoreError(ctx, ru.name, fmt.Errorf("grpclimit: rule %q: store: %w", ru.name, o.Err))
 			}
-		case ru.shadow && o.Decided && o.Verdict == decide.Denied:
+		case decide.ShadowDenied:
 			l.shadowed.Add(1)
 			if l.onShadowDeny != nil {
 				l.onShadowDeny(ctx, ru.name, o.Decision)
