@@ -73,7 +73,7 @@ func (r Rule) limit() (floodgate.Limit, *badKey) {
 	case r.Window != 0:
 		return floodgate.Limit{}, &badKey{"window", r.Window.String(), "does not apply to token_bucket; use capacity and refill"}
 	}
-	n, per, err := floodgate.ParseRate(r.Refill)
+	n, per, err := ParseRate(r.Refill)
 	if err != nil {
 		return floodgate.Limit{}, &badKey{"refill", fmt.Sprintf("%q", r.Refill), "is not a rate such as 10/s, 100/m, 5/h or 1/500ms"}
 	}

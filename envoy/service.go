@@ -64,7 +64,7 @@ type Service struct {
 	rules   atomic.Pointer[Rules]
 	failure failure // for rules whose file sets none
 	headers bool
-	clock   floodgate.Clock
+	now     func() time.Time // the Clock's Now, or time.Now
 	metrics *metrics
 	warn    *logthrottle.Logger
 }
@@ -80,8 +80,9 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Clock == nil {
-		opts.Clock = floodgate.SystemClock{}
+	now := time.Now
+	if opts.Clock != nil {
+		now = opts.Clock.Now
 	}
 	fail := errorMode
 	if opts.FailureMode != "" {
@@ -95,7 +96,7 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine, err := decide.New(store, decide.Options{Logger: opts.Logger, LogInterval: logInterval, Now: opts.Clock.Now})
+	engine, err := decide.New(store, decide.Options{Logger: opts.Logger, LogInterval: logInterval, Now: now})
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
@@ -104,9 +105,9 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		store:   store,
 		failure: fail,
 		headers: opts.ResponseHeaders,
-		clock:   opts.Clock,
+		now:     now,
 		metrics: m,
-		warn:    logthrottle.New(opts.Logger, logInterval, opts.Clock.Now),
+		warn:    logthrottle.New(opts.Logger, logInterval, now),
 	}
 	s.SetRules(rules)
 	return s, nil

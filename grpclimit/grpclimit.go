@@ -221,8 +221,8 @@ type Limiter struct {
 	skip         func(context.Context, string) bool
 	onStoreError func(context.Context, string, error)
 	onShadowDeny func(context.Context, string, floodgate.Decision)
-	clock        floodgate.Clock
-	anyMessages  bool // a rule counts stream messages
+	now          func() time.Time // the Clock's Now, or time.Now
+	anyMessages  bool             // a rule counts stream messages
 
 	denied    atomic.Uint64
 	shadowed  atomic.Uint64
@@ -275,13 +275,13 @@ func New(cfg Config) (*Limiter, error) {
 		skip:         cfg.Skip,
 		onStoreError: cfg.OnStoreError,
 		onShadowDeny: cfg.OnShadowDeny,
-		clock:        cfg.Clock,
+		now:          time.Now,
+	}
+	if cfg.Clock != nil {
+		l.now = cfg.Clock.Now
 	}
 	if l.skip == nil {
 		l.skip = SkipHealthAndReflection
-	}
-	if l.clock == nil {
-		l.clock = floodgate.SystemClock{}
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -292,7 +292,7 @@ func New(cfg Config) (*Limiter, error) {
 		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
 		Logger:                logger,
 		LogInterval:           cfg.LogInterval,
-		Now:                   l.clock.Now,
+		Now:                   l.now,
 	})
 	if err != nil {
 		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}

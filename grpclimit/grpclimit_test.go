@@ -28,6 +28,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/grpclimit"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/remotestore"
@@ -74,7 +75,7 @@ func TestConfigErrors(t *testing.T) {
 // RetryInfo and a QuotaFailure naming the rule, and every call carries the
 // rate-limit metadata.
 func TestUnary(t *testing.T) {
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_800_000_000, 0))
 	lim := newLimiter(t, grpclimit.Config{Store: memory.New(memory.WithClock(clock)), Clock: clock, Logger: discard,
 		Rules: []grpclimit.Rule{{Name: "per-peer", Limit: floodgate.PerMinute(3)}}})
 	client := testpb.NewTestServiceClient(serve(t, lim, serveOpts{}))

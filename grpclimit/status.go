@@ -63,7 +63,7 @@ func (l *Limiter) metadata(rules []*rule, res *decide.Result) metadata.MD {
 		most, d = &rules[res.Deciding].policy, res.Outcomes[res.Deciding].Decision
 	}
 	h := make(http.Header, len(ratelimitheader.Order)+1)
-	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.clock.Now())
+	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.now())
 	if len(h) == 0 {
 		return nil
 	}

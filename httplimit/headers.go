@@ -61,7 +61,7 @@ func (l *Limiter) writeHeaders(h http.Header, rules []*rule, res *decide.Result)
 	if res.Deciding >= 0 {
 		most, d = &rules[res.Deciding].policy, res.Outcomes[res.Deciding].Decision
 	}
-	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.clock.Now())
+	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.now())
 }
 
 // quotaTitle is the title of the quota-exceeded problem type, as the draft

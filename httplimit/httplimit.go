@@ -251,7 +251,7 @@ type Limiter struct {
 	onError      func(http.ResponseWriter, *http.Request, error)
 	onStoreError func(*http.Request, string, error)
 	onShadowDeny func(*http.Request, string, floodgate.Decision)
-	clock        floodgate.Clock
+	now          func() time.Time // the Clock's Now, or time.Now
 
 	denied    atomic.Uint64
 	shadowed  atomic.Uint64
@@ -288,10 +288,10 @@ func New(cfg Config) (*Limiter, error) {
 		onError:      cfg.ErrorHandler,
 		onStoreError: cfg.OnStoreError,
 		onShadowDeny: cfg.OnShadowDeny,
-		clock:        cfg.Clock,
+		now:          time.Now,
 	}
-	if l.clock == nil {
-		l.clock = floodgate.SystemClock{}
+	if cfg.Clock != nil {
+		l.now = cfg.Clock.Now
 	}
 	logger, every := cfg.Logger, cfg.LogInterval
 	if logger == nil {
@@ -305,7 +305,7 @@ func New(cfg Config) (*Limiter, error) {
 		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
 		Logger:                logger,
 		LogInterval:           every,
-		Now:                   l.clock.Now,
+		Now:                   l.now,
 	})
 	if err != nil {
 		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}

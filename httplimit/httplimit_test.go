@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/httplimit"
 )
 
@@ -386,7 +387,7 @@ func testRefundConcurrent(t *testing.T, newStore func(t *testing.T, c floodgate.
 				{Name: "mid", Limit: midLimit, Key: httplimit.Header("X-API-Key")},
 				{Name: "narrow", Limit: floodgate.NewLimit(alg, narrow, time.Minute), Key: constKey("all")},
 			}}
-			clock := floodgate.NewManualClock(epoch)
+			clock := clocktest.NewManual(epoch)
 			var store floodgate.Store
 			if newStore != nil {
 				store = newStore(t, clock)

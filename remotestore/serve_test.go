@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/remotestore"
 	"github.com/floodgate-rl/floodgate/storetest"
@@ -163,7 +164,7 @@ func TestServeRealClock(t *testing.T) {
 			t.Fatalf("denied with RetryAfter %s, want within the minute", d.RetryAfter)
 		}
 	}
-	timed := newStore(t, remotestore.Config{URL: url, Clock: floodgate.NewManualClock(storetest.Epoch)})
+	timed := newStore(t, remotestore.Config{URL: url, Clock: clocktest.NewManual(storetest.Epoch)})
 	d, err := timed.Allow(ctx, "user-2", l)
 	if err == nil || d.Allowed || isKind(err) {
 		t.Fatalf("a timed call to a server on its own clock = %+v, %v; want a store error of no sentinel kind", d, err)

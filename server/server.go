@@ -28,6 +28,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -67,7 +68,7 @@ type Options struct {
 type Server struct {
 	engine   *decide.Engine
 	store    floodgate.Store
-	clock    floodgate.Clock
+	now      func() time.Time // the Clock's Now, or time.Now
 	registry *prometheus.Registry
 	metrics  *metrics
 	policy   atomic.Pointer[policy]
@@ -88,8 +89,9 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 4096
 	}
-	if opts.Clock == nil {
-		opts.Clock = floodgate.SystemClock{}
+	now := time.Now
+	if opts.Clock != nil {
+		now = opts.Clock.Now
 	}
 	if store == nil {
 		return nil, &ConfigError{Field: "store", Value: "<nil>", Reason: "is required"}
@@ -98,7 +100,7 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		Timeout:               opts.Timeout,
 		UnavailableRetryAfter: opts.UnavailableRetryAfter,
 		Logger:                opts.Logger,
-		Now:                   opts.Clock.Now,
+		Now:                   now,
 	})
 	if err != nil {
 		return nil, err
@@ -114,7 +116,7 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	s := &Server{
 		engine:   engine,
 		store:    store,
-		clock:    opts.Clock,
+		now:      now,
 		registry: opts.Registry,
 		metrics:  m,
 		inFlight: make(chan struct{}, opts.MaxInFlight),
@@ -347,7 +349,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := NewCheckResponse(rl.Rule, &res)
-	p.writeHeaders(w.Header(), rl, &res, s.clock.Now())
+	p.writeHeaders(w.Header(), rl, &res, s.now())
 	status := http.StatusOK
 	if !res.Allowed() {
 		status = http.StatusTooManyRequests
@@ -463,7 +465,7 @@ func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
 			Description: rl.Description,
 		}
 		if rl.Limit.Algorithm == floodgate.TokenBucket {
-			info.Refill = rl.Limit.RefillTokens()
+			info.Refill = fixedpoint.Refill(rl.Limit.Quota, rl.Limit.Refill)
 		}
 		out.Rules = append(out.Rules, info)
 	}

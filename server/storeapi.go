@@ -44,14 +44,21 @@ type StoreAPI struct {
 	// and calls the store, one call at a time. It lets a client with its own
 	// clock (tests, simulations) decide at its time. Nil: calls that carry a
 	// time are refused, and the store reads its own clock.
-	Clock *floodgate.ManualClock
+	Clock SettableClock
+}
+
+// SettableClock is a clock the store API sets to each call's time before it
+// calls the store, which reads it (clocktest.Manual is one).
+type SettableClock interface {
+	// Set moves the clock to t.
+	Set(t time.Time)
 }
 
 // storeAPI is a StoreAPI checked and serving.
 type storeAPI struct {
 	store       floodgate.BatchStore
 	ns          string
-	clock       *floodgate.ManualClock
+	clock       SettableClock
 	mu          sync.Mutex // held around each call when clock is set
 	metrics     *metrics
 	unavailable time.Duration

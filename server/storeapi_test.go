@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -99,7 +99,7 @@ func TestStoreAPIOff(t *testing.T) {
 // TestStoreAPIClientClock: a server on the clients' clock decides at the
 // time each call carries, and needs one.
 func TestStoreAPIClientClock(t *testing.T) {
-	clock := floodgate.NewManualClock(time.Unix(0, 0))
+	clock := clocktest.NewManual(time.Unix(0, 0))
 	srv, err := server.New(memory.New(memory.WithClock(clock)), server.Policy{}, server.Options{StoreAPI: &server.StoreAPI{Clock: clock}})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -57,7 +58,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *storeAPIClientClock && !*storeAPI:
 		return errors.New("--store-api-client-clock needs --store-api")
 	case *storeAPIClientClock:
-		manual := floodgate.NewManualClock(time.Now())
+		manual := clocktest.NewManual(time.Now())
 		storeOpts, clock = &server.StoreAPI{Clock: manual}, manual
 	case *storeAPI:
 		storeOpts = &server.StoreAPI{}

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/grpclimit"
 	"github.com/floodgate-rl/floodgate/httplimit"
@@ -324,7 +325,7 @@ func sequence(moveTime bool) []step {
 	return s
 }
 
-func run(t *testing.T, newStore func(name string) floodgate.Store, clock *floodgate.ManualClock, moveTime bool) {
+func run(t *testing.T, newStore func(name string) floodgate.Store, clock *clocktest.Manual, moveTime bool) {
 	fes := frontEnds(t, newStore, clock)
 	denied := 0
 	for i, st := range sequence(moveTime) {
@@ -371,7 +372,7 @@ func run(t *testing.T, newStore func(name string) floodgate.Store, clock *floodg
 }
 
 func TestSameAnswerMemory(t *testing.T) {
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_800_000_000, 0))
 	run(t, func(string) floodgate.Store { return memory.New(memory.WithClock(clock)) }, clock, true)
 }
 
@@ -388,7 +389,7 @@ func TestSameAnswerRedisCluster(t *testing.T) {
 
 func runRedis(t *testing.T, mode redisstore.Mode, addrs []string) {
 	prefix := fmt.Sprintf("fe-%d:", time.Now().UnixNano())
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_800_000_000, 0))
 	run(t, func(name string) floodgate.Store {
 		s, err := redisstore.New(redisstore.Config{Mode: mode, Addrs: addrs, KeyPrefix: prefix + name + ":", Timeout: time.Second})
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 )
 
 // Mode selects the rate-limit headers. Whatever the mode, a denied request
@@ -111,7 +112,7 @@ func Window(l floodgate.Limit) int64 {
 	}
 	// ceil(Quota * Window / Refill), exact where it fits in 64 bits.
 	us := uint64(l.Window.Microseconds())
-	div := uint64(l.RefillTokens()) * 1e6
+	div := uint64(fixedpoint.Refill(l.Quota, l.Refill)) * 1e6
 	if hi, lo := bits.Mul64(uint64(l.Quota), us); hi == 0 {
 		return int64((lo + div - 1) / div) // lo < 2^64 - div: the quota is below 2^41
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -58,9 +59,9 @@ func (w Limit) Limit() (floodgate.Limit, error) {
 	if err != nil {
 		return floodgate.Limit{}, err
 	}
-	if w.WindowUs <= 0 || w.WindowUs > int64(floodgate.MaxWindow/time.Microsecond) {
+	if w.WindowUs > math.MaxInt64/int64(time.Microsecond) {
 		return floodgate.Limit{}, &floodgate.LimitError{Field: "Window", Value: fmt.Sprintf("%dµs", w.WindowUs),
-			Reason: fmt.Sprintf("must be between %s and %s", floodgate.MinWindow, floodgate.MaxWindow)}
+			Reason: "is longer than any limit accepts"}
 	}
 	l := floodgate.Limit{Algorithm: a, Quota: w.Quota, Window: time.Duration(w.WindowUs) * time.Microsecond, Refill: w.Refill}
 	return l, l.Validate()
