@@ -63,6 +63,9 @@ type Options struct {
 	// OverLimitCache bounds the engine's over-limit cache, or turns it off
 	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
 	OverLimitCache decide.CacheOptions
+	// StoreAPI, if not nil, serves the store API (POST /v1/store/...) for
+	// remote stores; see [StoreAPI]. Nil: off.
+	StoreAPI *StoreAPI
 }
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
@@ -75,6 +78,7 @@ type Server struct {
 	policy   atomic.Pointer[policy]
 	inFlight chan struct{}
 	routes   map[string]http.Handler
+	storeAPI *storeAPI // nil: off
 }
 
 // New returns a server deciding with store under p. The error names the
@@ -123,6 +127,11 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		inFlight: make(chan struct{}, opts.MaxInFlight),
 		routes:   opts.Routes,
 	}
+	if opts.StoreAPI != nil {
+		if s.storeAPI, err = newStoreAPI(opts.StoreAPI, store, m, engine.UnavailableRetryAfter()); err != nil {
+			return nil, err
+		}
+	}
 	s.policy.Store(pol)
 	return s, nil
 }
@@ -163,6 +172,7 @@ func (s *Server) CountReload(ok bool) {
 //	GET  /healthz           the process is up
 //	GET  /readyz            the store answers
 //	GET  /metrics           Prometheus metrics
+//	POST /v1/store/...      the store API, when Options.StoreAPI is set
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
@@ -177,6 +187,9 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	if s.storeAPI != nil {
+		s.storeAPI.register(mux)
+	}
 	for pattern, h := range s.routes {
 		mux.Handle(pattern, h)
 	}
