@@ -18,13 +18,16 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 }
 
 // RegisterHealth registers the standard gRPC health service
-// (grpc.health.v1.Health) on g, reporting SERVING for the server as a whole
-// ("") and for ServiceName. Call Shutdown on the result before a graceful
-// stop, so health checkers move traffic away first.
+// (grpc.health.v1.Health) on g, reporting SERVING for every name of
+// HealthNames: the server as a whole (""), "ratelimit" and ServiceName.
+// [Service.WatchHealth] makes it follow readiness. Call Shutdown on the
+// result before a graceful stop, so health checkers move traffic away
+// first.
 func RegisterHealth(g grpc.ServiceRegistrar) *health.Server {
 	h := health.NewServer()
-	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	h.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	for _, n := range HealthNames {
+		h.SetServingStatus(n, healthpb.HealthCheckResponse_SERVING)
+	}
 	healthpb.RegisterHealthServer(g, h)
 	return h
 }

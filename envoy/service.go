@@ -46,9 +46,46 @@ type Options struct {
 	// in the reference; a rule file turns them on for its domain with
 	// response_headers: true.
 	ResponseHeaders bool
-	// Clock tells the time for X-RateLimit-Reset (an absolute time) and log
+	// Clock tells the time for X-RateLimit-Reset (an absolute time), the
+	// duration_until_reset of answers the store was not asked about, and log
 	// throttling. Nil: the system clock. Decisions take the store's time.
 	Clock floodgate.Clock
+	// ShadowMode is envoyproxy/ratelimit's global SHADOW_MODE: every rule
+	// is decided and counted, each status says what it found, but the
+	// overall code is always OK.
+	ShadowMode bool
+	// QuotaMode is the global QUOTA_MODE: every rule is in quota mode
+	// (Rule.QuotaMode).
+	QuotaMode bool
+	// DynamicMetadata (RESPONSE_DYNAMIC_METADATA) sets each answer's
+	// dynamic_metadata as the reference does: the domain, the descriptors
+	// (entries as "key=value", limit, hitsAddend), the request's
+	// hitsAddend, quotaModeViolations and quotaModeEnabled.
+	DynamicMetadata bool
+	// PeerHeaders, if set (LIMIT_RESPONSE_HEADERS_ENABLED), adds the
+	// reference's three headers to every answer that has a limited
+	// descriptor, naming them as set here (empty names take the reference's
+	// defaults, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset).
+	PeerHeaders *PeerHeaders
+	// NearLimitRatio is the share of a quota past which hits count as
+	// near_limit in ratelimit_service_rate_limit_near_limit, as the
+	// reference's NEAR_LIMIT_RATIO. Zero: 0.8.
+	NearLimitRatio float64
+}
+
+// PeerHeaders names the reference's response headers.
+type PeerHeaders struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultNearLimitRatio is the reference's NEAR_LIMIT_RATIO default.
+const DefaultNearLimitRatio = 0.8
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // logInterval is the least time between two log lines about failures.
@@ -64,6 +101,11 @@ type Service struct {
 	rules   atomic.Pointer[Rules]
 	failure failure // for rules whose file sets none
 	headers bool
+	shadow  bool // global shadow mode
+	quota   bool // global quota mode
+	meta    bool
+	peerHdr *PeerHeaders
+	near    float64
 	clock   floodgate.Clock
 	metrics *metrics
 	warn    *logthrottle.Logger
@@ -91,6 +133,17 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		}
 		fail = f
 	}
+	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 {
+		return nil, fmt.Errorf("envoy: Options.NearLimitRatio %v is not between 0 and 1", opts.NearLimitRatio)
+	}
+	if opts.NearLimitRatio == 0 {
+		opts.NearLimitRatio = DefaultNearLimitRatio
+	}
+	var peerHdr *PeerHeaders
+	if h := opts.PeerHeaders; h != nil {
+		peerHdr = &PeerHeaders{Limit: cmpOr(h.Limit, "RateLimit-Limit"), Remaining: cmpOr(h.Remaining, "RateLimit-Remaining"),
+			Reset: cmpOr(h.Reset, "RateLimit-Reset")}
+	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -104,6 +157,11 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		store:   store,
 		failure: fail,
 		headers: opts.ResponseHeaders,
+		shadow:  opts.ShadowMode,
+		quota:   opts.QuotaMode,
+		meta:    opts.DynamicMetadata,
+		peerHdr: peerHdr,
+		near:    opts.NearLimitRatio,
 		clock:   opts.Clock,
 		metrics: m,
 		warn:    logthrottle.New(opts.Logger, logInterval, opts.Clock.Now),
@@ -119,7 +177,12 @@ func (s *Service) SetRules(r *Rules) {
 		r = &Rules{domains: map[string]*domain{}}
 	}
 	s.rules.Store(r)
+	s.metrics.loadSuccess.Inc()
 }
+
+// LoadFailed counts a reload whose rules did not load, so that the rules in
+// force stay (ratelimit_service_config_load_error).
+func (s *Service) LoadFailed() { s.metrics.loadError.Inc() }
 
 // Rules returns the rules in force.
 func (s *Service) Rules() *Rules { return s.rules.Load() }
@@ -141,6 +204,9 @@ type descriptor struct {
 	rule  *Rule
 	kind  kind
 	cost  int64
+	peek  bool    // hits_addend 0: check only
+	quota bool    // quota mode (the rule's or global): never OVER_LIMIT
+	over  bool    // kindCheck, quota or global shadow: the store found it over
 	check int     // kindCheck: the index of its decide.Check
 	fail  failure // kindCheck: what an outage means
 	err   error   // kindNegative: the give-back failed
@@ -191,7 +257,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	s.metrics.duration.Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:
-		s.metrics.requests.WithLabelValues(codeLabel(status.Code(err))).Inc()
+		c := status.Code(err)
+		s.metrics.requests.WithLabelValues(codeLabel(c)).Inc()
+		if c == codes.InvalidArgument {
+			s.metrics.callErrors.WithLabelValues("service_error").Inc()
+		} else {
+			s.metrics.callErrors.WithLabelValues("redis_error").Inc()
+		}
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
 		s.metrics.requests.WithLabelValues(codeOverLimit).Inc()
 	default:
@@ -223,27 +295,29 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	checks := checksBuf[:0]
-	blocked := false // a non-shadow rule blocks the request
+	blocked := false // an enforced rule blocks the request
 	for i := range ds {
 		d := &ds[i]
-		d.cost = hits(req, descs[i])
+		d.cost, d.peek = hits(req, descs[i])
 		r := d.rule
+		d.quota = r != nil && (r.QuotaMode || s.quota)
 		switch {
 		case d.kind != kindCheck: // no rule, or a replaced one
 		case r.Unlimited:
 			d.kind = kindUnlimited
 		case descs[i].GetIsNegativeHits():
 			d.kind = kindNegative
-			if !r.blocked() {
-				d.key = storeKey(dom.keys, descs[i])
+			if !r.blocked() && !d.peek {
+				d.key = storeKey(dom.keys, descs[i], r)
 			}
 		case r.blocked():
 			d.kind = kindBlocked
-			blocked = blocked || !r.ShadowMode
+			blocked = blocked || !(r.ShadowMode || d.quota || s.shadow || d.peek)
 		default:
 			d.check, d.fail = len(checks), s.failureOf(r)
-			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i]),
-				Limit: r.Limit, Cost: d.cost, Failure: d.fail.mode, Shadow: r.ShadowMode})
+			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i], r),
+				Limit: r.Limit, Cost: d.cost, CheckOnly: d.peek, Failure: d.fail.mode,
+				Shadow: r.ShadowMode || d.quota || s.shadow})
 		}
 	}
 	var outcomes [maxInline]decide.Outcome
@@ -268,19 +342,37 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
 	}
+	now := s.clock.Now()
+	var violations []int // quota-mode descriptors over their quota
 	for i := range ds {
-		st, outcome := s.status(&ds[i], &res)
+		d := &ds[i]
+		st, outcome := s.status(d, &res, now)
 		resp.Statuses[i] = st
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		switch {
+		case d.quota && d.over:
+			// Quota mode: over the quota is OK, without a reset.
+			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, nil
+			violations = append(violations, i)
+		case st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		s.count(req.GetDomain(), dom != nil, descs[i], ds[i].rule, outcome)
+		s.count(req.GetDomain(), dom != nil, descs[i], d, st, outcome)
 	}
 	if err := callError(ds, checks, &res); err != nil {
 		return nil, err
 	}
 	if s.headers || (dom != nil && dom.headers) {
 		resp.ResponseHeadersToAdd = s.responseHeaders(ds, &res)
+	}
+	if s.peerHdr != nil {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.peerHeaders(ds, resp, now)...)
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.metrics.globalShadow.Inc()
+	}
+	if s.meta {
+		resp.DynamicMetadata = dynamicMetadata(req, ds, violations)
 	}
 	return resp, nil
 }
@@ -388,13 +480,17 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// hits returns a descriptor's cost: its own hits_addend if set, else the
-// request's; 0 means 1.
-func hits(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
+// hits returns a descriptor's cost: its own hits_addend if set, where 0
+// means a check that takes nothing (peek), else the request's, where 0
+// means 1 (Envoy sends 0 when it sets none), as in the reference.
+func hits(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) (cost int64, peek bool) {
 	if h := d.GetHitsAddend(); h != nil {
-		return max(1, int64(min(h.GetValue(), math.MaxInt64)))
+		if h.GetValue() == 0 {
+			return 0, true
+		}
+		return int64(min(h.GetValue(), math.MaxInt64)), false
 	}
-	return max(1, int64(req.GetHitsAddend()))
+	return max(1, int64(req.GetHitsAddend())), false
 }
 
 // overrideRule builds the rule of a descriptor that carries its own limit
@@ -433,7 +529,12 @@ const keyNamespace = "rls|"
 // value apart, as the reference does. The entries are written key=value,
 // joined by '|', with '\', '|' and '=' escaped, so distinct descriptors
 // never share a key.
-func storeKey(keys decide.KeySpace, d *ratelimitv3.RateLimitDescriptor) string {
+//
+// An entry matched by a share_threshold wildcard is written key==pattern
+// (the value as the file writes it, such as "files*"), so every value the
+// wildcard matches shares one counter, as in the reference; no request's
+// own value can produce it, as a value's '=' is escaped.
+func storeKey(keys decide.KeySpace, d *ratelimitv3.RateLimitDescriptor, r *Rule) string {
 	var buf [128]byte // most keys are built on the stack
 	b := buf[:0]
 	for i, e := range d.GetEntries() {
@@ -442,6 +543,11 @@ func storeKey(keys decide.KeySpace, d *ratelimitv3.RateLimitDescriptor) string {
 		}
 		b = appendEscaped(b, e.GetKey())
 		b = append(b, '=')
+		if r != nil && r.shared && i < len(r.levels) && r.levels[i].share != "" {
+			b = append(b, '=')
+			b = appendEscaped(b, r.levels[i].share)
+			continue
+		}
 		b = appendEscaped(b, e.GetValue())
 	}
 	return keys.Key(string(b))
@@ -491,8 +597,13 @@ const (
 	outcomeSkipped         = "skipped"
 )
 
-// status turns a descriptor into its status and metric outcome.
-func (s *Service) status(d *descriptor, res *decide.Result) (*rlsv3.RateLimitResponse_DescriptorStatus, string) {
+// status turns a descriptor into its status and metric outcome. A status
+// the store decided carries its duration_until_reset; one that a rule
+// blocks (requests_per_unit 0) or whose cost is above the quota carries the
+// time until the rule's clock-aligned unit ends, as the reference reports
+// every duration. Outages, give-backs and descriptors the store was not
+// asked about carry none: nothing was counted.
+func (s *Service) status(d *descriptor, res *decide.Result, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, string) {
 	ok := rlsv3.RateLimitResponse_OK
 	over := rlsv3.RateLimitResponse_OVER_LIMIT
 	r := d.rule
@@ -503,45 +614,62 @@ func (s *Service) status(d *descriptor, res *decide.Result) (*rlsv3.RateLimitRes
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeReplaced
 	case kindUnlimited:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, LimitRemaining: math.MaxUint32}, outcomeUnlimited
-	case kindNegative:
-		outcome := outcomeRefunded
-		if d.err != nil {
-			outcome = outcomeError
-		}
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}, outcome
-	case kindBlocked:
-		if r.ShadowMode {
-			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}, outcomeShadowOverLimit
-		}
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: over, CurrentLimit: currentLimit(r)}, outcomeBlocked
 	}
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}
+	switch d.kind {
+	case kindNegative:
+		if d.err != nil {
+			return st, outcomeError
+		}
+		return st, outcomeRefunded
+	case kindBlocked:
+		st.DurationUntilReset = alignedReset(r.Unit, now)
+		switch {
+		case d.peek: // nothing counted: 0 is not over 0
+			return st, outcomeOK
+		case r.ShadowMode:
+			return st, outcomeShadowOverLimit
+		}
+		d.over = true
+		st.Code = over
+		return st, outcomeBlocked
+	}
 	o := &res.Outcomes[d.check]
 	switch {
 	case o.Decided:
 		st.LimitRemaining = uint32(min(o.Decision.Remaining, math.MaxUint32))
 		switch {
 		case o.Decision.Allowed:
-			st.DurationUntilReset = durationpb.New(o.Decision.ResetAfter)
+			switch {
+			case o.Decision.ResetAfter > 0:
+				st.DurationUntilReset = durationpb.New(o.Decision.ResetAfter)
+			case r.Limit.Algorithm == floodgate.FixedWindow:
+				// A check-only look at an empty fixed window: the
+				// window's end, as the reference reports it.
+				st.DurationUntilReset = alignedReset(r.Unit, now)
+			}
 			return st, outcomeOK
 		case r.ShadowMode:
 			st.DurationUntilReset = durationpb.New(o.Decision.RetryAfter)
 			return st, outcomeShadowOverLimit
 		}
+		d.over = true
 		st.Code = over
 		st.DurationUntilReset = durationpb.New(o.Decision.RetryAfter)
 		return st, outcomeOverLimit
 	case o.Verdict == decide.Invalid && errors.Is(o.Err, floodgate.ErrCostExceedsLimit):
 		// A cost above the quota can never be admitted.
+		st.DurationUntilReset = alignedReset(r.Unit, now)
 		if r.ShadowMode {
 			return st, outcomeShadowOverLimit
 		}
+		d.over = true
 		st.Code = over
 		return st, outcomeOverLimit
 	case o.Verdict == decide.Unavailable:
 		s.metrics.storeErrors.Inc()
 		switch {
-		case r.ShadowMode || d.fail.mode == decide.FailOpen:
+		case r.ShadowMode || d.quota || s.shadow || d.fail.mode == decide.FailOpen:
 			return st, outcomeFailOpen
 		case d.fail.call:
 			st.Code = over // unless it decides the request, which then fails
@@ -558,24 +686,164 @@ func (s *Service) status(d *descriptor, res *decide.Result) (*rlsv3.RateLimitRes
 	return st, outcomeSkipped
 }
 
-// currentLimit is a rule's limit as the answer reports it.
-func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
-	return &rlsv3.RateLimitResponse_RateLimit{Name: r.policyName(), RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
+// alignedReset is the time from now until the end of the clock-aligned
+// unit, as envoyproxy/ratelimit computes every duration_until_reset.
+func alignedReset(u rlsv3.RateLimitResponse_RateLimit_Unit, now time.Time) *durationpb.Duration {
+	w := UnitDuration(u)
+	if w <= 0 {
+		return nil
+	}
+	us := now.UnixMicro()
+	return durationpb.New(w - time.Duration(us%w.Microseconds())*time.Microsecond)
 }
 
-// count records one descriptor's outcome. Labels stay bounded by the
-// configuration: unknown domains share one label value, and request values
-// appear only for detailed_metric rules.
-func (s *Service) count(domainName string, known bool, d *ratelimitv3.RateLimitDescriptor, r *Rule, outcome string) {
+// currentLimit is a rule's limit as the answer reports it.
+func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
+	return &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
+}
+
+// count records one descriptor's outcome, in floodgate's metrics and in
+// the reference's. Labels stay bounded by the configuration: unknown
+// domains share one label value, and the keys made of request values (rules
+// with detailed_metric or value_to_metric, and limit overrides) are capped
+// at maxDynamicKeys, past which such rules count under their configured key.
+func (s *Service) count(domainName string, known bool, desc *ratelimitv3.RateLimitDescriptor, d *descriptor,
+	st *rlsv3.RateLimitResponse_DescriptorStatus, outcome string) {
 	if !known {
 		domainName = unknownLabel
 	}
-	desc := ""
-	if r != nil {
-		desc = r.Key
-		if r.DetailedMetric {
-			desc = metricKey(r.Domain, d)
+	r := d.rule
+	if r == nil || d.kind == kindReplaced {
+		s.metrics.descriptors.WithLabelValues(domainName, "", outcome).Inc()
+		return
+	}
+	key := s.metricKeyOf(r, desc)
+	s.metrics.descriptors.WithLabelValues(domainName, key, outcome).Inc()
+	if d.kind == kindUnlimited || d.kind == kindNegative {
+		return // the reference does not count them
+	}
+	rest := strings.TrimPrefix(key, r.Domain+".")
+	key1, key2, _ := strings.Cut(rest, ".")
+	if i := strings.IndexByte(key2, '.'); i >= 0 {
+		key2 = key2[:i]
+	}
+	add := func(stat int, n uint64) {
+		if n > 0 {
+			s.metrics.peer[stat].WithLabelValues(r.Domain, key1, key2).Add(float64(n))
 		}
 	}
-	s.metrics.descriptors.WithLabelValues(domainName, desc, outcome).Inc()
+	// The reference's arithmetic (limiter.BaseRateLimiter): its counter
+	// before and after this request's hits, from what remains.
+	q, h, rem := uint64(r.RequestsPerUnit), uint64(d.cost), uint64(min(st.GetLimitRemaining(), r.RequestsPerUnit))
+	near := uint64(math.Floor(float64(float32(q) * float32(s.near))))
+	add(statTotalHits, h)
+	switch outcome {
+	case outcomeOverLimit, outcomeBlocked, outcomeShadowOverLimit:
+		before := q - rem
+		after := before + h
+		if before >= q {
+			add(statOverLimit, h)
+		} else {
+			add(statOverLimit, after-q)
+			add(statNearLimit, q-max(near, before))
+		}
+		if r.ShadowMode || s.shadow {
+			if before >= q {
+				add(statShadowMode, h)
+			} else {
+				add(statShadowMode, after-q)
+			}
+		}
+	case outcomeOK:
+		after := q - rem
+		before := after - min(h, after)
+		if after > near {
+			if before >= near {
+				add(statNearLimit, h)
+			} else {
+				add(statNearLimit, after-near)
+			}
+		}
+		add(statWithinLimit, h)
+	}
+}
+
+// metricKeyOf names a matched descriptor in metrics as the reference does:
+// the rule's key, or for detailed_metric and value_to_metric rules and limit
+// overrides the key made of the request's values (while under the cap).
+func (s *Service) metricKeyOf(r *Rule, desc *ratelimitv3.RateLimitDescriptor) string {
+	var dynamic, static string
+	switch {
+	case r.override:
+		dynamic, static = r.Key, keysOnly(r.Domain, desc)
+	case r.DetailedMetric:
+		dynamic, static = detailedKey(r, desc), r.Key
+	case r.toMetric:
+		dynamic, static = valueToMetricKey(r, desc), r.Key
+	default:
+		return r.Key
+	}
+	if dynamic == static || s.metrics.dynamic.admit(dynamic) {
+		return dynamic
+	}
+	return static
+}
+
+// keysOnly is domain.key.key...: a limit override's bounded name.
+func keysOnly(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
+	var b strings.Builder
+	b.WriteString(domainName)
+	for _, e := range d.GetEntries() {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+	}
+	return b.String()
+}
+
+// detailedKey is the reference's detailed_metric key: every entry as
+// key_value, a share_threshold entry as key_pattern.
+func detailedKey(r *Rule, d *ratelimitv3.RateLimitDescriptor) string {
+	var b strings.Builder
+	b.WriteString(r.Domain)
+	for i, e := range d.GetEntries() {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		v := e.GetValue()
+		if i < len(r.levels) && r.levels[i].share != "" {
+			v = r.levels[i].share
+		}
+		b.WriteByte('_')
+		b.WriteString(v)
+	}
+	return b.String()
+}
+
+// valueToMetricKey is the reference's value_to_metric key: the configured
+// path, with the request's value at the levels that set value_to_metric
+// (but for share_threshold wildcards, which keep their pattern).
+func valueToMetricKey(r *Rule, d *ratelimitv3.RateLimitDescriptor) string {
+	var b strings.Builder
+	b.WriteString(r.Domain)
+	for i, e := range d.GetEntries() {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		v := ""
+		if i < len(r.levels) {
+			l := r.levels[i]
+			wildcard := strings.HasSuffix(l.value, "*")
+			switch {
+			case l.share != "":
+				v = l.share
+			case wildcard && l.toMetric, l.value == "" && l.toMetric:
+				v = e.GetValue()
+			default:
+				v = l.value
+			}
+		}
+		if v != "" {
+			b.WriteByte('_')
+			b.WriteString(v)
+		}
+	}
+	return b.String()
 }
