@@ -1,6 +1,8 @@
 # floodgate's developer and CI entry points. `make test` is what .ci/run runs.
 #
-#   make test       go vet, then the whole suite (-race) against the Redis harness
+#   make test       go vet, then the whole suite (-race) against the Redis harness, and
+#                   compat/envoyratelimit: floodgate beside the real envoyproxy/ratelimit
+#                   (built at its pinned version; its own spawned Redis servers)
 #   make bench      floodgate against its peers (bench/cmd/peerbench): rewrites the
 #                   "Peers" block of docs/PERFORMANCE.md and its charts in docs/img
 #                   (a few minutes; PEERBENCHFLAGS=-long for steadier figures)
@@ -47,7 +49,7 @@ endef
 all: test
 
 test: vet
-	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./...)
+	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./... && FLOODGATE_REQUIRE_REDIS=1 $(GO) -C compat/envoyratelimit test $(TESTFLAGS) ./...)
 
 # bench runs in the bench module (peer libraries never enter floodgate's
 # go.mod); -docs and -img are relative to it.
@@ -59,6 +61,7 @@ bench-go:
 
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) -C compat/envoyratelimit vet ./...
 
 fmt:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

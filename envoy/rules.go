@@ -174,6 +174,17 @@ type level struct {
 	share      string
 }
 
+// Shared returns the share_threshold pattern of the rule's descriptor at
+// level (0 for the first entry), such as "files/*", or "" when that
+// descriptor does not share: every value its wildcard matches counts under
+// the pattern, as one counter.
+func (r *Rule) Shared(level int) string {
+	if level < 0 || level >= len(r.levels) {
+		return ""
+	}
+	return r.levels[level].share
+}
+
 // setLevels records the rule's descriptor path.
 func (r *Rule) setLevels(levels []level) {
 	r.levels = levels
