@@ -31,12 +31,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logFormat := fs.String("log-format", "", "log format, text or json, overriding the config's log.format")
 	grpcListen := fs.String("grpc-listen", "", "Envoy rate-limit gRPC listen `address`, overriding the config's grpc_listen (default "+config.DefaultGRPCListen+"); given alone, serves with no rules")
 	envoyConfig := fs.String("envoy-config", "", "`folder` of envoyproxy/ratelimit rule files, overriding the config's envoy_config; starts the gRPC service")
+	envoyEnv := fs.Bool("envoy-env", false, "configure from envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...) instead of --config: a drop-in for its image")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	over := serveOverrides{listen: *listen, grpcListen: *grpcListen, envoyConfig: *envoyConfig, logFormat: *logFormat}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
+	var (
+		cfg    *config.Config
+		compat *envoyCompat
+		err    error
+	)
+	if *envoyEnv {
+		if *cfgPath != "" {
+			return fmt.Errorf("--envoy-env and --config exclude each other: the environment is the configuration")
+		}
+		if compat, err = readEnvoyEnv(os.LookupEnv, os.Environ()); err != nil {
+			return err
+		}
+		cfg = compat.cfg
+	} else if cfg, err = loadConfig(*cfgPath); err != nil {
 		return err
 	}
 	over.apply(cfg)
@@ -54,8 +67,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeStore()
 
+	for _, n := range compatNotes(compat) {
+		logger.Warn("envoyproxy/ratelimit environment: " + n)
+	}
 	reg := prometheus.NewRegistry()
-	rls, err := startRLS(cfg, store, logger, reg, *envoyConfig, *grpcListen)
+	rls, err := startRLS(cfg, store, cfg.Store.Type == config.StoreMemory, logger, reg, *envoyConfig, *grpcListen, compat)
 	if err != nil {
 		return err
 	}
@@ -189,6 +205,15 @@ func restartSettings(running, next *config.Config) []string {
 		}
 	}
 	return changed
+}
+
+// compatNotes returns what the environment asked that floodgate does
+// otherwise, for the start-up log.
+func compatNotes(c *envoyCompat) []string {
+	if c == nil {
+		return nil
+	}
+	return c.notes
 }
 
 func loadConfig(path string) (*config.Config, error) {

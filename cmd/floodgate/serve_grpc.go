@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,10 +14,14 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -23,28 +29,41 @@ import (
 )
 
 // rlsServer is the Envoy rate-limit service of floodgate serve: RLS v3 over
-// gRPC (with health and reflection) on its own address, and POST /json on
-// the HTTP API. A nil *rlsServer is a disabled one: its methods do nothing.
+// gRPC (with health and reflection) on its own address, and POST /json and
+// GET /healthcheck on the HTTP API. A nil *rlsServer is a disabled one: its
+// methods do nothing.
 type rlsServer struct {
-	addr   string
-	dir    string
-	svc    *envoy.Service
-	grpc   *grpc.Server
-	health *health.Server
-	logger *slog.Logger
-	hup    chan os.Signal
-	done   chan struct{}
-	once   sync.Once
+	addr    string
+	dir     string
+	load    envoy.LoadOptions
+	svc     *envoy.Service
+	grpc    *grpc.Server
+	health  *health.Server
+	logger  *slog.Logger
+	hup     chan os.Signal
+	done    chan struct{}
+	cancel  context.CancelFunc // ends the health and folder watches
+	metrics *http.Server       // USE_PROMETHEUS's listener, if any
+	rules   bool               // health requires loaded rules
+	once    sync.Once
 }
+
+// healthInterval is how often the gRPC health status is refreshed from
+// readiness.
+const healthInterval = 2 * time.Second
 
 // startRLS starts the Envoy rate-limit service when there is something to
 // serve: an envoy_config folder (the config key, or --envoy-config, which
 // overrides it), or an explicit --grpc-listen, which serves with no rules
 // (every answer OK, as for unknown domains) so a gateway can be wired up
 // before its rules are written. Otherwise it returns nil and no error. The
-// rules are read from the folder now and again on SIGHUP; a bad folder at
-// start is an error, and on SIGHUP keeps the rules in force.
-func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, reg prometheus.Registerer, envoyDir, grpcListen string) (*rlsServer, error) {
+// rules are read from the folder now, and again whenever the folder changes
+// (watched, as envoyproxy/ratelimit does, including a ConfigMap's link swap)
+// and on SIGHUP; a bad folder at start is an error, and later keeps the
+// rules in force and counts a config_load_error. compat, when set, is
+// envoyproxy/ratelimit's environment (serve --envoy-env).
+func startRLS(cfg *config.Config, store floodgate.Store, memoryStore bool, logger *slog.Logger, reg *prometheus.Registry,
+	envoyDir, grpcListen string, compat *envoyCompat) (*rlsServer, error) {
 	dir, addr := cfg.EnvoyConfig, cfg.GRPCListen
 	if envoyDir != "" {
 		dir = envoyDir
@@ -55,35 +74,116 @@ func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, re
 	if dir == "" && grpcListen == "" {
 		return nil, nil
 	}
+	var (
+		opts envoy.Options
+		load envoy.LoadOptions
+		gs   grpcSettings
+	)
+	if compat != nil {
+		opts, load, gs = compat.opts, compat.load, compat.grpc
+	}
+	opts.Logger, opts.Registerer = logger, reg
 	var rules *envoy.Rules
 	if dir != "" {
 		var err error
-		if rules, err = envoy.LoadDir(dir); err != nil {
-			return nil, err
+		if rules, err = envoy.Load(dir, load); err != nil {
+			if compat == nil || !compat.force {
+				return nil, err
+			}
+			logger.Warn("envoy rules did not load; starting without (FORCE_START_WITHOUT_INITIAL_CONFIG)", "envoy_config", dir, "err", err)
+			rules = nil
+		}
+		if len(rules.Skipped()) > 0 {
+			logger.Info("envoy rules: names starting with a dot and links to folders are not read", "skipped", strings.Join(rules.Skipped(), ","))
 		}
 	}
-	svc, err := envoy.New(store, rules, envoy.Options{Logger: logger, Registerer: reg})
+	if memoryStore {
+		logger.Warn("the Envoy rate-limit service decides on the in-process memory store: every replica admits the whole limit; " +
+			"set store.type to redis, redis-cluster or redis-sentinel to share limits")
+	}
+	svc, err := envoy.New(store, rules, opts)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", addr)
+	network := "tcp"
+	if gs.uds != "" {
+		network, addr = "unix", gs.uds
+		_ = os.Remove(addr) // a socket left by a previous run
+	}
+	var gopts []grpc.ServerOption
+	if gs.maxConnAge > 0 {
+		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: gs.maxConnAge, MaxConnectionAgeGrace: gs.maxConnAgeGrace}))
+	}
+	if cfg.TLS.CertFile != "" {
+		creds, err := grpcTLS(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		gopts = append(gopts, grpc.Creds(creds))
+	}
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc listen: %w", err)
 	}
-	g, h := envoy.NewGRPCServer(svc)
-	r := &rlsServer{addr: ln.Addr().String(), dir: dir, svc: svc, grpc: g, health: h, logger: logger, done: make(chan struct{})}
+	g, h := envoy.NewGRPCServer(svc, gopts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rlsServer{addr: ln.Addr().String(), dir: dir, load: load, svc: svc, grpc: g, health: h, logger: logger,
+		done: make(chan struct{}), cancel: cancel, rules: gs.requireRulesHealth}
 	go func() {
 		if err := g.Serve(ln); err != nil {
 			logger.Error("envoy rate-limit gRPC server stopped", "err", err)
 		}
 	}()
+	go svc.WatchHealth(ctx, h, r.rules, healthInterval)
 	if r.dir != "" {
 		r.hup = make(chan os.Signal, 1)
 		signal.Notify(r.hup, syscall.SIGHUP)
 		go r.reloadOnHUP()
+		go svc.Watch(ctx, r.dir, load, 0, func(rules *envoy.Rules) {
+			logger.Info("envoy rules reloaded: the folder changed", "envoy_config", r.dir, "domains", strings.Join(rules.Domains(), ","))
+		}, func(err error) {
+			logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
+		})
+	}
+	if compat != nil && compat.metrics != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+compat.metricsP, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mln, err := net.Listen("tcp", compat.metrics)
+		if err != nil {
+			r.stop()
+			return nil, fmt.Errorf("PROMETHEUS_ADDR: %w", err)
+		}
+		r.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = r.metrics.Serve(mln) }()
+		logger.Info("serving metrics (USE_PROMETHEUS)", "addr", mln.Addr().String(), "path", compat.metricsP)
 	}
 	logger.Info("serving envoy rate-limit service", "grpc_listen", r.addr, "envoy_config", r.dir, "domains", strings.Join(svc.Rules().Domains(), ","))
 	return r, nil
+}
+
+// grpcTLS returns the gRPC listener's credentials from the tls section:
+// its certificate and key, and with client_ca_file, mutual TLS.
+func grpcTLS(c config.TLS) (credentials.TransportCredentials, error) {
+	if c.KeyFile == "" {
+		return nil, fmt.Errorf("tls.key_file: is required with tls.cert_file")
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.ClientCAFile != "" {
+		pem, err := os.ReadFile(c.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.client_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.client_ca_file: %s holds no PEM certificate", c.ClientCAFile)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(tc), nil
 }
 
 // reloadOnHUP re-reads the rule folder on each SIGHUP until stop.
@@ -93,8 +193,9 @@ func (r *rlsServer) reloadOnHUP() {
 		case <-r.done:
 			return
 		case <-r.hup:
-			rules, err := envoy.LoadDir(r.dir)
+			rules, err := envoy.Load(r.dir, r.load)
 			if err != nil {
+				r.svc.LoadFailed()
 				r.logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
 				continue
 			}
@@ -104,12 +205,13 @@ func (r *rlsServer) reloadOnHUP() {
 	}
 }
 
-// routes returns the HTTP routes the Envoy service adds to the API: /json.
+// routes returns the HTTP routes the Envoy service adds to the API: /json,
+// and /healthcheck as envoyproxy/ratelimit serves it.
 func (r *rlsServer) routes() map[string]http.Handler {
 	if r == nil {
 		return nil
 	}
-	return map[string]http.Handler{"/json": r.svc.JSONHandler()}
+	return map[string]http.Handler{"/json": r.svc.JSONHandler(), "GET /healthcheck": r.svc.HealthHandler(r.rules, time.Second)}
 }
 
 // banner prints the gRPC address under serve's banner.
@@ -134,6 +236,10 @@ func (r *rlsServer) stop() {
 	}
 	r.once.Do(func() {
 		close(r.done)
+		r.cancel()
+		if r.metrics != nil {
+			_ = r.metrics.Close()
+		}
 		if r.hup != nil {
 			signal.Stop(r.hup)
 		}
