@@ -122,7 +122,9 @@ func (e *envReader) duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
-func (e *envReader) fail(format string, args ...any) { e.errs = append(e.errs, fmt.Sprintf(format, args...)) }
+func (e *envReader) fail(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
 
 // readEnvoyEnv maps the peer's environment (lookup, and environ to find
 // unknown variables) onto floodgate's settings. Defaults are the peer's.
