@@ -6,7 +6,6 @@ require github.com/envoyproxy/ratelimit v1.4.1-0.20260122083618-3fb702589d36
 
 require (
 	github.com/dunglas/httpsfv v1.1.2 // indirect
-	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/redis/rueidis v1.0.79 // indirect
 )
 
@@ -42,7 +41,7 @@ require (
 	github.com/mediocregopher/radix/v4 v4.1.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
-	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

@@ -3,8 +3,9 @@ package envoyratelimit
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
-	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,15 +14,10 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // step is one ShouldRateLimit call of a scenario: a domain and its
@@ -161,57 +157,50 @@ func (s step) request() *rlsv3.RateLimitRequest {
 	return r
 }
 
-// startFloodgate serves floodgate's Envoy service over gRPC on loopback,
-// with the rules of dir and the Redis at redisAddr.
-func startFloodgate(t *testing.T, dir, redisAddr string) (rlsv3.RateLimitServiceClient, *envoy.Rules, *prometheus.Registry) {
-	t.Helper()
-	rules, err := envoy.Load(dir, envoy.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := redisstore.New(redisstore.Config{Addrs: []string{redisAddr}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	reg := prometheus.NewRegistry()
-	svc, err := envoy.New(store, rules, envoy.Options{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, _ := envoy.NewGRPCServer(svc)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn), rules, reg
-}
-
 // TestSideBySide sends the peer's integration-test sequences to the real
-// envoyproxy/ratelimit and to floodgate, both on the peer's rule files and
-// each on a Redis of its own, and diffs every answer field by field.
-// floodgate's answers must equal the peer's, but where a listed
-// Difference applies; there they must equal what floodgate's documented
-// semantics give (a model of fixed windows that count admitted requests
-// only), which the test computes beside.
+// envoyproxy/ratelimit and to floodgate, both processes started with the
+// same environment of a peer deployment (floodgate as its drop-in,
+// serve --envoy-env), on the peer's rule files, each on a Redis of its own,
+// and diffs every answer field by field. floodgate's answers must equal
+// the peer's, but where a listed Difference applies; there they must equal
+// what floodgate's documented semantics give (a model of fixed windows
+// that count admitted requests only), which the test computes beside.
 func TestSideBySide(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs envoyproxy/ratelimit")
 	}
-	src := peerDir(t)
-	bin := buildPeer(t)
-	root := t.TempDir()
-	cfg := copyRules(t, src, root)
+	src, version, err := PeerSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("envoyproxy/ratelimit %s", version)
+	bins, err := binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerRoot, fgRoot := t.TempDir(), t.TempDir()
+	if _, err := CopyRules(src, peerRoot, RuleFiles); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := CopyRules(src, fgRoot, RuleFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := envoy.Load(cfg, envoy.LoadOptions{}) // RUNTIME_IGNOREDOTFILES=true
+	if err != nil {
+		t.Fatal(err)
+	}
 	peerRedis, fgRedis := redistest.Spawn(t), redistest.Spawn(t)
-	p := startPeer(t, bin, root, peerRedis.Addr)
-	fg, rules, reg := startFloodgate(t, cfg, fgRedis.Addr)
+	pp, err := FreePorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := FreePorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "envoyproxy/ratelimit", bins[0], Env(peerRoot, peerRedis.Addr, pp), pp)
+	fg := start(t, "floodgate", bins[1], Env(fgRoot, fgRedis.Addr, fp), fp, "serve", "--envoy-env")
 
 	diffs := map[string]int{}
 	for _, sc := range scenarios() {
@@ -222,7 +211,7 @@ func TestSideBySide(t *testing.T) {
 				what := fmt.Sprintf("step %d %s %v", i, s.domain, s.descs)
 				r := s.request()
 				pr, perr := p.client.ShouldRateLimit(context.Background(), r)
-				fr, ferr := fg.ShouldRateLimit(context.Background(), r)
+				fr, ferr := fg.client.ShouldRateLimit(context.Background(), r)
 				if perr != nil || ferr != nil {
 					t.Fatalf("%s: peer error %v, floodgate error %v", what, perr, ferr)
 				}
@@ -232,15 +221,37 @@ func TestSideBySide(t *testing.T) {
 		})
 	}
 	// value-included-in-stats-key-when-unspecified.sh: the detailed
-	// metric's over_limit, in the peer's Prometheus name.
-	if got := testutil.ToFloat64(mustCounter(t, reg, "ratelimit_service_rate_limit_over_limit", "rl", "unspec_unspecified_value", "")); got != 1 {
-		t.Errorf(`ratelimit_service_rate_limit_over_limit{domain="rl",key1="unspec_unspecified_value"} = %v, want 1 as the peer's script checks`, got)
+	// metric's over_limit, under the peer's Prometheus name.
+	metrics := get(t, "http://"+fg.http+"/metrics")
+	if line := `ratelimit_service_rate_limit_over_limit{domain="rl",key1="unspec_unspecified_value",key2=""} 1`; !strings.Contains(metrics, line) {
+		t.Errorf("floodgate's /metrics lacks %s, as the peer's script checks", line)
+	}
+	// Health as the peer's probes ask for it.
+	for _, svc := range []*service{p, fg} {
+		if body := get(t, "http://"+svc.http+"/healthcheck"); body != "OK" {
+			t.Errorf("GET %s/healthcheck = %q, want OK", svc.http, body)
+		}
 	}
 	for _, df := range Differences {
 		if n := diffs[df.Name]; n > 0 {
 			t.Logf("deliberate difference %s: %d fields", df.Name, n)
 		}
 	}
+}
+
+// get returns the body of a GET of url that answers 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, res.StatusCode, b)
+	}
+	return string(b)
 }
 
 // awaitWindow waits until a sequence of n steps can run inside one window
@@ -256,31 +267,6 @@ func awaitWindow(unit time.Duration, n int) {
 	if left < need || unit == time.Second {
 		time.Sleep(left + 5*time.Millisecond)
 	}
-}
-
-// mustCounter returns the registry's counter name with labels domain,
-// key1, key2.
-func mustCounter(t *testing.T, reg *prometheus.Registry, name, domain, key1, key2 string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			if l["domain"] == domain && l["key1"] == key1 && l["key2"] == key2 {
-				return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x", Help: "x"}, func() float64 { return m.GetCounter().GetValue() })
-			}
-		}
-	}
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x", Help: "x"}, func() float64 { return 0 })
 }
 
 // expected is the answer floodgate's semantics give for one descriptor,
