@@ -6,6 +6,7 @@
 #   make bench      floodgate against its peers (bench/cmd/peerbench): rewrites the
 #                   "Peers" block of docs/PERFORMANCE.md and its charts in docs/img
 #                   (a few minutes; PEERBENCHFLAGS=-long for steadier figures)
+#   make bench-envoy floodgate's Envoy service against envoyproxy/ratelimit (compat/envoyratelimit)
 #   make bench-go   every package's go test benchmarks, against the Redis harness
 #   make redis-up   start the Redis harness (scripts/redis-harness.sh)
 #   make redis-down stop it
@@ -44,7 +45,7 @@ define with_harness
 	exit $$rc
 endef
 
-.PHONY: all test bench bench-go vet fmt run redis-up redis-down
+.PHONY: all test bench bench-envoy bench-go vet fmt run redis-up redis-down
 
 all: test
 
@@ -55,6 +56,12 @@ test: vet
 # go.mod); -docs and -img are relative to it.
 bench:
 	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) -C bench run ./cmd/peerbench -docs ../docs/PERFORMANCE.md -img ../docs/img $(PEERBENCHFLAGS))
+	$(MAKE) bench-envoy
+
+# bench-envoy: floodgate's Envoy service against envoyproxy/ratelimit (its own
+# spawned Redis; docs/PERFORMANCE.md, "Envoy RLS against envoyproxy/ratelimit").
+bench-envoy:
+	$(GO) -C compat/envoyratelimit run ./cmd/rlsbench $(RLSBENCHFLAGS)
 
 bench-go:
 	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(BENCHFLAGS) $(PKGS))
