@@ -70,6 +70,10 @@ var envoyVars = []string{
 // prefix that the peer does not define is most likely a typo.
 var envoyFamilies = []string{"REDIS_", "GRPC_", "RUNTIME_", "LIMIT_", "MEMCACHE_", "CONFIG_GRPC_XDS_", "TRACING_", "PROMETHEUS_", "STATSD_", "XDS_CLIENT_"}
 
+// notEnvoy are variables of those families that other software reads (the
+// gRPC library's own), never typos of the peer's.
+var notEnvoy = []string{"GRPC_GO_", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "GRPC_TRACE", "GRPC_VERBOSITY", "GRPC_XDS_", "GRPC_ENFORCE_"}
+
 // envReader reads variables, collecting the errors, each naming its
 // variable, its value and what it must be.
 type envReader struct {
@@ -301,7 +305,7 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	// Unknown variables of the peer's families.
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if slices.Contains(envoyVars, name) {
+		if slices.Contains(envoyVars, name) || slices.ContainsFunc(notEnvoy, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
 		for _, p := range envoyFamilies {

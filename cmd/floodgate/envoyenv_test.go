@@ -108,6 +108,12 @@ func TestReadEnvoyEnv(t *testing.T) {
 		{"bad ratio", with(map[string]string{"NEAR_LIMIT_RATIO": "2"}), nil, `NEAR_LIMIT_RATIO="2" is not a number in (0, 1]`, ""},
 		{"tls without a key", with(map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c"}), nil, "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY", ""},
 		{"a typo is noted", with(map[string]string{"REDIS_TIMEOTU": "1s"}), nil, "", "REDIS_TIMEOTU is not a variable of envoyproxy/ratelimit"},
+		{"the gRPC library's variables are not the peer's", with(map[string]string{"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": "/x", "GRPC_GO_LOG_SEVERITY_LEVEL": "info"}),
+			func(t *testing.T, c *envoyCompat) {
+				if n := strings.Join(c.notes, "\n"); strings.Contains(n, "GRPC_DEFAULT_SSL") || strings.Contains(n, "GRPC_GO_") {
+					t.Errorf("notes %q", c.notes)
+				}
+			}, "", ""},
 		{"statsd is noted", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379"}, nil, "", "USE_STATSD: floodgate has no statsd sink"},
 	}
 	for _, tt := range tests {

@@ -88,6 +88,9 @@ func Env(runtimeRoot, redisAddr string, p Ports) []string {
 		"USE_STATSD=false", "DISABLE_STATS=true", "LOG_LEVEL=warn",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
 		"RUNTIME_ROOT="+runtimeRoot, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true",
+		// The peer watches the folder itself only so; by default it waits for
+		// RUNTIME_ROOT's symlink to be swapped. floodgate watches either way.
+		"RUNTIME_WATCH_ROOT=false",
 	)
 }
 

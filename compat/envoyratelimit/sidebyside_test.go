@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate/envoy"
@@ -178,15 +180,37 @@ func TestSideBySide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peerRoot, fgRoot := t.TempDir(), t.TempDir()
-	if _, err := CopyRules(src, peerRoot, RuleFiles); err != nil {
-		t.Fatal(err)
+	for _, set := range []struct {
+		name string
+		env  []string
+	}{
+		{"defaults", nil},
+		{"LIMIT_RESPONSE_HEADERS_ENABLED and RESPONSE_DYNAMIC_METADATA",
+			[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "RESPONSE_DYNAMIC_METADATA=true"}},
+	} {
+		t.Run(set.name, func(t *testing.T) { sideBySide(t, src, bins, set.env) })
 	}
-	cfg, err := CopyRules(src, fgRoot, RuleFiles)
+}
+
+// pair is the two services side by side, each with its rule folder.
+type pair struct {
+	peer, fg       *service
+	peerCfg, fgCfg string
+}
+
+// sideBySide runs every scenario against a new pair started with the
+// peer's environment plus env, then a reload of the rule folder.
+func sideBySide(t *testing.T, src string, bins [2]string, env []string) {
+	peerRoot, fgRoot := t.TempDir(), t.TempDir()
+	pc, err := CopyRules(src, peerRoot, RuleFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := envoy.Load(cfg, envoy.LoadOptions{}) // RUNTIME_IGNOREDOTFILES=true
+	fc, err := CopyRules(src, fgRoot, RuleFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := envoy.Load(fc, envoy.LoadOptions{}) // RUNTIME_IGNOREDOTFILES=true
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,43 +223,89 @@ func TestSideBySide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, "envoyproxy/ratelimit", bins[0], Env(peerRoot, peerRedis.Addr, pp), pp)
-	fg := start(t, "floodgate", bins[1], Env(fgRoot, fgRedis.Addr, fp), fp, "serve", "--envoy-env")
-
+	ps := pair{
+		peer:    start(t, "envoyproxy/ratelimit", bins[0], append(Env(peerRoot, peerRedis.Addr, pp), env...), pp),
+		fg:      start(t, "floodgate", bins[1], append(Env(fgRoot, fgRedis.Addr, fp), env...), fp, "serve", "--envoy-env"),
+		peerCfg: pc, fgCfg: fc,
+	}
 	diffs := map[string]int{}
 	for _, sc := range scenarios() {
 		t.Run(sc.name, func(t *testing.T) {
 			awaitWindow(sc.unit, len(sc.steps))
 			m := newModel(rules)
 			for i, s := range sc.steps {
-				what := fmt.Sprintf("step %d %s %v", i, s.domain, s.descs)
-				r := s.request()
-				pr, perr := p.client.ShouldRateLimit(context.Background(), r)
-				fr, ferr := fg.client.ShouldRateLimit(context.Background(), r)
-				if perr != nil || ferr != nil {
-					t.Fatalf("%s: peer error %v, floodgate error %v", what, perr, ferr)
-				}
-				want := m.apply(s)
-				compare(t, what, pr, fr, want, diffs)
+				ps.step(t, fmt.Sprintf("step %d %s %v", i, s.domain, s.descs), m, s, diffs)
 			}
 		})
 	}
 	// value-included-in-stats-key-when-unspecified.sh: the detailed
 	// metric's over_limit, under the peer's Prometheus name.
-	metrics := get(t, "http://"+fg.http+"/metrics")
+	metrics := get(t, "http://"+ps.fg.http+"/metrics")
 	if line := `ratelimit_service_rate_limit_over_limit{domain="rl",key1="unspec_unspecified_value",key2=""} 1`; !strings.Contains(metrics, line) {
 		t.Errorf("floodgate's /metrics lacks %s, as the peer's script checks", line)
 	}
 	// Health as the peer's probes ask for it.
-	for _, svc := range []*service{p, fg} {
+	for _, svc := range []*service{ps.peer, ps.fg} {
 		if body := get(t, "http://"+svc.http+"/healthcheck"); body != "OK" {
 			t.Errorf("GET %s/healthcheck = %q, want OK", svc.http, body)
 		}
 	}
+	t.Run("reload: a new file in the watched folder", func(t *testing.T) { ps.reload(t, src, rules) })
 	for _, df := range Differences {
 		if n := diffs[df.Name]; n > 0 {
 			t.Logf("deliberate difference %s: %d fields", df.Name, n)
 		}
+	}
+}
+
+// step sends one step to both and diffs the answers.
+func (ps *pair) step(t *testing.T, what string, m *model, s step, diffs map[string]int) {
+	t.Helper()
+	r := s.request()
+	pr, perr := ps.peer.client.ShouldRateLimit(context.Background(), r)
+	fr, ferr := ps.fg.client.ShouldRateLimit(context.Background(), r)
+	if perr != nil || ferr != nil {
+		t.Fatalf("%s: peer error %v, floodgate error %v", what, perr, ferr)
+	}
+	compare(t, what, pr, fr, m.apply(s), diffs)
+}
+
+// reload is the peer's testConfigReload: its reload.yaml written into both
+// watched folders is in force in both within a generous bound, and then
+// answers alike.
+func (ps *pair) reload(t *testing.T, src string, rules *envoy.Rules) {
+	data, err := os.ReadFile(filepath.Join(src, "test/integration/runtime/current/ratelimit/reload.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{ps.peerCfg, ps.fgCfg} {
+		if err := os.WriteFile(filepath.Join(dir, "reload.yaml"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh, err := envoy.Load(ps.fgCfg, envoy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("reload", d("key1=foo")).request()
+	for _, svc := range []*service{ps.peer, ps.fg} {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := svc.client.ShouldRateLimit(context.Background(), r)
+			if err == nil && resp.GetStatuses()[0].GetCurrentLimit() != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never loaded reload.yaml: %v %v", svc.http, resp, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	awaitWindow(time.Second, 3)
+	m := newModel(fresh)
+	diffs := map[string]int{}
+	for i, s := range []step{req("reload", d("key1=bar")), req("reload", d("block=x")), req("reload", d("one_per_minute=y"))} {
+		ps.step(t, fmt.Sprintf("reload step %d %v", i, s.descs), m, s, diffs)
 	}
 }
 
@@ -501,9 +571,31 @@ func compare(t *testing.T, what string, peer, fg *rlsv3.RateLimitResponse, want 
 	if !differs && peer.GetOverallCode() != fg.GetOverallCode() {
 		t.Errorf("%s: overall_code: peer %s, floodgate %s", what, peer.GetOverallCode(), fg.GetOverallCode())
 	}
-	if len(peer.GetResponseHeadersToAdd()) != len(fg.GetResponseHeadersToAdd()) {
-		t.Errorf("%s: response_headers_to_add: peer %v, floodgate %v", what, peer.GetResponseHeadersToAdd(), fg.GetResponseHeadersToAdd())
+	if differs {
+		return // the headers describe the statuses that differ
 	}
+	ph, fh := peer.GetResponseHeadersToAdd(), fg.GetResponseHeadersToAdd()
+	if len(ph) != len(fh) {
+		t.Errorf("%s: response_headers_to_add: peer %v, floodgate %v", what, ph, fh)
+	} else {
+		for i := range ph {
+			a, b := ph[i], fh[i]
+			if a.GetKey() != b.GetKey() || a.GetValue() != b.GetValue() && !(strings.HasSuffix(a.GetKey(), "Reset") && closeSeconds(a.GetValue(), b.GetValue())) {
+				t.Errorf("%s: response_headers_to_add[%d]: peer %s: %s, floodgate %s: %s", what, i, a.GetKey(), a.GetValue(), b.GetKey(), b.GetValue())
+			}
+		}
+	}
+	if !proto.Equal(peer.GetDynamicMetadata(), fg.GetDynamicMetadata()) {
+		t.Errorf("%s: dynamic_metadata: peer %v, floodgate %v", what, peer.GetDynamicMetadata(), fg.GetDynamicMetadata())
+	}
+}
+
+// closeSeconds reports whether two whole numbers of seconds are at most 1
+// apart (the two services read their clocks at different instants).
+func closeSeconds(a, b string) bool {
+	x, err1 := strconv.Atoi(a)
+	y, err2 := strconv.Atoi(b)
+	return err1 == nil && err2 == nil && x-y <= 1 && y-x <= 1
 }
 
 func describe(l *rlsv3.RateLimitResponse_RateLimit) string {
