@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -63,11 +64,24 @@ func LoadDir(dir string) (*Rules, error) { return Load(dir, LoadOptions{}) }
 // folder without any file is an error, so that a mistyped path is not taken
 // for "no limits".
 func Load(dir string, opts LoadOptions) (*Rules, error) {
-	var (
-		srcs    []Source
-		skipped []string
-	)
-	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+	srcs, skipped, err := readFolder(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(srcs) == 0 {
+		return nil, fmt.Errorf("envoy rules: no rule files in %s", dir)
+	}
+	r, err := ParseWith(opts, srcs...)
+	if err != nil {
+		return nil, err
+	}
+	r.skipped, r.hash = skipped, hashSources(srcs, nil)
+	return r, nil
+}
+
+// readFolder reads the files Load reads, and lists what it skips.
+func readFolder(dir string, opts LoadOptions) (srcs []Source, skipped []string, err error) {
+	err = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -98,17 +112,27 @@ func Load(dir string, opts LoadOptions) (*Rules, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("envoy rules: %w", err)
+		return nil, nil, fmt.Errorf("envoy rules: %w", err)
 	}
-	if len(srcs) == 0 {
-		return nil, fmt.Errorf("envoy rules: no rule files in %s", dir)
-	}
-	r, err := ParseWith(opts, srcs...)
+	return srcs, skipped, nil
+}
+
+// hashSources hashes the names and contents of srcs, or err when the
+// folder could not be read.
+func hashSources(srcs []Source, err error) [32]byte {
+	h := sha256.New()
 	if err != nil {
-		return nil, err
+		h.Write([]byte(err.Error()))
 	}
-	r.skipped = skipped
-	return r, nil
+	for _, s := range srcs {
+		h.Write([]byte(s.Name))
+		h.Write([]byte{0})
+		h.Write(s.Data)
+		h.Write([]byte{0})
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
 }
 
 // Parse compiles rule files, one domain each. It reports every problem it

@@ -235,6 +235,7 @@ type Rules struct {
 	domains map[string]*domain
 	sources []string
 	skipped []string
+	hash    [32]byte // of the files Load read; zero for Parse's
 }
 
 // domain is one file's compiled descriptor tree.
