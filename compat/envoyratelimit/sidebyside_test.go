@@ -181,14 +181,17 @@ func TestSideBySide(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, set := range []struct {
-		name string
-		env  []string
+		name   string
+		env    []string
+		global string
 	}{
-		{"defaults", nil},
+		{"defaults", nil, ""},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED and RESPONSE_DYNAMIC_METADATA",
-			[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "RESPONSE_DYNAMIC_METADATA=true"}},
+			[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "RESPONSE_DYNAMIC_METADATA=true"}, ""},
+		{"SHADOW_MODE", []string{"SHADOW_MODE=true"}, "shadow"},
+		{"QUOTA_MODE", []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"}, "quota"},
 	} {
-		t.Run(set.name, func(t *testing.T) { sideBySide(t, src, bins, set.env) })
+		t.Run(set.name, func(t *testing.T) { sideBySide(t, src, bins, set.env, set.global) })
 	}
 }
 
@@ -200,7 +203,7 @@ type pair struct {
 
 // sideBySide runs every scenario against a new pair started with the
 // peer's environment plus env, then a reload of the rule folder.
-func sideBySide(t *testing.T, src string, bins [2]string, env []string) {
+func sideBySide(t *testing.T, src string, bins [2]string, env []string, global string) {
 	peerRoot, fgRoot := t.TempDir(), t.TempDir()
 	pc, err := CopyRules(src, peerRoot, RuleFiles)
 	if err != nil {
@@ -232,7 +235,7 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string) {
 	for _, sc := range scenarios() {
 		t.Run(sc.name, func(t *testing.T) {
 			awaitWindow(sc.unit, len(sc.steps))
-			m := newModel(rules)
+			m := newModel(rules, global)
 			for i, s := range sc.steps {
 				ps.step(t, fmt.Sprintf("step %d %s %v", i, s.domain, s.descs), m, s, diffs)
 			}
@@ -250,7 +253,9 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string) {
 			t.Errorf("GET %s/healthcheck = %q, want OK", svc.http, body)
 		}
 	}
-	t.Run("reload: a new file in the watched folder", func(t *testing.T) { ps.reload(t, src, rules) })
+	if global == "" {
+		t.Run("reload: a new file in the watched folder", func(t *testing.T) { ps.reload(t, src, rules) })
+	}
 	for _, df := range Differences {
 		if n := diffs[df.Name]; n > 0 {
 			t.Logf("deliberate difference %s: %d fields", df.Name, n)
@@ -267,7 +272,8 @@ func (ps *pair) step(t *testing.T, what string, m *model, s step, diffs map[stri
 	if perr != nil || ferr != nil {
 		t.Fatalf("%s: peer error %v, floodgate error %v", what, perr, ferr)
 	}
-	compare(t, what, pr, fr, m.apply(s), diffs)
+	want, overall := m.apply(s)
+	compare(t, what, pr, fr, want, overall, diffs)
 }
 
 // reload is the peer's testConfigReload: its reload.yaml written into both
@@ -302,7 +308,7 @@ func (ps *pair) reload(t *testing.T, src string, rules *envoy.Rules) {
 		}
 	}
 	awaitWindow(time.Second, 3)
-	m := newModel(fresh)
+	m := newModel(fresh, "")
 	diffs := map[string]int{}
 	for i, s := range []step{req("reload", d("key1=bar")), req("reload", d("block=x")), req("reload", d("one_per_minute=y"))} {
 		ps.step(t, fmt.Sprintf("reload step %d %v", i, s.descs), m, s, diffs)
@@ -354,14 +360,15 @@ type expected struct {
 // peer's counters side by side, within one window: floodgate counts the
 // hits of admitted requests only, the peer every hit.
 type model struct {
+	global string // "shadow" (SHADOW_MODE), "quota" (QUOTA_MODE) or ""
 	rules  *envoy.Rules
 	fg     map[string]uint64
 	peer   map[string]uint64
 	rounds int
 }
 
-func newModel(rules *envoy.Rules) *model {
-	return &model{rules: rules, fg: map[string]uint64{}, peer: map[string]uint64{}}
+func newModel(rules *envoy.Rules, global string) *model {
+	return &model{global: global, rules: rules, fg: map[string]uint64{}, peer: map[string]uint64{}}
 }
 
 // counter names a descriptor's counter: the domain and entries, with a
@@ -380,8 +387,11 @@ func counter(domain string, r *envoy.Rule, entries []string) string {
 }
 
 // apply decides a step in the model and returns floodgate's expected
-// statuses.
-func (m *model) apply(s step) []expected {
+// statuses and overall code.
+func (m *model) apply(s step) ([]expected, rlsv3.RateLimitResponse_Code) {
+	if m.global != "" {
+		return m.applyGlobal(s)
+	}
 	n := len(s.descs)
 	rs := make([]*envoy.Rule, n)
 	var replaced []string
@@ -481,7 +491,89 @@ func (m *model) apply(s step) []expected {
 			out[i].differs = "denied-consumes-nothing"
 		}
 	}
-	return out
+	overall := rlsv3.RateLimitResponse_OK
+	for _, e := range out {
+		if e.code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			overall = e.code
+		}
+	}
+	return out, overall
+}
+
+// match returns the rules of a step's descriptors, without the replaced
+// ones, with each one's counter, hits and whether it only checks.
+func (m *model) match(s step) (rs []*envoy.Rule, keys []string, hits []uint64, peek []bool) {
+	n := len(s.descs)
+	rs, keys, hits, peek = make([]*envoy.Rule, n), make([]string, n), make([]uint64, n), make([]bool, n)
+	var replaced []string
+	for i, es := range s.descs {
+		entries := make([]envoy.Entry, len(es))
+		for j, e := range es {
+			k, v, _ := strings.Cut(e, "=")
+			entries[j] = envoy.Entry{Key: k, Value: v}
+		}
+		if rs[i] = m.rules.Match(s.domain, entries); rs[i] != nil {
+			replaced = append(replaced, rs[i].Replaces...)
+		}
+	}
+	for i, r := range rs {
+		if r != nil && r.Name != "" && contains(replaced, r.Name) {
+			rs[i] = nil
+		}
+		hits[i] = 1
+		if i < len(s.hits) && s.hits[i] >= 0 {
+			hits[i], peek[i] = uint64(s.hits[i]), s.hits[i] == 0
+		}
+		if rs[i] != nil && !rs[i].Unlimited {
+			keys[i] = counter(s.domain, rs[i], s.descs[i])
+		}
+	}
+	return rs, keys, hits, peek
+}
+
+// applyGlobal is apply under SHADOW_MODE or QUOTA_MODE: every rule is a
+// shadow check to floodgate's engine, each decided on its own; over the
+// limit a status is OVER_LIMIT (shadow) or OK without a reset (quota), and
+// the request is always OK.
+func (m *model) applyGlobal(s step) ([]expected, rlsv3.RateLimitResponse_Code) {
+	rs, keys, hits, peek := m.match(s)
+	out := make([]expected, len(rs))
+	for i, r := range rs {
+		e := &out[i]
+		e.code = rlsv3.RateLimitResponse_OK
+		switch {
+		case r == nil:
+			continue
+		case r.Unlimited:
+			e.unlimited, e.remaining = true, math.MaxUint32
+			continue
+		}
+		k, q, h := keys[i], uint64(r.RequestsPerUnit), hits[i]
+		e.limited, e.reset = true, true
+		if m.fg[k] != m.peer[k] {
+			e.differs = "denied-consumes-nothing"
+		}
+		fits := m.fg[k]+h <= q || peek[i]
+		switch {
+		case fits:
+			e.remaining = uint32(q - min(q, m.fg[k]+h))
+			m.fg[k] += h
+		case r.ShadowMode: // the rule's own shadow mode: OK
+			e.remaining = uint32(q - min(q, m.fg[k]))
+		default:
+			if h <= q {
+				e.remaining = uint32(q - min(q, m.fg[k]))
+			}
+			e.differs = "denied-consumes-nothing"
+			if m.global == "quota" {
+				e.reset = false
+			} else {
+				e.code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		m.peer[k] += h
+	}
+	return out, rlsv3.RateLimitResponse_OK
 }
 
 func anyHits(h []uint64) bool {
@@ -507,19 +599,15 @@ func contains(list []string, s string) bool {
 const resetSlack = 1500 * time.Millisecond
 
 // compare diffs the two answers field by field against the model.
-func compare(t *testing.T, what string, peer, fg *rlsv3.RateLimitResponse, want []expected, diffs map[string]int) {
+func compare(t *testing.T, what string, peer, fg *rlsv3.RateLimitResponse, want []expected, overall rlsv3.RateLimitResponse_Code, diffs map[string]int) {
 	t.Helper()
 	if len(peer.GetStatuses()) != len(want) || len(fg.GetStatuses()) != len(want) {
 		t.Fatalf("%s: %d statuses from the peer, %d from floodgate, want %d", what, len(peer.GetStatuses()), len(fg.GetStatuses()), len(want))
 	}
-	overall := rlsv3.RateLimitResponse_OK
 	differs := false
 	for i, w := range want {
 		ps, fs := peer.Statuses[i], fg.Statuses[i]
 		where := fmt.Sprintf("%s: statuses[%d]", what, i)
-		if w.code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			overall = w.code
-		}
 		// Against the model: always.
 		if fs.GetCode() != w.code {
 			t.Errorf("%s.code: floodgate %s, want %s", where, fs.GetCode(), w.code)
@@ -539,7 +627,7 @@ func compare(t *testing.T, what string, peer, fg *rlsv3.RateLimitResponse, want 
 				diffs[w.differs]++
 				differs = true
 			}
-			if w.code == rlsv3.RateLimitResponse_OVER_LIMIT && ps.GetCode() != w.code {
+			if w.code == rlsv3.RateLimitResponse_OVER_LIMIT && ps.GetCode() != w.code && ps.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 				t.Errorf("%s.code: floodgate %s, peer %s: floodgate's counters never run ahead of the peer's", where, fs.GetCode(), ps.GetCode())
 			}
 			continue
@@ -571,8 +659,18 @@ func compare(t *testing.T, what string, peer, fg *rlsv3.RateLimitResponse, want 
 	if !differs && peer.GetOverallCode() != fg.GetOverallCode() {
 		t.Errorf("%s: overall_code: peer %s, floodgate %s", what, peer.GetOverallCode(), fg.GetOverallCode())
 	}
-	if differs {
-		return // the headers describe the statuses that differ
+	applies := ""
+	for _, w := range want {
+		if w.differs != "" {
+			applies = w.differs
+		}
+	}
+	if differs || applies != "" {
+		// The headers and metadata describe counters that differ.
+		if !proto.Equal(peer.GetDynamicMetadata(), fg.GetDynamicMetadata()) || len(peer.GetResponseHeadersToAdd()) != len(fg.GetResponseHeadersToAdd()) {
+			diffs[applies]++
+		}
+		return
 	}
 	ph, fh := peer.GetResponseHeadersToAdd(), fg.GetResponseHeadersToAdd()
 	if len(ph) != len(fh) {
