@@ -74,7 +74,13 @@ type Options struct {
 
 // PeerHeaders names the reference's response headers.
 type PeerHeaders struct {
-	Limit, Remaining, Reset string
+	// Limit carries the requests_per_unit (LIMIT_LIMIT_HEADER).
+	Limit string
+	// Remaining carries the limit_remaining (LIMIT_REMAINING_HEADER).
+	Remaining string
+	// Reset carries the seconds until the unit's clock-aligned end
+	// (LIMIT_RESET_HEADER).
+	Reset string
 }
 
 // DefaultNearLimitRatio is the reference's NEAR_LIMIT_RATIO default.

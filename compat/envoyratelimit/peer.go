@@ -60,7 +60,11 @@ func Build(out string, peer bool) error {
 }
 
 // Ports are a service's loopback ports.
-type Ports struct{ GRPC, HTTP, Debug int }
+type Ports struct {
+	GRPC  int // GRPC_PORT: the RLS service
+	HTTP  int // PORT: POST /json, GET /healthcheck
+	Debug int // DEBUG_PORT (the peer's only)
+}
 
 // FreePorts returns three free loopback ports.
 func FreePorts() (Ports, error) {
