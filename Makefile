@@ -1,10 +1,13 @@
 # floodgate's developer and CI entry points. `make test` is what .ci/run runs.
 #
 #   make test       go vet, then the whole suite (-race) against the Redis harness
-#                   and real nginx and Caddy (installed by scripts/proxies.sh)
+#                   and real nginx and Caddy (installed by scripts/proxies.sh), and
+#                   compat/envoyratelimit: floodgate beside the real envoyproxy/ratelimit
+#                   (built at its pinned version; its own spawned Redis servers)
 #   make bench      floodgate against its peers (bench/cmd/peerbench): rewrites the
 #                   "Peers" block of docs/PERFORMANCE.md and its charts in docs/img
 #                   (a few minutes; PEERBENCHFLAGS=-long for steadier figures)
+#   make bench-envoy floodgate's Envoy service against envoyproxy/ratelimit (compat/envoyratelimit)
 #   make bench-go   every package's go test benchmarks, against the Redis harness
 #   make redis-up   start the Redis harness (scripts/redis-harness.sh)
 #   make redis-down stop it
@@ -45,24 +48,31 @@ define with_harness
 	exit $$rc
 endef
 
-.PHONY: all test bench bench-go vet fmt run redis-up redis-down
+.PHONY: all test bench bench-envoy bench-go vet fmt run redis-up redis-down
 
 all: test
 
 test: vet
 	scripts/proxies.sh ensure
-	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./...)
+	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./... && FLOODGATE_REQUIRE_REDIS=1 $(GO) -C compat/envoyratelimit test $(TESTFLAGS) ./...)
 
 # bench runs in the bench module (peer libraries never enter floodgate's
 # go.mod); -docs and -img are relative to it.
 bench:
 	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) -C bench run ./cmd/peerbench -docs ../docs/PERFORMANCE.md -img ../docs/img $(PEERBENCHFLAGS))
+	$(MAKE) bench-envoy
+
+# bench-envoy: floodgate's Envoy service against envoyproxy/ratelimit (its own
+# spawned Redis; docs/PERFORMANCE.md, "Envoy RLS against envoyproxy/ratelimit").
+bench-envoy:
+	$(GO) -C compat/envoyratelimit run ./cmd/rlsbench $(RLSBENCHFLAGS)
 
 bench-go:
 	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(BENCHFLAGS) $(PKGS))
 
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) -C compat/envoyratelimit vet ./...
 
 fmt:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -9,7 +9,8 @@ type BatchItem struct {
 	Key string
 	// Limit is the check's limit.
 	Limit Limit
-	// Cost is the request's cost, between 1 and Limit.Quota.
+	// Cost is the request's cost, between 1 and Limit.Quota (a check that
+	// takes nothing, cost 0, is AllowN's, not a batch's).
 	Cost int64
 }
 

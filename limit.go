@@ -270,7 +270,8 @@ var (
 	// ErrInvalidLimit means a Limit failed Validate; the error is a
 	// *LimitError naming the field.
 	ErrInvalidLimit = errors.New("floodgate: invalid limit")
-	// ErrInvalidCost means a cost below 1 was requested.
+	// ErrInvalidCost means a negative cost was requested (or, in a batch,
+	// a cost below 1).
 	ErrInvalidCost = errors.New("floodgate: invalid cost")
 	// ErrCostExceedsLimit means a cost above the limit's quota was
 	// requested: such a request can never be admitted, so the store says so

@@ -47,11 +47,26 @@ type Config struct {
 	// Headers selects the rate-limit response headers: both (default),
 	// ietf (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*) or none.
 	Headers string `yaml:"headers"`
+	// TLS names the listeners' certificate and key, and the CA that
+	// client certificates must chain to (mutual TLS). Plain fields: the
+	// listeners' TLS is serve's to wire.
+	TLS TLS `yaml:"tls"`
 
 	// Source names where the config came from (a path, or "built-in").
 	Source string `yaml:"-"`
 
 	lines yamlfield.Lines // the line of each path, from Parse
+}
+
+// TLS is the tls section: PEM files.
+type TLS struct {
+	// CertFile is the server's certificate chain.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is its private key.
+	KeyFile string `yaml:"key_file"`
+	// ClientCAFile, if set, makes clients present a certificate that
+	// chains to it.
+	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 // ClientIP configures how a client's address is found behind proxies

@@ -298,7 +298,7 @@ func (c *overLimitCache) stats() CacheStats {
 func (e *Engine) cached(checks []Check, out []Outcome, now int64) bool {
 	hit := false
 	for i := range checks {
-		if c := &checks[i]; !c.Shadow && out[i].Err == nil && e.cachedOne(c, &out[i], now) {
+		if c := &checks[i]; !c.Shadow && !c.CheckOnly && out[i].Err == nil && e.cachedOne(c, &out[i], now) {
 			hit = true
 		}
 	}
@@ -327,7 +327,7 @@ func (e *Engine) cachedOne(c *Check, o *Outcome, now int64) bool {
 func (e *Engine) remember(checks []Check, out []Outcome, now int64, shadow bool) {
 	for i := range checks {
 		c, o := &checks[i], &out[i]
-		if c.Shadow != shadow || c.NoCache || o.Verdict != Denied || !o.Decided || o.Cached || o.Local {
+		if c.Shadow != shadow || c.CheckOnly || c.NoCache || o.Verdict != Denied || !o.Decided || o.Cached || o.Local {
 			continue
 		}
 		twice := false

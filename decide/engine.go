@@ -66,6 +66,12 @@ type Check struct {
 	Limit floodgate.Limit
 	// Cost is the request's cost under the rule; 0 means 1.
 	Cost int64
+	// CheckOnly checks take nothing (Envoy's hits_addend 0): the store
+	// reports what the key holds (a cost of 0, see floodgate.Store.AllowN),
+	// and the check never denies. It is decided before the enforced
+	// checks, whatever they decide, and has nothing to give back; an outage
+	// follows its failure mode as for any check. Cost is ignored.
+	CheckOnly bool
 	// Failure says what an outage means for this check. A shadow check
 	// always fails open.
 	Failure FailureMode
@@ -90,6 +96,9 @@ type Check struct {
 
 // cost returns the check's cost: Cost, or 1 when Cost is 0.
 func (c *Check) cost() int64 {
+	if c.CheckOnly {
+		return 0
+	}
 	if c.Cost == 0 {
 		return 1
 	}
@@ -320,9 +329,11 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 			r.Outcomes[i] = Outcome{Verdict: Invalid, Err: err}
 			continue
 		}
-		if c.Shadow {
+		switch {
+		case c.CheckOnly:
+		case c.Shadow:
 			shadows++
-		} else {
+		default:
 			enforced++
 		}
 	}
@@ -336,10 +347,18 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 			enforced = 0 // denied from memory: the store is not asked
 		}
 	}
+	// Check-only checks (a cost of 0) read the store: they take nothing,
+	// so nothing about them is cached or given back.
+	for i := range checks {
+		if c := &checks[i]; c.CheckOnly && r.Outcomes[i].Err == nil {
+			e.allowOne(ctx, c, &r.Outcomes[i])
+			r.Outcomes[i].taken = false
+		}
+	}
 	switch {
 	case enforced == 1:
 		for i := range checks {
-			if !checks[i].Shadow && r.Outcomes[i].Err == nil {
+			if !checks[i].Shadow && !checks[i].CheckOnly && r.Outcomes[i].Err == nil {
 				e.allowOne(ctx, &checks[i], &r.Outcomes[i])
 			}
 		}
@@ -371,7 +390,7 @@ func (e *Engine) decideShadows(ctx context.Context, checks []Check, out []Outcom
 	}
 	for i := range checks {
 		c, o := &checks[i], &out[i]
-		if !c.Shadow || o.Err != nil {
+		if !c.Shadow || c.CheckOnly || o.Err != nil {
 			continue
 		}
 		if e.cache == nil || !e.cachedOne(c, o, now) {
@@ -397,6 +416,9 @@ func (e *Engine) verdictSoFar(checks []Check, r *Result) bool {
 }
 
 func checkCost(c *Check) error {
+	if c.CheckOnly {
+		return nil // the store validates the limit
+	}
 	if err := limitcheck.Cost(c.Limit, c.cost()); err != nil {
 		return fmt.Errorf("rule %q: %w", c.Rule, err)
 	}
@@ -416,7 +438,7 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 	var idxBuf [8]int
 	items, results, idx := itemsBuf[:0], resultsBuf[:0], idxBuf[:0]
 	for i := range checks {
-		if c := &checks[i]; !c.Shadow && out[i].Err == nil {
+		if c := &checks[i]; !c.Shadow && !c.CheckOnly && out[i].Err == nil {
 			items = append(items, floodgate.BatchItem{Key: c.Key, Limit: c.Limit, Cost: c.cost()})
 			results = append(results, floodgate.BatchResult{})
 			idx = append(idx, i)
@@ -429,7 +451,7 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 	}
 	// A denied batch took nothing: the store gave it back (but for items
 	// whose give-back failed, which keep their cost and a RefundErr).
-	if anyDenied(out) {
+	if anyDenied(out, checks) {
 		for _, i := range idx {
 			if out[i].RefundErr == nil {
 				out[i].giveBack(checks[i].cost())
@@ -446,7 +468,7 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 func (e *Engine) allowEach(ctx context.Context, checks []Check, out []Outcome) {
 	for i := range checks {
 		c := &checks[i]
-		if c.Shadow || out[i].Err != nil {
+		if c.Shadow || c.CheckOnly || out[i].Err != nil {
 			continue
 		}
 		e.allowOne(ctx, c, &out[i])
@@ -465,9 +487,9 @@ func anyUnavailable(out []Outcome) bool {
 	return false
 }
 
-func anyDenied(out []Outcome) bool {
+func anyDenied(out []Outcome, checks []Check) bool {
 	for i := range out {
-		if out[i].Verdict == Denied {
+		if out[i].Verdict == Denied && !checks[i].CheckOnly {
 			return true
 		}
 	}

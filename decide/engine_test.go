@@ -454,3 +454,71 @@ func TestCheckErr(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckOnly: a check-only check takes nothing, never denies, is
+// decided whatever the other checks decide and is never refunded; its
+// outage follows its failure mode. With and without batches.
+func TestCheckOnly(t *testing.T) {
+	l := floodgate.PerMinute(3)
+	for _, batch := range []bool{true, false} {
+		for _, tc := range []struct {
+			name        string
+			takenBefore int64 // cost taken from the enforced key first
+			want        decide.Verdict
+		}{
+			{"admitted", 0, decide.Admitted},
+			{"denied by the enforced check", 3, decide.Denied},
+		} {
+			t.Run(fmt.Sprintf("batch=%v/%s", batch, tc.name), func(t *testing.T) {
+				mem := memory.New()
+				f := &faulty{Store: mem}
+				var s floodgate.Store = f
+				if !batch {
+					s = sequential{f}
+				}
+				e := newEngine(t, s)
+				ctx := context.Background()
+				if _, err := mem.AllowN(ctx, "peek", l, 2); err != nil {
+					t.Fatal(err)
+				}
+				if tc.takenBefore > 0 {
+					if _, err := mem.AllowN(ctx, "x", l, tc.takenBefore); err != nil {
+						t.Fatal(err)
+					}
+				}
+				checks := []decide.Check{
+					{Rule: "peek", Key: "peek", Limit: l, CheckOnly: true, Cost: 7},
+					{Rule: "x", Key: "x", Limit: l},
+					{Rule: "y", Key: "y", Limit: l},
+				}
+				res := e.Decide(ctx, checks)
+				if res.Verdict != tc.want {
+					t.Fatalf("verdict %v, want %v", res.Verdict, tc.want)
+				}
+				o := res.Outcomes[0]
+				if !o.Decided || o.Verdict != decide.Admitted || o.Decision.Remaining != 1 {
+					t.Fatalf("check-only outcome %+v, want decided, admitted, Remaining 1", o)
+				}
+				for _, k := range f.refunds {
+					if k == "peek" {
+						t.Fatal("the check-only key was refunded")
+					}
+				}
+				if got := remaining(t, mem, "peek", l); got != 1 {
+					t.Fatalf("the check-only key has %d left, want 1 (it took nothing)", got)
+				}
+			})
+		}
+	}
+	t.Run("outage follows the failure mode", func(t *testing.T) {
+		f := &faulty{Store: memory.New(), fail: map[string]error{"peek": floodgate.ErrStoreUnavailable}}
+		e := newEngine(t, f)
+		res := e.Decide(context.Background(), []decide.Check{
+			{Rule: "peek", Key: "peek", Limit: l, CheckOnly: true, Failure: decide.FailClosed},
+			{Rule: "x", Key: "x", Limit: l},
+		})
+		if res.Verdict != decide.Unavailable || res.Deciding != 0 {
+			t.Fatalf("verdict %v deciding %d, want Unavailable from the check-only check", res.Verdict, res.Deciding)
+		}
+	})
+}

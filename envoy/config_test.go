@@ -111,7 +111,7 @@ func TestParseErrors(t *testing.T) {
 
 func TestParseDuplicateDomain(t *testing.T) {
 	_, err := Parse(Source{Name: "a.yaml", Data: []byte("domain: d\n")}, Source{Name: "b.yaml", Data: []byte("\ndomain: d\n")})
-	if err == nil || err.Error() != "b.yaml:2: domain: d is already the domain of a.yaml" {
+	if err == nil || err.Error() != "b.yaml:2: domain: d is already the domain of a.yaml; merge the two files, set MERGE_DOMAIN_CONFIG=true, or, for a mounted ConfigMap, skip its dot-folders (RUNTIME_IGNOREDOTFILES=true)" {
 		t.Fatalf("error %v", err)
 	}
 }
@@ -173,33 +173,145 @@ func TestLoadDir(t *testing.T) {
 
 	dir := t.TempDir()
 	write := func(name, data string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "no .yaml or .yml files in") {
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "no rule files in") {
 		t.Errorf("empty folder: %v", err)
 	}
+	// The reference's runtime loader: every file, any extension, in
+	// subfolders too.
 	write("a.yaml", "domain: a\n")
 	write("b.yml", "domain: b\n")
+	write("c.conf", "domain: c\n")
+	write("sub/deeper/d", "domain: d\n")
 	write(".hidden.yaml", "not: [valid")
-	write("notes.txt", "not: [valid")
-	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	write(".dotdir/e.yaml", "domain: e\n")
 	rules, err = LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(rules.Domains(), " "); got != "a b" {
-		t.Errorf("domains %q, want \"a b\"", got)
+	if got := strings.Join(rules.Domains(), " "); got != "a b c d" {
+		t.Errorf("domains %q, want \"a b c d\"", got)
 	}
-	write("c.yaml", "domain: c\ndescriptors:\n  - key: x\n    rate_limit: {unit: eon, requests_per_unit: 1}\n")
-	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "c.yaml")+":4: descriptors[0].rate_limit.unit") {
+	if got, want := strings.Join(rules.Skipped(), ","), filepath.Join(dir, ".dotdir")+","+filepath.Join(dir, ".hidden.yaml"); got != want {
+		t.Errorf("skipped %q, want %q", got, want)
+	}
+	// With dot-files, as the reference loads them by default.
+	if _, err := Load(dir, LoadOptions{DotFiles: true}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, ".hidden.yaml")+": is not valid YAML") {
+		t.Errorf("dot-files: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, ".hidden.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if rules, err := Load(dir, LoadOptions{DotFiles: true}); err != nil || strings.Join(rules.Domains(), " ") != "a b c d e" {
+		t.Errorf("dot-files: %v, %v", rules.Domains(), err)
+	}
+	write("notes.txt", "not: [valid")
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "notes.txt")+": is not valid YAML") {
+		t.Errorf("a file that is not a rule file: %v, want an error naming it", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	write("z.yaml", "domain: c\ndescriptors:\n  - key: x\n    rate_limit: {unit: eon, requests_per_unit: 1}\n")
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "z.yaml")+":4: descriptors[0].rate_limit.unit") {
 		t.Errorf("bad file: %v", err)
 	}
 	if _, err := LoadDir(filepath.Join(dir, "missing")); err == nil {
 		t.Error("missing folder: no error")
+	}
+}
+
+// TestLoadConfigMap loads a folder laid out as Kubernetes mounts a
+// ConfigMap: each file a link into ..data, itself a link to a dot-folder
+// holding the files; the swap of ..data is an update.
+func TestLoadConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Mkdir(filepath.Join(dir, "..2026_01_01_00_00_00.1"), 0o700))
+	must(os.WriteFile(filepath.Join(dir, "..2026_01_01_00_00_00.1", "rules.yaml"), []byte("domain: cm\n"), 0o600))
+	must(os.Symlink("..2026_01_01_00_00_00.1", filepath.Join(dir, "..data")))
+	must(os.Symlink(filepath.Join("..data", "rules.yaml"), filepath.Join(dir, "rules.yaml")))
+	rules, err := LoadDir(dir)
+	if err != nil || strings.Join(rules.Domains(), " ") != "cm" || len(rules.Sources()) != 1 {
+		t.Fatalf("ConfigMap folder: %v, %v", rules.Sources(), err)
+	}
+	// The reference's default (dot-files loaded) reads every file twice,
+	// and says how to fix it.
+	if _, err := Load(dir, LoadOptions{DotFiles: true}); err == nil || !strings.Contains(err.Error(), "RUNTIME_IGNOREDOTFILES=true") {
+		t.Errorf("ConfigMap folder with dot-files: %v", err)
+	}
+}
+
+// TestMergeDomains: MERGE_DOMAIN_CONFIG merges files of one domain; a
+// descriptor both define is still an error naming both files.
+func TestMergeDomains(t *testing.T) {
+	a := Source{Name: "a.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}
+	b := Source{Name: "b.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")}
+	if _, err := Parse(a, b); err == nil {
+		t.Fatal("two files of one domain without merging: no error")
+	}
+	rules, err := ParseWith(LoadOptions{MergeDomains: true}, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"k1", "k2"} {
+		if r := rules.Match("d", []Entry{{Key: k, Value: "x"}}); r == nil || r.Key != "d."+k {
+			t.Errorf("merged %s: %+v", k, r)
+		}
+	}
+	_, err = ParseWith(LoadOptions{MergeDomains: true}, a, b, Source{Name: "c.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k1\n")})
+	if err == nil || err.Error() != `c.yaml:3: descriptors: "d.k1" is a duplicate descriptor: a.yaml defines it for the same domain` {
+		t.Errorf("duplicate across merged files: %v", err)
+	}
+}
+
+// TestPeerRuleKeys: quota_mode, value_to_metric and share_threshold load
+// with the reference's meaning; share_threshold needs a wildcard.
+func TestPeerRuleKeys(t *testing.T) {
+	src := Source{Name: "f.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: files
+    value: "top/*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 2}
+`)}
+	rules, err := Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rules.Match("d", []Entry{{"files", "top/a"}}); r == nil || !r.shared || r.levels[0].share != "top/*" {
+		t.Errorf("share_threshold: %+v", r)
+	}
+	if r := rules.Match("d", []Entry{{"q", "x"}}); r == nil || !r.QuotaMode {
+		t.Errorf("quota_mode: %+v", r)
+	}
+	if r := rules.Match("d", []Entry{{"route", "/a"}, {"user", "u"}}); r == nil || !r.toMetric || !r.levels[0].toMetric {
+		t.Errorf("value_to_metric: %+v", r)
+	}
+	_, err = Parse(Source{Name: "f.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: a\n    value: b\n    share_threshold: true\n")})
+	if err == nil || err.Error() != `f.yaml:5: descriptors[0].share_threshold: true applies to wildcard values only (a value ending in '*'), but "d.a_b" has none` {
+		t.Errorf("share_threshold without a wildcard: %v", err)
 	}
 }
 

@@ -13,8 +13,10 @@
 //
 // # Rule files
 //
-// [LoadDir] reads every *.yaml and *.yml file of a folder (not its
-// subfolders; names starting with a dot are skipped), one domain per file:
+// [Load] reads every file under a folder, as the reference's runtime loader
+// does (recursively, any extension; names starting with a dot only with
+// LoadOptions.DotFiles), one domain per file, and [Service.Watch] reloads
+// it when it changes:
 //
 //	domain: messaging
 //	algorithm: sliding_window_log   # floodgate: the domain's default algorithm
@@ -40,7 +42,8 @@
 // Everything envoyproxy/ratelimit documents is accepted with the same
 // meaning: key, value (a trailing '*' matches any value with that prefix),
 // nested descriptors, rate_limit with unit, requests_per_unit (0 blocks every
-// request), unlimited, name and replaces, shadow_mode and detailed_metric.
+// request), unlimited, name and replaces, shadow_mode, detailed_metric,
+// quota_mode, value_to_metric and share_threshold.
 // Unknown keys are errors, as there; every error names the file, the line,
 // the field and the value.
 //
@@ -54,8 +57,8 @@
 //
 // For each descriptor of a request the service finds the rule and asks the
 // store about the key made of the domain and the descriptor's entries, with
-// the cost given by hits_addend (the descriptor's, else the request's; 0
-// means 1). A request over the limit on one descriptor is OVER_LIMIT overall,
+// the cost given by hits_addend (the descriptor's, where 0 checks without
+// counting, else the request's, where 0 means 1). A request over the limit on one descriptor is OVER_LIMIT overall,
 // and whatever the other descriptors admitted for it is refunded, so it uses
 // up no quota anywhere. Unknown domains and descriptors answer OK without a
 // limit, as the reference does. See [Service.ShouldRateLimit] for every

@@ -121,7 +121,7 @@ func request(domain string, descs ...*ratelimitv3.RateLimitDescriptor) *rlsv3.Ra
 // ws is an expected descriptor status.
 type ws struct {
 	over      bool   // OVER_LIMIT
-	limit     string // current_limit as "name rpu/UNIT"; "" for none
+	limit     string // current_limit as "name rpu/UNIT", "[key] rpu/UNIT" for a rule without a name (the answer's is empty); "" for none
 	remaining uint32
 	// reset is the expected duration_until_reset: 0 for none, anyReset
 	// when only its presence is known (it must then be positive and at
@@ -158,6 +158,17 @@ func describeLimit(l *rlsv3.RateLimitResponse_RateLimit) string {
 	return fmt.Sprintf("%s %d/%s", l.GetName(), l.GetRequestsPerUnit(), l.GetUnit())
 }
 
+// unnamed turns an expected "[key] rpu/UNIT" into " rpu/UNIT": a rule the
+// file names not has an empty current_limit.name, as in the reference.
+func unnamed(limit string) string {
+	if strings.HasPrefix(limit, "[") {
+		if _, rest, ok := strings.Cut(limit, "] "); ok {
+			return " " + rest
+		}
+	}
+	return limit
+}
+
 // checkResponse compares a response with the expected statuses; the
 // overall code must be OVER_LIMIT exactly when one status is.
 func (e *env) checkResponse(t testing.TB, what string, resp *rlsv3.RateLimitResponse, want []ws) {
@@ -183,7 +194,7 @@ func (e *env) checkResponse(t testing.TB, what string, resp *rlsv3.RateLimitResp
 		if st.GetCode() != wantCode {
 			t.Errorf("%s: statuses[%d].code %s, want %s", what, i, st.GetCode(), wantCode)
 		}
-		if got := describeLimit(st.GetCurrentLimit()); got != w.limit {
+		if got := describeLimit(st.GetCurrentLimit()); got != unnamed(w.limit) {
 			t.Errorf("%s: statuses[%d].current_limit %q, want %q", what, i, got, w.limit)
 		}
 		if st.GetLimitRemaining() != w.remaining {

@@ -77,19 +77,19 @@ func TestFailureModes(t *testing.T) {
 		refunded bool       // the ok descriptor was refunded
 	}{
 		{"open answers OK", Options{}, request("fail", desc("open=down"), desc("ok=a")),
-			[]ws{{limit: "fail.open 5/HOUR"}, ok("fail.ok 5/HOUR", 4, h)}, codes.OK, false},
+			[]ws{{limit: "[fail.open] 5/HOUR"}, ok("[fail.ok] 5/HOUR", 4, h)}, codes.OK, false},
 		{"closed answers OVER_LIMIT and refunds", Options{}, request("fail", desc("ok=a"), desc("closed=down")),
-			[]ws{ok("fail.ok 5/HOUR", 5, h), {over: true, limit: "fail.closed 5/HOUR"}}, codes.OK, true},
+			[]ws{ok("[fail.ok] 5/HOUR", 5, h), {over: true, limit: "[fail.closed] 5/HOUR"}}, codes.OK, true},
 		// Without a batch store the checks are asked in turn, and a
 		// fail-closed outage ends the request: what follows is not asked.
 		{"closed first: the rest is not asked", Options{}, request("fail", desc("closed=down"), desc("ok=a")),
-			[]ws{{over: true, limit: "fail.closed 5/HOUR"}, {limit: "fail.ok 5/HOUR"}}, codes.OK, false},
+			[]ws{{over: true, limit: "[fail.closed] 5/HOUR"}, {limit: "[fail.ok] 5/HOUR"}}, codes.OK, false},
 		{"error fails the call and refunds", Options{}, request("fail", desc("ok=a"), desc("error=down")),
 			nil, codes.Unavailable, true},
 		{"default is error", Options{}, request("fail", desc("default=down")), nil, codes.Unavailable, false},
 		{"default from options", Options{FailureMode: "closed"}, request("fail", desc("default=down")),
-			[]ws{{over: true, limit: "fail.default 5/HOUR"}}, codes.OK, false},
-		{"shadow fails open", Options{}, request("fail", desc("shadow=down")), []ws{{limit: "fail.shadow 5/HOUR"}}, codes.OK, false},
+			[]ws{{over: true, limit: "[fail.default] 5/HOUR"}}, codes.OK, false},
+		{"shadow fails open", Options{}, request("fail", desc("shadow=down")), []ws{{limit: "[fail.shadow] 5/HOUR"}}, codes.OK, false},
 		{"no store call, no failure", Options{}, request("fail", desc("nothing=down")), []ws{noLimit}, codes.OK, false},
 	}
 	for _, tt := range tests {
@@ -114,7 +114,7 @@ func TestFailureModes(t *testing.T) {
 			}
 			if tt.refunded {
 				// The ok descriptor's quota is whole: it took nothing.
-				e.call(t, "ok after", request("fail", desc("ok=a")), ok("fail.ok 5/HOUR", 4, h))
+				e.call(t, "ok after", request("fail", desc("ok=a")), ok("[fail.ok] 5/HOUR", 4, h))
 			}
 		})
 	}
@@ -192,7 +192,7 @@ func TestInternalError(t *testing.T) {
 			if tt.want == codes.OK {
 				remaining = 2
 			}
-			e.call(t, "ok after", request("fail", desc("ok=a")), ok("fail.ok 5/HOUR", remaining-1, time.Hour))
+			e.call(t, "ok after", request("fail", desc("ok=a")), ok("[fail.ok] 5/HOUR", remaining-1, time.Hour))
 		})
 	}
 }
@@ -212,7 +212,7 @@ func TestHealthAndReflection(t *testing.T) {
 	mem, _ := memoryStore()
 	e := start(t, mem, true, Options{}, semanticsRules)
 	hc := healthpb.NewHealthClient(e.conn)
-	for _, svc := range []string{"", ServiceName} {
+	for _, svc := range []string{"", "ratelimit", ServiceName} {
 		resp, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil {
 			t.Fatalf("health %q: %v", svc, err)
@@ -368,14 +368,14 @@ func headerLines(resp *rlsv3.RateLimitResponse) string {
 func TestSetRules(t *testing.T) {
 	mem, _ := memoryStore()
 	e := start(t, mem, true, Options{}, "domain: swap\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-	e.call(t, "before", request("swap", desc("k=v")), ok("swap.k 1/HOUR", 0, time.Hour))
+	e.call(t, "before", request("swap", desc("k=v")), ok("[swap.k] 1/HOUR", 0, time.Hour))
 	next, err := Parse(Source{Name: "new.yaml", Data: []byte("domain: swap\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.svc.SetRules(next)
 	// The same fixed-window key under a larger quota: one already counted.
-	e.call(t, "after", request("swap", desc("k=v")), ok("swap.k 3/HOUR", 1, time.Hour))
+	e.call(t, "after", request("swap", desc("k=v")), ok("[swap.k] 3/HOUR", 1, time.Hour))
 	e.svc.SetRules(nil)
 	e.call(t, "no rules", request("swap", desc("k=v")), noLimit)
 }
@@ -396,7 +396,7 @@ func TestStoreKey(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
-		got := storeKey(decide.NewKeySpace(keyNamespace, tt.domain), desc(tt.pairs...))
+		got := storeKey(decide.NewKeySpace(keyNamespace, tt.domain), desc(tt.pairs...), nil)
 		if got != tt.want {
 			t.Errorf("storeKey(%q, %v) = %q, want %q", tt.domain, tt.pairs, got, tt.want)
 		}
@@ -446,7 +446,7 @@ func TestStoreKeyUnchanged(t *testing.T) {
 					if len(want)-len(before(dom, nil))-1 > decide.MaxKeyLen {
 						continue // hashed now
 					}
-					if got := storeKey(decide.NewKeySpace(keyNamespace, dom), d); got != want {
+					if got := storeKey(decide.NewKeySpace(keyNamespace, dom), d, nil); got != want {
 						t.Errorf("storeKey(%q, %v) = %q, earlier %q", dom, d, got, want)
 					}
 				}

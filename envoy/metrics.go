@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -15,6 +16,59 @@ type metrics struct {
 	duration     prometheus.Histogram
 	storeErrors  prometheus.Counter
 	refundErrors prometheus.Counter
+
+	// envoyproxy/ratelimit's statistics, named as its Prometheus mapping
+	// names them.
+	peer         [peerStats]*prometheus.CounterVec
+	loadSuccess  prometheus.Counter
+	loadError    prometheus.Counter
+	callErrors   *prometheus.CounterVec
+	globalShadow prometheus.Counter
+
+	dynamic dynamicKeys // the detailed_metric and value_to_metric keys seen
+}
+
+// The reference's per-rule statistics, in the order of peerStatNames.
+const (
+	statTotalHits = iota
+	statOverLimit
+	statNearLimit
+	statWithinLimit
+	statShadowMode
+	statOverLimitWithLocalCache
+	peerStats
+)
+
+var peerStatNames = [peerStats]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode", "over_limit_with_local_cache"}
+
+// maxDynamicKeys bounds the distinct per-request metric keys (the rules with
+// detailed_metric or value_to_metric name their series by the request's
+// values): past it, such rules count under their configured key.
+const maxDynamicKeys = 1000
+
+// dynamicKeys remembers the per-request metric keys in use, up to
+// maxDynamicKeys.
+type dynamicKeys struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// admit reports whether key may name a series: it is known, or there is
+// room for one more.
+func (k *dynamicKeys) admit(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.seen[key]; ok {
+		return true
+	}
+	if len(k.seen) >= maxDynamicKeys {
+		return false
+	}
+	if k.seen == nil {
+		k.seen = map[string]struct{}{}
+	}
+	k.seen[key] = struct{}{}
+	return true
 }
 
 // Values of the "code" label of floodgate_envoy_requests_total besides the
@@ -72,10 +126,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests not admitted whose refund failed, so they kept quota one of their descriptors took.",
 		}),
 	}
+	for i, name := range peerStatNames {
+		m.peer[i] = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_" + name,
+			Help: "envoyproxy/ratelimit's ratelimit.service.rate_limit.<domain>.<key>." + name + " (hits), labelled as its Prometheus mapping labels it: " +
+				"domain, and the first two parts of the rule's key (key1, key2).",
+		}, []string{"domain", "key1", "key2"})
+	}
+	m.loadSuccess = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_config_load_success", Help: "Rule folders loaded (at start and on each reload), as envoyproxy/ratelimit counts them."})
+	m.loadError = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_config_load_error", Help: "Rule reloads that failed and kept the rules in force, as envoyproxy/ratelimit counts them."})
+	m.callErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_service_should_rate_limit_error",
+		Help: "ShouldRateLimit calls that failed, as envoyproxy/ratelimit counts them: redis_error (the store), service_error (the request)."},
+		[]string{"err_type"})
+	m.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_service_global_shadow_mode", Help: "Requests over the limit answered OK because of the global shadow mode (SHADOW_MODE)."})
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.descriptors, m.duration, m.storeErrors, m.refundErrors} {
+	cs := []prometheus.Collector{m.requests, m.descriptors, m.duration, m.storeErrors, m.refundErrors,
+		m.loadSuccess, m.loadError, m.callErrors, m.globalShadow}
+	for _, c := range m.peer {
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("envoy: registering metrics: %w", err)
 		}

@@ -2,12 +2,15 @@ package envoy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,46 +34,115 @@ type Source struct {
 	Data []byte
 }
 
-// LoadDir reads every rule file in dir: the files whose names end in .yaml
-// or .yml, in name order, skipping subfolders and names that start with a
-// dot. A folder without rule files is an error, so that a mistyped path is
-// not taken for "no limits".
-func LoadDir(dir string) (*Rules, error) {
-	ents, err := os.ReadDir(dir)
+// LoadOptions are how [Load] reads a folder. The zero value is
+// floodgate's default; envoyproxy/ratelimit's own behaviour is
+// LoadOptions{DotFiles: true} (its RUNTIME_IGNOREDOTFILES=false), plus
+// MergeDomains when its MERGE_DOMAIN_CONFIG is set.
+type LoadOptions struct {
+	// DotFiles loads files and folders whose names start with a dot, as
+	// envoyproxy/ratelimit does unless RUNTIME_IGNOREDOTFILES is set. Off
+	// by default: a mounted Kubernetes ConfigMap holds each file twice,
+	// once under a "..<timestamp>" folder, which would define every domain
+	// twice. Skipped names are listed by [Rules.Skipped].
+	DotFiles bool
+	// MergeDomains merges the descriptors of files that share a domain
+	// (MERGE_DOMAIN_CONFIG); two top-level descriptors with the same key
+	// and value are still an error. Off: a second file for a domain is an
+	// error naming both files.
+	MergeDomains bool
+}
+
+// LoadDir is Load(dir, LoadOptions{}).
+func LoadDir(dir string) (*Rules, error) { return Load(dir, LoadOptions{}) }
+
+// Load reads every rule file under dir, as envoyproxy/ratelimit's runtime
+// loader does: recursively, whatever the file's extension, in lexical path
+// order, following symbolic links to files (but not to folders, which the
+// reference does not enter either). Names starting with a dot are skipped
+// unless opts.DotFiles. Every file must be a valid rule file: a README or
+// a backup copy beside the rules is an error naming it, never ignored. A
+// folder without any file is an error, so that a mistyped path is not taken
+// for "no limits".
+func Load(dir string, opts LoadOptions) (*Rules, error) {
+	srcs, skipped, err := readFolder(dir, opts)
 	if err != nil {
-		return nil, fmt.Errorf("envoy rules: %w", err)
+		return nil, err
 	}
-	var srcs []Source
-	for _, e := range ents {
-		name := e.Name()
-		ext := filepath.Ext(name)
-		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
-			continue
+	if len(srcs) == 0 {
+		return nil, fmt.Errorf("envoy rules: no rule files in %s", dir)
+	}
+	r, err := ParseWith(opts, srcs...)
+	if err != nil {
+		return nil, err
+	}
+	r.skipped, r.hash = skipped, hashSources(srcs, nil)
+	return r, nil
+}
+
+// readFolder reads the files Load reads, and lists what it skips.
+func readFolder(dir string, opts LoadOptions) (srcs []Source, skipped []string, err error) {
+	err = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
 		}
-		path := filepath.Join(dir, name)
+		name := e.Name()
+		if path != dir && strings.HasPrefix(name, ".") && !opts.DotFiles {
+			skipped = append(skipped, path)
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
 		info, err := os.Stat(path) // follows symlinks, as config folders often hold them
 		if err != nil {
-			return nil, fmt.Errorf("envoy rules: %w", err)
+			return err
 		}
 		if info.IsDir() {
-			continue
+			skipped = append(skipped, path) // a link to a folder: not entered, as in the reference
+			return nil
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("envoy rules: %w", err)
+			return err
 		}
 		srcs = append(srcs, Source{Name: path, Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("envoy rules: %w", err)
 	}
-	if len(srcs) == 0 {
-		return nil, fmt.Errorf("envoy rules: no .yaml or .yml files in %s", dir)
+	return srcs, skipped, nil
+}
+
+// hashSources hashes the names and contents of srcs, or err when the
+// folder could not be read.
+func hashSources(srcs []Source, err error) [32]byte {
+	h := sha256.New()
+	if err != nil {
+		h.Write([]byte(err.Error()))
 	}
-	return Parse(srcs...)
+	for _, s := range srcs {
+		h.Write([]byte(s.Name))
+		h.Write([]byte{0})
+		h.Write(s.Data)
+		h.Write([]byte{0})
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
 }
 
 // Parse compiles rule files, one domain each. It reports every problem it
 // finds (joined with errors.Join), each a *ConfigError. Two files with the
 // same domain are an error, as in the reference's default.
-func Parse(srcs ...Source) (*Rules, error) {
+func Parse(srcs ...Source) (*Rules, error) { return ParseWith(LoadOptions{}, srcs...) }
+
+// ParseWith is Parse with opts.MergeDomains: files that share a domain are
+// merged rather than refused.
+func ParseWith(opts LoadOptions, srcs ...Source) (*Rules, error) {
 	r := &Rules{domains: map[string]*domain{}}
 	var errs []error
 	for _, src := range srcs {
@@ -81,8 +153,17 @@ func Parse(srcs ...Source) (*Rules, error) {
 			continue
 		}
 		if prev, dup := r.domains[d.name]; dup {
-			errs = append(errs, &ConfigError{File: src.Name, Line: p.domainLine, Path: "domain", Value: d.name,
-				Reason: "is already the domain of " + prev.source})
+			if !opts.MergeDomains {
+				errs = append(errs, &ConfigError{File: src.Name, Line: p.domainLine, Path: "domain", Value: d.name,
+					Reason: "is already the domain of " + prev.source,
+					Fix:    "merge the two files, set MERGE_DOMAIN_CONFIG=true, or, for a mounted ConfigMap, skip its dot-folders (RUNTIME_IGNOREDOTFILES=true)"})
+				continue
+			}
+			if err := prev.merge(d); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.sources = append(r.sources, src.Name)
 			continue
 		}
 		d.keys = decide.NewKeySpace(keyNamespace, d.name)
@@ -93,6 +174,51 @@ func Parse(srcs ...Source) (*Rules, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// merge adds next's top-level descriptors to d, as MERGE_DOMAIN_CONFIG does
+// in the reference: a key and value both files define is an error.
+func (d *domain) merge(next *domain) error {
+	var errs []error
+	for key, kn := range next.root {
+		have := d.root[key]
+		if have == nil {
+			d.root[key] = kn
+			continue
+		}
+		dup := func(nd *node, value string) {
+			composite := key
+			if value != "" {
+				composite += "_" + value
+			}
+			errs = append(errs, &ConfigError{File: next.source, Line: nd.line, Path: "descriptors", Value: strconv.Quote(d.name + "." + composite),
+				Reason: "is a duplicate descriptor: " + d.source + " defines it for the same domain"})
+		}
+		for v, nd := range kn.exact {
+			if have.exact[v] != nil {
+				dup(nd, v)
+				continue
+			}
+			have.exact[v] = nd
+		}
+		for _, nd := range kn.wildcards {
+			if slices.ContainsFunc(have.wildcards, func(o *node) bool { return o.prefix == nd.prefix }) {
+				dup(nd, nd.prefix+"*")
+				continue
+			}
+			have.wildcards = append(have.wildcards, nd)
+		}
+		sort.SliceStable(have.wildcards, func(a, b int) bool { return len(have.wildcards[a].prefix) > len(have.wildcards[b].prefix) })
+		if kn.any != nil {
+			if have.any != nil {
+				dup(kn.any, "")
+			} else {
+				have.any = kn.any
+			}
+		}
+	}
+	d.headers = d.headers || next.headers
+	return errors.Join(errs...)
 }
 
 // parser compiles one file, collecting errors.
@@ -200,13 +326,13 @@ func (p *parser) file1(data []byte) *domain {
 	}
 	d.alg, d.failure = p.alg, p.failure
 	if descriptors != nil {
-		p.descriptors(descriptors, "descriptors", d.name, d.root)
+		p.descriptors(descriptors, "descriptors", d.name, nil, d.root)
 	}
 	return d
 }
 
 // descriptors compiles one list of descriptors into table.
-func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTable) {
+func (p *parser) descriptors(n *yaml.Node, path, parentKey string, chain []level, table keyTable) {
 	if yamlfield.IsNull(n) {
 		return
 	}
@@ -225,8 +351,12 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 			rateLimit, children *yaml.Node
 			rateLimitLine       int
 			shadow, detailed    bool
+			quota, toMetric     bool
+			share               bool
+			shareLine           int
 		)
-		for _, e := range p.errs.Mapping(item, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric") {
+		for _, e := range p.errs.Mapping(item, ipath, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
+			"quota_mode", "value_to_metric", "share_threshold") {
 			v, f := e.Value, e.Path
 			switch e.Key.Value {
 			case "key":
@@ -245,6 +375,13 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 				shadow, _ = p.errs.Bool(v, f)
 			case "detailed_metric":
 				detailed, _ = p.errs.Bool(v, f)
+			case "quota_mode":
+				quota, _ = p.errs.Bool(v, f)
+			case "value_to_metric":
+				toMetric, _ = p.errs.Bool(v, f)
+			case "share_threshold":
+				share, _ = p.errs.Bool(v, f)
+				shareLine = v.Line
 			}
 		}
 		if item.Kind != yaml.MappingNode {
@@ -264,14 +401,30 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 			continue
 		}
 		seen[composite] = seenAt{item.Line}
+		wildcard := hasValue && strings.HasSuffix(value, "*")
+		if share && !wildcard {
+			p.errs.Report(shareLine, yamlfield.Join(ipath, "share_threshold"), "true",
+				fmt.Sprintf("applies to wildcard values only (a value ending in '*'), but %q has none", fullKey))
+			continue
+		}
+		lv := level{key: key, toMetric: toMetric}
+		if hasValue {
+			lv.value = value
+		}
+		if share {
+			lv.share = value
+		}
+		here := append(slices.Clip(chain), lv)
 		nd := &node{line: item.Line}
 		if rateLimit != nil {
 			nd.rule = p.rateLimit(rateLimit, rateLimitLine, yamlfield.Join(ipath, "rate_limit"), fullKey, shadow, detailed)
+			nd.rule.QuotaMode = quota
+			nd.rule.setLevels(here)
 			nd.rule.compilePolicy()
 		}
 		if children != nil {
 			nd.children = keyTable{}
-			p.descriptors(children, yamlfield.Join(ipath, "descriptors"), fullKey, nd.children)
+			p.descriptors(children, yamlfield.Join(ipath, "descriptors"), fullKey, here, nd.children)
 		}
 		kn := table[key]
 		if kn == nil {
@@ -281,7 +434,7 @@ func (p *parser) descriptors(n *yaml.Node, path, parentKey string, table keyTabl
 		switch {
 		case !hasValue:
 			kn.any = nd
-		case strings.HasSuffix(value, "*"):
+		case wildcard:
 			nd.prefix = strings.TrimSuffix(value, "*")
 			kn.wildcards = append(kn.wildcards, nd)
 			// Longest prefix first: the most specific wildcard wins. The

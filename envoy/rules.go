@@ -115,7 +115,9 @@ type Rule struct {
 	// descriptor has a value), joined with dots, such as
 	// "messaging.message_type_marketing.to_number".
 	Key string
-	// Name is the rate_limit's name, which replaces entries refer to.
+	// Name is the rate_limit's name, which replaces entries refer to. It is
+	// the answer's current_limit.name, empty when the file sets none, as in
+	// the reference.
 	Name string
 	// Replaces lists the names of the rules this one replaces when both
 	// apply to one request.
@@ -131,6 +133,13 @@ type Rule struct {
 	Limit floodgate.Limit
 	// ShadowMode rules decide and report but always answer OK.
 	ShadowMode bool
+	// QuotaMode rules (the descriptor's quota_mode, or the Service's
+	// Options.QuotaMode) never make a request OVER_LIMIT: over their quota
+	// they answer OK with current_limit and limit_remaining, and the
+	// descriptor's index is listed in the dynamic metadata's
+	// quotaModeViolations (Options.DynamicMetadata), as in the reference.
+	// To the engine they are shadow checks.
+	QuotaMode bool
 	// DetailedMetric labels the rule's metrics with the request's values
 	// rather than the configured ones.
 	DetailedMetric bool
@@ -146,10 +155,43 @@ type Rule struct {
 	// Source is where the rule was written: "file:line".
 	Source string
 
+	levels     []level                // the descriptor path, one level per entry
+	shared     bool                   // a level is a share_threshold wildcard
+	toMetric   bool                   // a level has value_to_metric
 	failureSet bool                   // failure_mode is the file's, not the default
 	policy     ratelimitheader.Policy // the rule's header pieces
 	policyErr  error                  // the name cannot be a header value
 	override   bool                   // a request's limit override: its policy is compiled when needed
+}
+
+// level is one configured descriptor on a rule's path: its key, its value
+// as written ("" for a key-only descriptor, "prefix*" for a wildcard), its
+// value_to_metric, and for a share_threshold wildcard the pattern every
+// matching value shares a counter under.
+type level struct {
+	key, value string
+	toMetric   bool
+	share      string
+}
+
+// Shared returns the share_threshold pattern of the rule's descriptor at
+// level (0 for the first entry), such as "files/*", or "" when that
+// descriptor does not share: every value its wildcard matches counts under
+// the pattern, as one counter.
+func (r *Rule) Shared(level int) string {
+	if level < 0 || level >= len(r.levels) {
+		return ""
+	}
+	return r.levels[level].share
+}
+
+// setLevels records the rule's descriptor path.
+func (r *Rule) setLevels(levels []level) {
+	r.levels = levels
+	for _, l := range levels {
+		r.shared = r.shared || l.share != ""
+		r.toMetric = r.toMetric || l.toMetric
+	}
 }
 
 // setFailure sets the rule's failure mode.
@@ -192,6 +234,8 @@ func (r *Rule) policyName() string {
 type Rules struct {
 	domains map[string]*domain
 	sources []string
+	skipped []string
+	hash    [32]byte // of the files Load read; zero for Parse's
 }
 
 // domain is one file's compiled descriptor tree.
@@ -243,6 +287,15 @@ func (r *Rules) Sources() []string {
 		return nil
 	}
 	return slices.Clone(r.sources)
+}
+
+// Skipped returns what [Load] did not read: names starting with a dot
+// (unless LoadOptions.DotFiles) and links to folders, in walk order.
+func (r *Rules) Skipped() []string {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.skipped)
 }
 
 // Entry is one key/value pair of a request descriptor.

@@ -124,12 +124,12 @@ func runSemantics(t *testing.T, newStore newStoreFunc) {
 		}},
 		{"value beats key alone; requests_per_unit 0 blocks", func(t *testing.T, e *env) {
 			for range 3 {
-				e.call(t, "banned", request("sem", desc("remote_address=50.0.0.5")), over("banned 0/HOUR", 0))
+				e.call(t, "banned", request("sem", desc("remote_address=50.0.0.5")), over("banned 0/HOUR", anyReset))
 			}
 			e.call(t, "other address", request("sem", desc("remote_address=50.0.0.1")), ok("per_ip 3/HOUR", 2, h))
 			// Blocked: the user's rule is not asked, so nothing is taken.
 			e.call(t, "banned and a user", request("sem", desc("remote_address=50.0.0.5"), desc("user=carol")),
-				over("banned 0/HOUR", 0), ws{limit: "per_user 3/HOUR"})
+				over("banned 0/HOUR", anyReset), ws{limit: "per_user 3/HOUR"})
 			e.call(t, "user untouched", request("sem", desc("user=carol")), ok("per_user 3/HOUR", 2, h))
 		}},
 		{"unlimited", func(t *testing.T, e *env) {
@@ -165,10 +165,14 @@ func runSemantics(t *testing.T, newStore newStoreFunc) {
 			r.HitsAddend = 5 // overridden by the descriptor's
 			e.call(t, "descriptor hits 1 over request 5", r, ok("per_user 3/HOUR", 0, h))
 			r = request("sem", withHits(desc("user=frank"), 0))
-			e.call(t, "descriptor hits 0 means 1", r, ok("per_user 3/HOUR", 2, h))
+			e.call(t, "descriptor hits 0 checks only: a key never seen", r, ok("per_user 3/HOUR", 3, 0))
+			e.call(t, "a request", request("sem", desc("user=frank")), ok("per_user 3/HOUR", 2, h))
+			for range 3 {
+				e.call(t, "descriptor hits 0 checks only", request("sem", withHits(desc("user=frank"), 0)), ok("per_user 3/HOUR", 2, h))
+			}
 			r = request("sem", desc("user=frank"))
 			r.HitsAddend = 4
-			e.call(t, "hits above the quota", r, over("per_user 3/HOUR", 0))
+			e.call(t, "hits above the quota", r, over("per_user 3/HOUR", anyReset))
 			r = request("sem", desc("user=frank"), withHits(desc("roomy=frank"), 2))
 			r.HitsAddend = 2
 			e.call(t, "mixed levels", r, ok("per_user 3/HOUR", 0, h), ok("roomy 10/HOUR", 8, h))
@@ -215,8 +219,8 @@ func runSemantics(t *testing.T, newStore newStoreFunc) {
 		{"descriptor limit override", func(t *testing.T, e *env) {
 			o := desc("user=gina")
 			o.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
-			e.call(t, "override #1", request("sem", o), ok("sem.user_gina 1/HOUR", 0, h))
-			e.call(t, "override #2", request("sem", o), over("sem.user_gina 1/HOUR", h))
+			e.call(t, "override #1", request("sem", o), ok("[sem.user_gina] 1/HOUR", 0, h))
+			e.call(t, "override #2", request("sem", o), over("[sem.user_gina] 1/HOUR", h))
 			bad := desc("user=gina")
 			bad.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 			if _, err := e.client.ShouldRateLimit(context.Background(), request("sem", bad)); status.Code(err) != codes.InvalidArgument {

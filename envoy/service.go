@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -47,7 +46,8 @@ type Options struct {
 	// response_headers: true.
 	ResponseHeaders bool
 	// Clock tells the time for X-RateLimit-Reset (an absolute time), log
-	// throttling and the over-limit cache. Nil: the system clock. Decisions
+	// throttling, the over-limit cache and the duration_until_reset of
+	// answers the store was not asked about. Nil: the system clock. Decisions
 	// take the store's time.
 	Clock floodgate.Clock
 	// OverLimitCache turns on and bounds the engine's over-limit cache
@@ -57,6 +57,48 @@ type Options struct {
 	// reports every other descriptor's remaining quota; with the cache on,
 	// a request a cached denial answers reports only that descriptor's.
 	OverLimitCache decide.CacheOptions
+	// ShadowMode is envoyproxy/ratelimit's global SHADOW_MODE: every rule
+	// is decided and counted, each status says what it found, but the
+	// overall code is always OK.
+	ShadowMode bool
+	// QuotaMode is the global QUOTA_MODE: every rule is in quota mode
+	// (Rule.QuotaMode).
+	QuotaMode bool
+	// DynamicMetadata (RESPONSE_DYNAMIC_METADATA) sets each answer's
+	// dynamic_metadata as the reference does: the domain, the descriptors
+	// (entries as "key=value", limit, hitsAddend), the request's
+	// hitsAddend, quotaModeViolations and quotaModeEnabled.
+	DynamicMetadata bool
+	// PeerHeaders, if set (LIMIT_RESPONSE_HEADERS_ENABLED), adds the
+	// reference's three headers to every answer that has a limited
+	// descriptor, naming them as set here (empty names take the reference's
+	// defaults, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset).
+	PeerHeaders *PeerHeaders
+	// NearLimitRatio is the share of a quota past which hits count as
+	// near_limit in ratelimit_service_rate_limit_near_limit, as the
+	// reference's NEAR_LIMIT_RATIO. Zero: 0.8.
+	NearLimitRatio float64
+}
+
+// PeerHeaders names the reference's response headers.
+type PeerHeaders struct {
+	// Limit carries the requests_per_unit (LIMIT_LIMIT_HEADER).
+	Limit string
+	// Remaining carries the limit_remaining (LIMIT_REMAINING_HEADER).
+	Remaining string
+	// Reset carries the seconds until the unit's clock-aligned end
+	// (LIMIT_RESET_HEADER).
+	Reset string
+}
+
+// DefaultNearLimitRatio is the reference's NEAR_LIMIT_RATIO default.
+const DefaultNearLimitRatio = 0.8
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // logInterval is the least time between two log lines about failures.
@@ -73,6 +115,11 @@ type Service struct {
 	failure failure // for rules whose file sets none
 	headers bool
 	now     func() time.Time // the Clock's Now, or time.Now
+	shadow  bool             // global shadow mode
+	quota   bool             // global quota mode
+	meta    bool
+	peerHdr *PeerHeaders
+	near    float64
 	metrics *metrics
 	warn    *logthrottle.Logger
 }
@@ -100,6 +147,17 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		}
 		fail = f
 	}
+	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 {
+		return nil, fmt.Errorf("envoy: Options.NearLimitRatio %v is not between 0 and 1", opts.NearLimitRatio)
+	}
+	if opts.NearLimitRatio == 0 {
+		opts.NearLimitRatio = DefaultNearLimitRatio
+	}
+	var peerHdr *PeerHeaders
+	if h := opts.PeerHeaders; h != nil {
+		peerHdr = &PeerHeaders{Limit: cmpOr(h.Limit, "RateLimit-Limit"), Remaining: cmpOr(h.Remaining, "RateLimit-Remaining"),
+			Reset: cmpOr(h.Reset, "RateLimit-Reset")}
+	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -118,6 +176,11 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		failure: fail,
 		headers: opts.ResponseHeaders,
 		now:     now,
+		shadow:  opts.ShadowMode,
+		quota:   opts.QuotaMode,
+		meta:    opts.DynamicMetadata,
+		peerHdr: peerHdr,
+		near:    opts.NearLimitRatio,
 		metrics: m,
 		warn:    logthrottle.New(opts.Logger, logInterval, now),
 	}
@@ -132,7 +195,12 @@ func (s *Service) SetRules(r *Rules) {
 		r = &Rules{domains: map[string]*domain{}}
 	}
 	s.rules.Store(r)
+	s.metrics.loadSuccess.Inc()
 }
+
+// LoadFailed counts a reload whose rules did not load, so that the rules in
+// force stay (ratelimit_service_config_load_error).
+func (s *Service) LoadFailed() { s.metrics.loadError.Inc() }
 
 // Rules returns the rules in force.
 func (s *Service) Rules() *Rules { return s.rules.Load() }
@@ -154,6 +222,9 @@ type descriptor struct {
 	rule  *Rule
 	kind  kind
 	cost  int64
+	peek  bool    // hits_addend 0: check only
+	quota bool    // quota mode (the rule's or global): never OVER_LIMIT
+	over  bool    // kindCheck, quota or global shadow: the store found it over
 	check int     // kindCheck: the index of its decide.Check
 	fail  failure // kindCheck: what an outage means
 	err   error   // kindNegative: the give-back failed
@@ -204,7 +275,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	s.metrics.duration.Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:
-		s.metrics.requests.WithLabelValues(codeLabel(status.Code(err))).Inc()
+		c := status.Code(err)
+		s.metrics.requests.WithLabelValues(codeLabel(c)).Inc()
+		if c == codes.InvalidArgument {
+			s.metrics.callErrors.WithLabelValues("service_error").Inc()
+		} else {
+			s.metrics.callErrors.WithLabelValues("redis_error").Inc()
+		}
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
 		s.metrics.requests.WithLabelValues(codeOverLimit).Inc()
 	default:
@@ -236,27 +313,29 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	checks := checksBuf[:0]
-	blocked := false // a non-shadow rule blocks the request
+	blocked := false // an enforced rule blocks the request
 	for i := range ds {
 		d := &ds[i]
-		d.cost = hits(req, descs[i])
+		d.cost, d.peek = hits(req, descs[i])
 		r := d.rule
+		d.quota = r != nil && (r.QuotaMode || s.quota)
 		switch {
 		case d.kind != kindCheck: // no rule, or a replaced one
 		case r.Unlimited:
 			d.kind = kindUnlimited
 		case descs[i].GetIsNegativeHits():
 			d.kind = kindNegative
-			if !r.blocked() {
-				d.key = storeKey(dom.keys, descs[i])
+			if !r.blocked() && !d.peek {
+				d.key = storeKey(dom.keys, descs[i], r)
 			}
 		case r.blocked():
 			d.kind = kindBlocked
-			blocked = blocked || !r.ShadowMode
+			blocked = blocked || !(r.ShadowMode || d.quota || s.shadow || d.peek)
 		default:
 			d.check, d.fail = len(checks), s.failureOf(r)
-			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i]),
-				Limit: r.Limit, Cost: d.cost, Failure: d.fail.mode, Shadow: r.ShadowMode})
+			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i], r),
+				Limit: r.Limit, Cost: d.cost, CheckOnly: d.peek, Failure: d.fail.mode,
+				Shadow: r.ShadowMode || d.quota || s.shadow})
 		}
 	}
 	var outcomes [maxInline]decide.Outcome
@@ -281,19 +360,37 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
 	}
+	now := s.now()
+	var violations []int // quota-mode descriptors over their quota
 	for i := range ds {
-		st, outcome := s.status(&ds[i], &res)
+		d := &ds[i]
+		st, outcome := s.status(d, &res, now)
 		resp.Statuses[i] = st
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		switch {
+		case d.quota && d.over:
+			// Quota mode: over the quota is OK, without a reset.
+			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, nil
+			violations = append(violations, i)
+		case st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		s.count(req.GetDomain(), dom != nil, descs[i], ds[i].rule, outcome)
+		s.count(req.GetDomain(), dom != nil, descs[i], d, st, outcome)
 	}
 	if err := callError(ds, checks, &res); err != nil {
 		return nil, err
 	}
 	if s.headers || (dom != nil && dom.headers) {
 		resp.ResponseHeadersToAdd = s.responseHeaders(ds, &res)
+	}
+	if s.peerHdr != nil {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.peerHeaders(ds, resp, now)...)
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.metrics.globalShadow.Inc()
+	}
+	if s.meta {
+		resp.DynamicMetadata = dynamicMetadata(req, ds, violations)
 	}
 	return resp, nil
 }
@@ -401,13 +498,17 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// hits returns a descriptor's cost: its own hits_addend if set, else the
-// request's; 0 means 1.
-func hits(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
+// hits returns a descriptor's cost: its own hits_addend if set, where 0
+// means a check that takes nothing (peek), else the request's, where 0
+// means 1 (Envoy sends 0 when it sets none), as in the reference.
+func hits(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) (cost int64, peek bool) {
 	if h := d.GetHitsAddend(); h != nil {
-		return max(1, int64(min(h.GetValue(), math.MaxInt64)))
+		if h.GetValue() == 0 {
+			return 0, true
+		}
+		return int64(min(h.GetValue(), math.MaxInt64)), false
 	}
-	return max(1, int64(req.GetHitsAddend()))
+	return max(1, int64(req.GetHitsAddend())), false
 }
 
 // overrideRule builds the rule of a descriptor that carries its own limit
@@ -434,161 +535,4 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 		return nil, fmt.Errorf("requests_per_unit %d: %w", r.RequestsPerUnit, err)
 	}
 	return r, nil
-}
-
-// keyNamespace is the namespace of the service's store keys.
-const keyNamespace = "rls|"
-
-// storeKey is the store key of a descriptor in its domain's key space:
-// decide.StoreKey in the "rls|" namespace, with the domain as the rule and
-// every entry as the key,
-// whatever rule matched, so that a key-only or wildcard rule counts each
-// value apart, as the reference does. The entries are written key=value,
-// joined by '|', with '\', '|' and '=' escaped, so distinct descriptors
-// never share a key.
-func storeKey(keys decide.KeySpace, d *ratelimitv3.RateLimitDescriptor) string {
-	var buf [128]byte // most keys are built on the stack
-	b := buf[:0]
-	for i, e := range d.GetEntries() {
-		if i > 0 {
-			b = append(b, '|')
-		}
-		b = appendEscaped(b, e.GetKey())
-		b = append(b, '=')
-		b = appendEscaped(b, e.GetValue())
-	}
-	return keys.Key(string(b))
-}
-
-// appendEscaped appends s to b with '\' before every '\', '|' and '='.
-func appendEscaped(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '\\' || c == '|' || c == '=' {
-			b = append(b, '\\')
-		}
-		b = append(b, s[i])
-	}
-	return b
-}
-
-// metricKey names a descriptor as the reference's statistics do:
-// domain.key_value.key_value.
-func metricKey(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
-	var b strings.Builder
-	b.WriteString(domainName)
-	for _, e := range d.GetEntries() {
-		b.WriteByte('.')
-		b.WriteString(e.GetKey())
-		if e.GetValue() != "" {
-			b.WriteByte('_')
-			b.WriteString(e.GetValue())
-		}
-	}
-	return b.String()
-}
-
-// Outcomes, the "outcome" label of floodgate_envoy_descriptors_total.
-const (
-	outcomeOK              = "ok"
-	outcomeOverLimit       = "over_limit"
-	outcomeShadowOverLimit = "shadow_over_limit"
-	outcomeUnlimited       = "unlimited"
-	outcomeNoRule          = "no_rule"
-	outcomeReplaced        = "replaced"
-	outcomeBlocked         = "blocked"
-	outcomeRefunded        = "negative_hits"
-	outcomeFailOpen        = "fail_open"
-	outcomeFailClosed      = "fail_closed"
-	outcomeFailError       = "fail_error"
-	outcomeError           = "error"
-	outcomeSkipped         = "skipped"
-)
-
-// status turns a descriptor into its status and metric outcome.
-func (s *Service) status(d *descriptor, res *decide.Result) (*rlsv3.RateLimitResponse_DescriptorStatus, string) {
-	ok := rlsv3.RateLimitResponse_OK
-	over := rlsv3.RateLimitResponse_OVER_LIMIT
-	r := d.rule
-	switch d.kind {
-	case kindNoRule:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeNoRule
-	case kindReplaced:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeReplaced
-	case kindUnlimited:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, LimitRemaining: math.MaxUint32}, outcomeUnlimited
-	case kindNegative:
-		outcome := outcomeRefunded
-		if d.err != nil {
-			outcome = outcomeError
-		}
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}, outcome
-	case kindBlocked:
-		if r.ShadowMode {
-			return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}, outcomeShadowOverLimit
-		}
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: over, CurrentLimit: currentLimit(r)}, outcomeBlocked
-	}
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}
-	o := &res.Outcomes[d.check]
-	switch {
-	case o.Decided:
-		st.LimitRemaining = uint32(min(o.Decision.Remaining, math.MaxUint32))
-		switch {
-		case o.Decision.Allowed:
-			st.DurationUntilReset = durationpb.New(o.Decision.ResetAfter)
-			return st, outcomeOK
-		case r.ShadowMode:
-			st.DurationUntilReset = durationpb.New(o.Decision.RetryAfter)
-			return st, outcomeShadowOverLimit
-		}
-		st.Code = over
-		st.DurationUntilReset = durationpb.New(o.Decision.RetryAfter)
-		return st, outcomeOverLimit
-	case o.Verdict == decide.Invalid && errors.Is(o.Err, floodgate.ErrCostExceedsLimit):
-		// A cost above the quota can never be admitted.
-		if r.ShadowMode {
-			return st, outcomeShadowOverLimit
-		}
-		st.Code = over
-		return st, outcomeOverLimit
-	case o.Verdict == decide.Unavailable:
-		s.metrics.storeErrors.Inc()
-		switch {
-		case r.ShadowMode || d.fail.mode == decide.FailOpen:
-			return st, outcomeFailOpen
-		case d.fail.call:
-			st.Code = over // unless it decides the request, which then fails
-			return st, outcomeFailError
-		}
-		st.Code = over
-		return st, outcomeFailClosed
-	case o.Err != nil:
-		if !r.ShadowMode {
-			st.Code = over // the request then fails: it is not admitted
-		}
-		return st, outcomeError
-	}
-	return st, outcomeSkipped
-}
-
-// currentLimit is a rule's limit as the answer reports it.
-func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
-	return &rlsv3.RateLimitResponse_RateLimit{Name: r.policyName(), RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
-}
-
-// count records one descriptor's outcome. Labels stay bounded by the
-// configuration: unknown domains share one label value, and request values
-// appear only for detailed_metric rules.
-func (s *Service) count(domainName string, known bool, d *ratelimitv3.RateLimitDescriptor, r *Rule, outcome string) {
-	if !known {
-		domainName = unknownLabel
-	}
-	desc := ""
-	if r != nil {
-		desc = r.Key
-		if r.DetailedMetric {
-			desc = metricKey(r.Domain, d)
-		}
-	}
-	s.metrics.descriptors.WithLabelValues(domainName, desc, outcome).Inc()
 }

@@ -37,19 +37,19 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 	}{
 		{"01-values.yaml", func(t *testing.T, e *env, advance func(time.Duration), _ func() time.Time) {
 			for rem := uint32(4); ; rem-- {
-				e.call(t, "users", request("mongo_cps", desc("database=users")), ok("mongo_cps.database_users 5/SECOND", rem, s))
+				e.call(t, "users", request("mongo_cps", desc("database=users")), ok("[mongo_cps.database_users] 5/SECOND", rem, s))
 				if rem == 0 {
 					break
 				}
 			}
-			e.call(t, "users over", request("mongo_cps", desc("database=users")), over("mongo_cps.database_users 5/SECOND", s))
-			e.call(t, "default apart", request("mongo_cps", desc("database=default")), ok("mongo_cps.database_default 3/SECOND", 2, s))
+			e.call(t, "users over", request("mongo_cps", desc("database=users")), over("[mongo_cps.database_users] 5/SECOND", s))
+			e.call(t, "default apart", request("mongo_cps", desc("database=default")), ok("[mongo_cps.database_default] 3/SECOND", 2, s))
 			e.call(t, "no such database", request("mongo_cps", desc("database=orders")), noLimit)
 			advance(s)
-			e.call(t, "next second", request("mongo_cps", desc("database=users")), ok("mongo_cps.database_users 5/SECOND", 4, s))
+			e.call(t, "next second", request("mongo_cps", desc("database=users")), ok("[mongo_cps.database_users] 5/SECOND", 4, s))
 		}},
 		{"02-nested.yaml", func(t *testing.T, e *env, _ func(time.Duration), _ func() time.Time) {
-			const mk, num = "messaging.message_type_marketing.to_number 2/DAY", "messaging.to_number 4/DAY"
+			const mk, num = "[messaging.message_type_marketing.to_number] 2/DAY", "[messaging.to_number] 4/DAY"
 			both := func(n string) *rlsv3.RateLimitRequest {
 				return request("messaging", desc("message_type=marketing", "to_number="+n), desc("to_number="+n))
 			}
@@ -62,17 +62,17 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 			e.call(t, "plain over", request("messaging", desc("to_number=2061111111")), over(num, d))
 		}},
 		{"03-most-specific.yaml", func(t *testing.T, e *env, _ func(time.Duration), _ func() time.Time) {
-			const ip = "edge_proxy_per_ip.remote_address 3/SECOND"
+			const ip = "[edge_proxy_per_ip.remote_address] 3/SECOND"
 			e.call(t, "any address", request("edge_proxy_per_ip", desc("remote_address=50.0.0.1")), ok(ip, 2, s))
 			e.call(t, "another address", request("edge_proxy_per_ip", desc("remote_address=50.0.0.2")), ok(ip, 2, s))
 			for range 2 {
 				e.call(t, "blocked address", request("edge_proxy_per_ip", desc("remote_address=50.0.0.5")),
-					over("edge_proxy_per_ip.remote_address_50.0.0.5 0/SECOND", 0))
+					over("[edge_proxy_per_ip.remote_address_50.0.0.5] 0/SECOND", s))
 			}
 		}},
 		{"04-depth.yaml", func(t *testing.T, e *env, _ func(time.Duration), _ func() time.Time) {
-			e.call(t, "level one", request("depth", desc("key=value")), ok("depth.key_value 3/MINUTE", 2, m))
-			e.call(t, "level two", request("depth", desc("key=value", "subkey=subvalue")), ok("depth.key_value.subkey 2/MINUTE", 1, m))
+			e.call(t, "level one", request("depth", desc("key=value")), ok("[depth.key_value] 3/MINUTE", 2, m))
+			e.call(t, "level two", request("depth", desc("key=value", "subkey=subvalue")), ok("[depth.key_value.subkey] 2/MINUTE", 1, m))
 			e.call(t, "level two, other key", request("depth", desc("key=value", "other=x")), noLimit)
 			e.call(t, "level two, other value", request("depth", desc("key=other", "subkey=subvalue")), noLimit)
 			e.call(t, "three levels", request("depth", desc("key=value", "subkey=a", "third=b")), noLimit)
@@ -81,13 +81,13 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 			for range 3 {
 				e.call(t, "ldap", request("internal", desc("ldap=x")), ws{remaining: unlimitedRemaining})
 			}
-			e.call(t, "azure", request("internal", desc("azure=x")), ok("internal.azure 2/MINUTE", 1, m))
+			e.call(t, "azure", request("internal", desc("azure=x")), ok("[internal.azure] 2/MINUTE", 1, m))
 			if got := e.counter(t, "floodgate_envoy_descriptors_total", "descriptor=internal.ldap", "outcome=unlimited"); got != 3 {
 				t.Errorf("unlimited count %v, want 3", got)
 			}
 		}},
 		{"06-shadow.yaml", func(t *testing.T, e *env, _ func(time.Duration), _ func() time.Time) {
-			const a, b = "shadow.service.user_user-a 2/SECOND", "shadow.service.user_user-b 3/SECOND"
+			const a, b = "[shadow.service.user_user-a] 2/SECOND", "[shadow.service.user_user-b] 3/SECOND"
 			e.call(t, "a #1", request("shadow", desc("service=auth", "user=user-a")), ok(a, 1, s))
 			e.call(t, "a #2", request("shadow", desc("service=auth", "user=user-a")), ok(a, 0, s))
 			for range 3 {
@@ -105,7 +105,7 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 			}
 		}},
 		{"07-replaces.yaml", func(t *testing.T, e *env, _ func(time.Duration), _ func() time.Time) {
-			const specific, replacer = "specific_limit 2/SECOND", "replaces.group_2_two.user_alice 4/SECOND"
+			const specific, replacer = "specific_limit 2/SECOND", "[replaces.group_2_two.user_alice] 4/SECOND"
 			both := request("replaces", desc("group_1=one", "user=alice"), desc("group_2=two", "user=alice"))
 			for _, rem := range []uint32{3, 2, 1, 0} {
 				e.call(t, "both", both, noLimit, ok(replacer, rem, s))
@@ -114,9 +114,9 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 			e.call(t, "group 1 alone, untouched", request("replaces", desc("group_1=one", "user=alice")), ok(specific, 1, s))
 		}},
 		{"08-detailed-metric.yaml", func(t *testing.T, e *env, _ func(time.Duration), _ func() time.Time) {
-			e.call(t, "unspecified", request("detailed", desc("key1=unspecified_value")), ok("detailed.key1 2/MINUTE", 1, m))
-			e.call(t, "unspecified 2", request("detailed", desc("key1=unspecified_value2")), ok("detailed.key1 2/MINUTE", 1, m))
-			e.call(t, "value1", request("detailed", desc("key1=value1")), ok("detailed.key1_value1 3/MINUTE", 2, m))
+			e.call(t, "unspecified", request("detailed", desc("key1=unspecified_value")), ok("[detailed.key1] 2/MINUTE", 1, m))
+			e.call(t, "unspecified 2", request("detailed", desc("key1=unspecified_value2")), ok("[detailed.key1] 2/MINUTE", 1, m))
+			e.call(t, "value1", request("detailed", desc("key1=value1")), ok("[detailed.key1_value1] 3/MINUTE", 2, m))
 			for _, label := range []string{"detailed.key1_unspecified_value", "detailed.key1_unspecified_value2", "detailed.key1_value1"} {
 				if got := e.counter(t, "floodgate_envoy_descriptors_total", "descriptor="+label, "outcome=ok"); got != 1 {
 					t.Errorf("metric %s: %v, want 1", label, got)
@@ -127,7 +127,7 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 			}
 		}},
 		{"09-wildcard.yaml", func(t *testing.T, e *env, _ func(time.Duration), _ func() time.Time) {
-			const api, admin = "wildcard.path_/api/* 2/MINUTE", "wildcard.path_/api/admin/* 1/MINUTE"
+			const api, admin = "[wildcard.path_/api/*] 2/MINUTE", "[wildcard.path_/api/admin/*] 1/MINUTE"
 			e.call(t, "/api/users", request("wildcard", desc("path=/api/users")), ok(api, 1, m))
 			e.call(t, "/api/users", request("wildcard", desc("path=/api/users")), ok(api, 0, m))
 			e.call(t, "/api/users over", request("wildcard", desc("path=/api/users")), over(api, m))
@@ -146,14 +146,14 @@ func runTestdata(t *testing.T, newStore clockedStoreFunc) {
 				// Fixed windows are aligned to multiples of the unit since
 				// the Unix epoch, as in the reference.
 				reset := u.d - time.Duration(now().UnixMicro()%u.d.Microseconds())*time.Microsecond
-				limit := "units.per_" + u.value + " 1/" + u.unit
+				limit := "[units.per_" + u.value + "] 1/" + u.unit
 				e.call(t, u.value, request("units", desc("per="+u.value)), ok(limit, 0, reset))
 				e.call(t, u.value+" over", request("units", desc("per="+u.value)), over(limit, reset))
 			}
 			e.call(t, "whitelisted", request("units", desc("whitelisted=anything")), noLimit)
 		}},
 		{"20-floodgate-algorithms.yaml", func(t *testing.T, e *env, advance func(time.Duration), now func() time.Time) {
-			const log, counter, fixed = "algorithms.log 2/MINUTE", "algorithms.counter 2/MINUTE", "algorithms.fixed 2/MINUTE"
+			const log, counter, fixed = "[algorithms.log] 2/MINUTE", "[algorithms.counter] 2/MINUTE", "[algorithms.fixed] 2/MINUTE"
 			// The counter is whole again once its current window no longer
 			// weighs in the sliding one: two windows from its start.
 			for _, r := range []struct {

@@ -73,7 +73,7 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 	}
 	now := s.now()
 	for i, it := range items {
-		d, err := limitcheck.Allow(it.Limit, it.Cost)
+		d, err := limitcheck.Item(it.Limit, it.Cost)
 		results[i] = floodgate.BatchResult{Decision: d, Err: err}
 		var b batchItem
 		if err == nil {

@@ -13,6 +13,9 @@ import (
 // hash h and shard i; the limits and costs are valid.
 type keyspace interface {
 	allow(h uint64, i int, key string, l floodgate.Limit, now, n, grace int64) outcome
+	// peek decides a request of cost 0: what key holds at now, without
+	// adding it or changing its state.
+	peek(h uint64, i int, key string, l floodgate.Limit, now int64) outcome
 	refund(h uint64, i int, key string, l floodgate.Limit, now, n int64)
 	reset(h uint64, i int, key string)
 	len() int
@@ -86,6 +89,22 @@ func (k *tables[S, P]) allow(h uint64, i int, key string, l floodgate.Limit, now
 		e.expires = now + d.ResetAfter.Microseconds()
 	}
 	e.mu.Unlock()
+	return outcome{d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter}
+}
+
+func (k *tables[S, P]) peek(h uint64, i int, key string, l floodgate.Limit, now int64) outcome {
+	var d floodgate.Decision
+	if e := k.shards[i].lock(h, key); e != nil && e.expires > now {
+		d = P(&e.state).Peek(l, now)
+		e.mu.Unlock()
+	} else {
+		if e != nil {
+			e.mu.Unlock()
+		}
+		var fresh S // a key never seen, or whose state has expired
+		P(&fresh).Replenish(l, now)
+		d = P(&fresh).Peek(l, now)
+	}
 	return outcome{d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter}
 }
 

@@ -116,7 +116,8 @@ func (s *Store) Allow(ctx context.Context, key string, limit floodgate.Limit) (f
 }
 
 // AllowN decides whether a request of cost n fits limit for key at the
-// store's current time, and records it if so. See floodgate.Store.
+// store's current time, and records it if so; a cost of 0 reads the key
+// and changes nothing. See floodgate.Store.
 func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
 	if d, err := limitcheck.Allow(l, n); err != nil {
 		return d, err
@@ -124,6 +125,9 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	now := s.now()
 	h, i := s.hash(key)
 	// Check rejected an algorithm without a keyspace.
+	if n == 0 {
+		return s.keyspaces[l.Algorithm].peek(h, i, key, l, now).decision(l.Quota), nil
+	}
 	return s.keyspaces[l.Algorithm].allow(h, i, key, l, now, n, s.grace).decision(l.Quota), nil
 }
 
@@ -132,6 +136,9 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 func (s *Store) RefundN(_ context.Context, key string, l floodgate.Limit, n int64) error {
 	if _, err := limitcheck.Allow(l, n); err != nil {
 		return err
+	}
+	if n == 0 {
+		return nil
 	}
 	h, i := s.hash(key)
 	s.keyspaces[l.Algorithm].refund(h, i, key, l, s.now(), n)

@@ -40,7 +40,7 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 	}
 	var groups []batchGroup
 	for i, it := range items {
-		if d, err := limitcheck.Allow(it.Limit, it.Cost); err != nil {
+		if d, err := limitcheck.Item(it.Limit, it.Cost); err != nil {
 			results[i] = floodgate.BatchResult{Decision: d, Err: err}
 			continue
 		}

@@ -353,7 +353,8 @@ func (s *Store) Allow(ctx context.Context, key string, limit floodgate.Limit) (f
 }
 
 // AllowN decides, atomically in Redis, whether a request of cost n fits
-// limit for key, and records it if so. See floodgate.Store.
+// limit for key, and records it if so; a cost of 0 reads the key and
+// writes nothing. See floodgate.Store.
 func (s *Store) AllowN(ctx context.Context, key string, limit floodgate.Limit, n int64) (floodgate.Decision, error) {
 	if d, err := limitcheck.Allow(limit, n); err != nil {
 		return d, err
@@ -396,6 +397,9 @@ func decode(limit floodgate.Limit, reply rueidis.RedisMessage) (floodgate.Decisi
 func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, n int64) error {
 	if _, err := limitcheck.Allow(limit, n); err != nil {
 		return err
+	}
+	if n == 0 {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -146,7 +146,7 @@ func TestScriptArguments(t *testing.T) {
 		{[]string{"allow", "1.5", "1000", "1"}, "ARGV[2] (quota)"},
 		{[]string{"allow", "nan", "1000", "1"}, "ARGV[2] (quota)"},
 		{[]string{"allow", "10", "", "1"}, "ARGV[3] (window_us)"},
-		{[]string{"allow", "10", "1000", "0"}, "ARGV[4] (cost)"},
+		{[]string{"allow", "10", "1000", "-1"}, "ARGV[4] (cost)"},
 		{[]string{"allow", "10", "1000", "11"}, "ARGV[4] (cost) 11 is more than the quota 10"},
 		{[]string{"refund", "10", "1000", "1", "-5"}, "ARGV[5] (now_us)"},
 		{[]string{"allow", "10", "1000", "1", "99999999999999999"}, "ARGV[5] (now_us)"},

@@ -244,7 +244,7 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 	req := storewire.BatchRequest{Items: make([]storewire.Request, 0, len(items)), NowUs: s.now()}
 	idx := make([]int, 0, len(items))
 	for i, it := range items {
-		d, err := limitcheck.Allow(it.Limit, it.Cost)
+		d, err := limitcheck.Item(it.Limit, it.Cost)
 		results[i] = floodgate.BatchResult{Decision: d, Err: err}
 		if err == nil {
 			req.Items = append(req.Items, storewire.NewRequest(it.Key, it.Limit, it.Cost))

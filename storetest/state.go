@@ -119,14 +119,14 @@ func testInvalidLimits(t *testing.T, newStore NewStore) {
 	}
 }
 
-// testInvalidCosts: a cost below 1 is ErrInvalidCost; a cost above the quota
-// is ErrCostExceedsLimit, never admitted and never spun on.
+// testInvalidCosts: a negative cost is ErrInvalidCost; a cost above the
+// quota is ErrCostExceedsLimit, never admitted and never spun on.
 func testInvalidCosts(t *testing.T, newStore NewStore) {
 	for _, l := range limits(10, time.Minute) {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			e := newEnv(t, newStore)
 			key := e.key("k")
-			for _, n := range []int64{0, -1, -1 << 62} {
+			for _, n := range []int64{-1, -1 << 62} {
 				d, err := e.store.AllowN(e.ctx, key, l, n)
 				if !errors.Is(err, floodgate.ErrInvalidCost) || d.Allowed {
 					t.Errorf("AllowN cost %d = %+v, %v; want ErrInvalidCost", n, d, err)
@@ -142,6 +142,47 @@ func testInvalidCosts(t *testing.T, newStore NewStore) {
 			if d := e.allowN(key, l, 10); !d.Allowed {
 				t.Errorf("cost 10 after rejected costs got %+v, want allowed", d)
 			}
+		})
+	}
+}
+
+// testCheckOnly: a cost of 0 is always allowed, reports what the key holds
+// (the Remaining and ResetAfter of the last decision at the same moment, a
+// whole quota for a key never seen) and changes nothing, for every
+// algorithm; RefundN of 0 changes nothing either.
+func testCheckOnly(t *testing.T, newStore NewStore) {
+	for _, l := range limits(20, time.Minute) {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			e := newEnv(t, newStore)
+			key := e.key("k")
+			e.clock.Set(Epoch.Add(time.Second))
+			peek := func(wantRemaining int64, wantReset time.Duration) {
+				t.Helper()
+				for range 3 {
+					d := e.allowN(key, l, 0)
+					if !d.Allowed || d.Remaining != wantRemaining || d.RetryAfter != 0 || d.ResetAfter != wantReset {
+						t.Fatalf("AllowN cost 0 = %+v, want allowed with Remaining %d, ResetAfter %s", d, wantRemaining, wantReset)
+					}
+				}
+			}
+			peek(20, 0)
+			taken := e.allowN(key, l, 5)
+			if !taken.Allowed || taken.Remaining != 15 {
+				t.Fatalf("cost 5 after peeks = %+v, want allowed with Remaining 15", taken)
+			}
+			peek(15, taken.ResetAfter)
+			if err := e.store.RefundN(e.ctx, key, l, 0); err != nil {
+				t.Fatalf("RefundN cost 0: %v", err)
+			}
+			peek(15, taken.ResetAfter)
+			if got := e.admit(key, l, 1, 16); got != 15 {
+				t.Fatalf("after peeks %d of 16 admitted, want 15: a peek took quota", got)
+			}
+			if d := e.allowN(key, l, 0); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("peek of an exhausted key = %+v, want allowed with Remaining 0", d)
+			}
+			e.clock.Set(Epoch.Add(4 * time.Minute)) // every algorithm is whole again
+			peek(20, 0)
 		})
 	}
 }

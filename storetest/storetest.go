@@ -121,6 +121,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Reset", testReset},
 		{"InvalidLimits", testInvalidLimits},
 		{"InvalidCosts", testInvalidCosts},
+		{"CheckOnly", testCheckOnly},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newStore) })

@@ -46,6 +46,9 @@ func (b *serialBatch) AllowBatch(ctx context.Context, items []floodgate.BatchIte
 	denied := false
 	for i, it := range items {
 		d, err := b.s.AllowN(ctx, it.Key, it.Limit, it.Cost)
+		if it.Cost == 0 && err == nil { // a batch takes what it decides: cost 0 is AllowN's only
+			d, err = floodgate.Decision{Limit: it.Limit.Quota}, floodgate.ErrInvalidCost
+		}
 		results[i] = floodgate.BatchResult{Decision: d, Err: err}
 		denied = denied || err == nil && !d.Allowed
 	}

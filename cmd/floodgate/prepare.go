@@ -19,8 +19,12 @@ type servePlan struct {
 	// rls says whether the Envoy rate-limit service runs: an envoy_config
 	// folder, or an explicit --grpc-listen (which serves with no rules).
 	rls bool
-	// rules are the Envoy rules read from cfg.EnvoyConfig; nil without one.
+	// rules are the Envoy rules read from cfg.EnvoyConfig; nil without one
+	// (or when envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG let
+	// a bad folder start without rules, which warnings then say).
 	rules *envoy.Rules
+	// load is how the folder is read, now and on every reload.
+	load envoy.LoadOptions
 	// warnings are settings that work but are probably mistakes.
 	warnings []string
 }
@@ -54,9 +58,19 @@ func planServe(path string, over serveOverrides) (*servePlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	return planConfig(cfg, over, nil)
+}
+
+// planConfig is planServe for a config already loaded: from a file, or
+// from envoyproxy/ratelimit's environment (compat, serve --envoy-env).
+func planConfig(cfg *config.Config, over serveOverrides, compat *envoyCompat) (*servePlan, error) {
 	over.apply(cfg)
 	p := &servePlan{cfg: cfg, warnings: cfg.Warnings()}
+	if compat != nil {
+		p.load = compat.load
+	}
 	var errs []error
+	var err error
 	if p.policy, err = cfg.Policy(); err != nil {
 		errs = append(errs, err)
 	}
@@ -78,12 +92,17 @@ func planServe(path string, over serveOverrides) (*servePlan, error) {
 	}
 	p.rls = cfg.EnvoyConfig != "" || over.grpcListen != ""
 	if cfg.EnvoyConfig != "" {
-		if p.rules, err = envoy.LoadDir(cfg.EnvoyConfig); err != nil {
+		if p.rules, err = envoy.Load(cfg.EnvoyConfig, p.load); err != nil {
 			where := "--envoy-config " + cfg.EnvoyConfig
 			if over.envoyConfig == "" {
 				where = cfg.Where("envoy_config") + ": " + cfg.EnvoyConfig
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			if compat != nil && compat.force {
+				p.rules = nil
+				p.warnings = append(p.warnings, fmt.Sprintf("%s: the Envoy rules did not load; starting without them (FORCE_START_WITHOUT_INITIAL_CONFIG): %v", where, err))
+			} else {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			}
 		}
 	}
 	if len(errs) > 0 {

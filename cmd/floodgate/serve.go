@@ -35,11 +35,27 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	storeAPI := fs.Bool("store-api", false, "serve the store API (POST /v1/store/...) for remote stores (package remotestore); off by default: whoever can call it can spend or reset any key in its namespace")
 	storeAPIClientClock := fs.Bool("store-api-client-clock", false, "with --store-api: decide store API calls at the time each client sends, one call at a time (for tests and simulations only)")
 	envoyConfig := fs.String("envoy-config", "", "`folder` of envoyproxy/ratelimit rule files, overriding the config's envoy_config; starts the gRPC service")
+	envoyEnv := fs.Bool("envoy-env", false, "configure from envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...) instead of --config: a drop-in for its image")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	over := serveOverrides{listen: *listen, grpcListen: *grpcListen, envoyConfig: *envoyConfig, logFormat: *logFormat}
-	plan, err := planServe(*cfgPath, over)
+	var (
+		plan   *servePlan
+		compat *envoyCompat
+		err    error
+	)
+	if *envoyEnv {
+		if *cfgPath != "" {
+			return fmt.Errorf("--envoy-env and --config exclude each other: the environment is the configuration")
+		}
+		if compat, err = readEnvoyEnv(os.LookupEnv, os.Environ()); err != nil {
+			return err
+		}
+		plan, err = planConfig(compat.cfg, over, compat)
+	} else {
+		plan, err = planServe(*cfgPath, over)
+	}
 	if err != nil {
 		return err
 	}
@@ -68,8 +84,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeStore()
 
+	for _, n := range compatNotes(compat) {
+		logger.Warn("envoyproxy/ratelimit environment: " + n)
+	}
 	reg := prometheus.NewRegistry()
-	rls, err := startRLS(plan, store, logger, reg)
+	for _, n := range compatNotes(compat) {
+		logger.Warn("envoyproxy/ratelimit environment: " + n)
+	}
+	rls, err := startRLS(plan, store, logger, reg, compat)
 	if err != nil {
 		return err
 	}
@@ -200,6 +222,15 @@ func restartSettings(running, next *config.Config) []string {
 		}
 	}
 	return changed
+}
+
+// compatNotes returns what the environment asked that floodgate does
+// otherwise, for the start-up log.
+func compatNotes(c *envoyCompat) []string {
+	if c == nil {
+		return nil
+	}
+	return c.notes
 }
 
 func loadConfig(path string) (*config.Config, error) {

@@ -2,72 +2,173 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoy"
 )
 
 // rlsServer is the Envoy rate-limit service of floodgate serve: RLS v3 over
-// gRPC (with health and reflection) on its own address, and POST /json on
-// the HTTP API. A nil *rlsServer is a disabled one: its methods do nothing.
+// gRPC (with health and reflection) on its own address, and POST /json and
+// GET /healthcheck on the HTTP API. A nil *rlsServer is a disabled one: its
+// methods do nothing.
 type rlsServer struct {
-	addr   string
-	dir    string
-	svc    *envoy.Service
-	grpc   *grpc.Server
-	health *health.Server
-	logger *slog.Logger
-	once   sync.Once
+	addr    string
+	dir     string
+	load    envoy.LoadOptions
+	svc     *envoy.Service
+	grpc    *grpc.Server
+	health  *health.Server
+	logger  *slog.Logger
+	cancel  context.CancelFunc // ends the health and folder watches
+	metrics *http.Server       // USE_PROMETHEUS's listener, if any
+	rules   bool               // health requires loaded rules
+	once    sync.Once
 }
+
+// healthInterval is how often the gRPC health status is refreshed from
+// readiness.
+const healthInterval = 2 * time.Second
 
 // startRLS starts the Envoy rate-limit service when the plan has it (an
 // envoy_config folder, or an explicit --grpc-listen, which serves with no
 // rules: every answer OK, as for unknown domains, so a gateway can be wired
 // up before its rules are written), with the rules the plan read.
-// Otherwise it returns nil and no error.
-func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg prometheus.Registerer) (*rlsServer, error) {
+// Otherwise it returns nil and no error. The rules are read again whenever
+// the folder changes (watched, as envoyproxy/ratelimit does, including a
+// ConfigMap's link swap) and on SIGHUP (serve's reload); a bad folder then
+// keeps the rules in force and counts a config_load_error. compat, when
+// set, is envoyproxy/ratelimit's environment (serve --envoy-env).
+func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *prometheus.Registry, compat *envoyCompat) (*rlsServer, error) {
 	if !plan.rls {
 		return nil, nil
 	}
-	svc, err := envoy.New(store, plan.rules, envoy.Options{Logger: logger, Registerer: reg})
+	cfg, dir, addr, rules := plan.cfg, plan.cfg.EnvoyConfig, plan.cfg.GRPCListen, plan.rules
+	var (
+		opts envoy.Options
+		gs   grpcSettings
+	)
+	if compat != nil {
+		opts, gs = compat.opts, compat.grpc
+	}
+	opts.Logger, opts.Registerer = logger, reg
+	if rules != nil && len(rules.Skipped()) > 0 {
+		logger.Info("envoy rules: names starting with a dot and links to folders are not read", "skipped", strings.Join(rules.Skipped(), ","))
+	}
+	if cfg.Store.Type == config.StoreMemory {
+		logger.Warn("the Envoy rate-limit service decides on the in-process memory store: every replica admits the whole limit; " +
+			"set store.type to redis, redis-cluster or redis-sentinel to share limits")
+	}
+	svc, err := envoy.New(store, rules, opts)
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", plan.cfg.GRPCListen)
+	network := "tcp"
+	if gs.uds != "" {
+		network, addr = "unix", gs.uds
+		_ = os.Remove(addr) // a socket left by a previous run
+	}
+	var gopts []grpc.ServerOption
+	if gs.maxConnAge > 0 {
+		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: gs.maxConnAge, MaxConnectionAgeGrace: gs.maxConnAgeGrace}))
+	}
+	if cfg.TLS.CertFile != "" {
+		creds, err := grpcTLS(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		gopts = append(gopts, grpc.Creds(creds))
+	}
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc listen: %w", err)
 	}
-	g, h := envoy.NewGRPCServer(svc)
-	r := &rlsServer{addr: ln.Addr().String(), dir: plan.cfg.EnvoyConfig, svc: svc, grpc: g, health: h, logger: logger}
+	g, h := envoy.NewGRPCServer(svc, gopts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rlsServer{addr: ln.Addr().String(), dir: dir, load: plan.load, svc: svc, grpc: g, health: h, logger: logger,
+		cancel: cancel, rules: gs.requireRulesHealth}
 	go func() {
 		if err := g.Serve(ln); err != nil {
 			logger.Error("envoy rate-limit gRPC server stopped", "err", err)
 		}
 	}()
+	go svc.WatchHealth(ctx, h, r.rules, healthInterval)
+	if r.dir != "" {
+		go svc.Watch(ctx, r.dir, plan.load, 0, func(rules *envoy.Rules) {
+			logger.Info("envoy rules reloaded: the folder changed", "envoy_config", r.dir, "domains", strings.Join(rules.Domains(), ","))
+		}, func(err error) {
+			logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
+		})
+	}
+	if compat != nil && compat.metrics != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+compat.metricsP, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mln, err := net.Listen("tcp", compat.metrics)
+		if err != nil {
+			r.stop()
+			return nil, fmt.Errorf("PROMETHEUS_ADDR: %w", err)
+		}
+		r.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = r.metrics.Serve(mln) }()
+		logger.Info("serving metrics (USE_PROMETHEUS)", "addr", mln.Addr().String(), "path", compat.metricsP)
+	}
 	logger.Info("serving envoy rate-limit service", "grpc_listen", r.addr, "envoy_config", r.dir, "domains", strings.Join(svc.Rules().Domains(), ","))
 	return r, nil
 }
 
-// reload re-reads the rule folder, keeping the rules in force if it is
-// bad, and reports whether it reloaded (true too when there is no folder
-// to reload).
+// grpcTLS returns the gRPC listener's credentials from the tls section:
+// its certificate and key, and with client_ca_file, mutual TLS.
+func grpcTLS(c config.TLS) (credentials.TransportCredentials, error) {
+	if c.KeyFile == "" {
+		return nil, fmt.Errorf("tls.key_file: is required with tls.cert_file")
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.ClientCAFile != "" {
+		pem, err := os.ReadFile(c.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.client_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.client_ca_file: %s holds no PEM certificate", c.ClientCAFile)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(tc), nil
+}
+
+// reload re-reads the rule folder on SIGHUP, keeping the rules in force
+// (and counting a config_load_error) if it is bad, and reports whether it
+// reloaded (true too when there is no folder to reload).
 func (r *rlsServer) reload() bool {
 	if r == nil || r.dir == "" {
 		return true
 	}
-	rules, err := envoy.LoadDir(r.dir)
+	rules, err := envoy.Load(r.dir, r.load)
 	if err != nil {
+		r.svc.LoadFailed()
 		r.logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
 		return false
 	}
@@ -76,12 +177,13 @@ func (r *rlsServer) reload() bool {
 	return true
 }
 
-// routes returns the HTTP routes the Envoy service adds to the API: /json.
+// routes returns the HTTP routes the Envoy service adds to the API: /json,
+// and /healthcheck as envoyproxy/ratelimit serves it.
 func (r *rlsServer) routes() map[string]http.Handler {
 	if r == nil {
 		return nil
 	}
-	return map[string]http.Handler{"/json": r.svc.JSONHandler()}
+	return map[string]http.Handler{"/json": r.svc.JSONHandler(), "GET /healthcheck": r.svc.HealthHandler(r.rules, time.Second)}
 }
 
 // banner prints the gRPC address under serve's banner.
@@ -105,6 +207,10 @@ func (r *rlsServer) stop() {
 		return
 	}
 	r.once.Do(func() {
+		r.cancel()
+		if r.metrics != nil {
+			_ = r.metrics.Close()
+		}
 		r.health.Shutdown()
 		stopped := make(chan struct{})
 		go func() { r.grpc.GracefulStop(); close(stopped) }()

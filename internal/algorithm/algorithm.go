@@ -10,7 +10,8 @@
 // times; a differential test holds them to it.
 //
 // Callers validate the limit and the cost first (floodgate.Check): these
-// methods assume 1 <= n <= limit.Quota and a valid limit.
+// methods assume 1 <= n <= limit.Quota and a valid limit; a cost of 0 is
+// Peek.
 package algorithm
 
 import (
@@ -27,6 +28,11 @@ type State interface {
 	// Allow decides a request of cost n at now and records it if it is
 	// admitted. A denied request changes nothing a later decision reads.
 	Allow(l floodgate.Limit, now, n int64) floodgate.Decision
+	// Peek decides a request of cost 0 at now and changes nothing: it is
+	// always admitted, and reports what a decision at now would find
+	// (Remaining, ResetAfter; RetryAfter is 0). Envoy's hits_addend 0, a
+	// check that counts nothing, is one.
+	Peek(l floodgate.Limit, now int64) floodgate.Decision
 	// Refund gives back n units of quota that an admitted request took, as
 	// floodgate.Store.RefundN describes, never above the full quota. It
 	// returns the time from now until the state is fully replenished, as
@@ -115,6 +121,15 @@ func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 	d.Remaining = level / unit
 	d.ResetAfter = micros(ceilDiv(full-level, perMicro))
 	return d
+}
+
+// Peek reports the bucket's level at now without taking anything.
+func (b *Bucket) Peek(l floodgate.Limit, now int64) floodgate.Decision {
+	unit := bucketUnit(l)
+	perMicro := bucketPerMicro(l)
+	full := l.Quota * unit
+	level, _ := b.refilled(full, perMicro, now)
+	return floodgate.Decision{Allowed: true, Limit: l.Quota, Remaining: level / unit, ResetAfter: micros(ceilDiv(full-level, perMicro))}
 }
 
 // Refund puts n tokens back, as if a request of cost n admitted just now had
@@ -231,6 +246,18 @@ func (s *Fixed) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 	return d
 }
 
+// Peek reports the window containing now without counting anything.
+func (s *Fixed) Peek(l floodgate.Limit, now int64) floodgate.Decision {
+	w := l.Window.Microseconds()
+	next := s.Window
+	e := next.roll(w, now)
+	d := floodgate.Decision{Allowed: true, Limit: l.Quota, Remaining: max(0, l.Quota-next.Current)}
+	if next.Current > 0 {
+		d.ResetAfter = micros(w - e)
+	}
+	return d
+}
+
 // counterFits reports whether a request of cost n fits a sliding-window
 // counter at elapsed time e into the current window: the previous window's
 // count weighted by the share (w-e)/w of it still inside the sliding window,
@@ -297,6 +324,22 @@ func (s *Counter) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 	}
 	weighted := int64(math.Ceil(float64(next.Previous) * float64(w-e) / float64(w)))
 	d.Remaining = max(0, l.Quota-next.Current-weighted)
+	switch {
+	case next.Current > 0:
+		d.ResetAfter = micros(2*w - e)
+	case next.Previous > 0:
+		d.ResetAfter = micros(w - e)
+	}
+	return d
+}
+
+// Peek reports the sliding window ending at now without counting anything.
+func (s *Counter) Peek(l floodgate.Limit, now int64) floodgate.Decision {
+	w := l.Window.Microseconds()
+	next := s.Window
+	e := next.roll(w, now)
+	weighted := int64(math.Ceil(float64(next.Previous) * float64(w-e) / float64(w)))
+	d := floodgate.Decision{Allowed: true, Limit: l.Quota, Remaining: max(0, l.Quota-next.Current-weighted)}
 	switch {
 	case next.Current > 0:
 		d.ResetAfter = micros(2*w - e)
@@ -381,6 +424,21 @@ func (g *Log) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 		d.ResetAfter = micros(g.Newest() + w - now)
 	}
 	g.shrink()
+	return d
+}
+
+// Peek counts the entries inside the window ending at now, changing
+// nothing (not even dropping the expired ones).
+func (g *Log) Peek(l floodgate.Limit, now int64) floodgate.Decision {
+	w := l.Window.Microseconds()
+	live := 0
+	for i := g.count - 1; i >= 0 && g.at(i) > now-w; i-- {
+		live++
+	}
+	d := floodgate.Decision{Allowed: true, Limit: l.Quota, Remaining: max(0, l.Quota-int64(live))}
+	if live > 0 {
+		d.ResetAfter = micros(g.Newest() + w - now)
+	}
 	return d
 }
 

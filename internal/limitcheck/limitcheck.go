@@ -24,12 +24,22 @@ func Allow(limit floodgate.Limit, n int64) (floodgate.Decision, error) {
 	return floodgate.Decision{}, nil
 }
 
-// Cost returns nil if a request of cost n can ever fit limit l, and
-// otherwise an error matching floodgate.ErrInvalidCost (n < 1) or
-// floodgate.ErrCostExceedsLimit (n > Quota).
+// Item validates a batch item's limit and cost as Allow does, but for a
+// cost of 0, which a batch does not take (floodgate.BatchItem).
+func Item(limit floodgate.Limit, n int64) (floodgate.Decision, error) {
+	if n == 0 && limit.Validate() == nil {
+		return floodgate.Decision{Limit: limit.Quota}, fmt.Errorf("%w: a batch item's cost must be at least 1", floodgate.ErrInvalidCost)
+	}
+	return Allow(limit, n)
+}
+
+// Cost returns nil if a request of cost n can ever fit limit l (a cost of
+// 0 is a check that takes nothing), and otherwise an error matching
+// floodgate.ErrInvalidCost (n < 0) or floodgate.ErrCostExceedsLimit
+// (n > Quota).
 func Cost(l floodgate.Limit, n int64) error {
-	if n < 1 {
-		return fmt.Errorf("%w: cost %d must be at least 1", floodgate.ErrInvalidCost, n)
+	if n < 0 {
+		return fmt.Errorf("%w: cost %d must not be negative", floodgate.ErrInvalidCost, n)
 	}
 	if n > l.Quota {
 		return fmt.Errorf("%w: cost %d is more than the limit's quota %d, so it can never be admitted", floodgate.ErrCostExceedsLimit, n, l.Quota)

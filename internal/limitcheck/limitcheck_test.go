@@ -17,7 +17,7 @@ func TestAllow(t *testing.T) {
 		wantLimit int64
 	}{
 		{"valid", ok, 5, nil, 0},
-		{"zero cost", ok, 0, floodgate.ErrInvalidCost, 5},
+		{"zero cost (a check that takes nothing)", ok, 0, nil, 0},
 		{"negative cost", ok, -3, floodgate.ErrInvalidCost, 5},
 		{"cost above the quota", ok, 6, floodgate.ErrCostExceedsLimit, 5},
 		{"invalid limit", floodgate.PerMinute(0), 1, floodgate.ErrInvalidLimit, 0},

@@ -16,7 +16,7 @@
 --          has moved on changes nothing)
 -- ARGV[2]  quota: requests admitted per window (1 .. 2^40)
 -- ARGV[3]  window_us: the window, in microseconds
--- ARGV[4]  cost (1 .. quota)
+-- ARGV[4]  cost (0 .. quota; 0 reads the window and writes nothing)
 -- ARGV[5]  now, in microseconds since the Unix epoch; absent or "" means
 --          the server's clock (redis.call('TIME'))
 --
@@ -72,6 +72,13 @@ if op == 'refund' then
   return 1
 end
 
+if cost == 0 then -- a check that takes nothing: report, write nothing
+  local reset = 0
+  if count > 0 then
+    reset = window - elapsed
+  end
+  return {1, math.max(0, quota - count), 0, reset}
+end
 if count + cost <= quota then
   count = count + cost
   -- PX is ceil(reset / 1000) ms; '%d' is exact below 2^31 in any C long,

@@ -33,7 +33,7 @@ end
 if not ((op == 'allow' or op == 'refund') and quota and window and cost and now
     and quota >= 1 and quota <= MAX and quota % 1 == 0
     and window >= 1 and window <= MAX and window % 1 == 0
-    and cost >= 1 and cost <= MAX and cost % 1 == 0
+    and cost >= 0 and cost <= MAX and cost % 1 == 0
     and now >= 0 and now <= MAX and now % 1 == 0 and cost <= quota) then
   local function fail(msg)
     error({err = 'ERR floodgate: ' .. msg})
@@ -44,7 +44,9 @@ if not ((op == 'allow' or op == 'refund') and quota and window and cost and now
   local names = {'', 'quota', 'window_us', 'cost', 'now_us'}
   for i = 2, 5 do
     local v, lo = tonumber(ARGV[i]), 1
-    if i == 5 then
+    if i == 4 then
+      lo = 0 -- a cost of 0 reads the key and writes nothing
+    elseif i == 5 then
       lo = 0 -- and absent or "" means TIME, which is always valid
       if ARGV[5] == nil or ARGV[5] == '' then
         v = 0

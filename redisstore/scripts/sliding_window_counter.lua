@@ -21,7 +21,7 @@
 --          previous one)
 -- ARGV[2]  quota: requests admitted per window (1 .. 2^40)
 -- ARGV[3]  window_us: the window, in microseconds
--- ARGV[4]  cost (1 .. quota)
+-- ARGV[4]  cost (0 .. quota; 0 reads the key and writes nothing)
 -- ARGV[5]  now, in microseconds since the Unix epoch; absent or "" means
 --          the server's clock (redis.call('TIME'))
 --
@@ -113,6 +113,9 @@ local function first_fit(prev, cur, lo, hi)
   return lo
 end
 
+if cost == 0 then -- a check that takes nothing: report, write nothing
+  return {1, math.max(0, quota - current - math.ceil(previous * (window - elapsed) / window)), 0, reset_after()}
+end
 local allowed, retry = 0, 0
 if fits(previous, current, elapsed) then
   allowed = 1

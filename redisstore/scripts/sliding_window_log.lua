@@ -13,7 +13,7 @@
 --          entries, as if the request that added them had not been made)
 -- ARGV[2]  quota: requests admitted per window (1 .. 2^20)
 -- ARGV[3]  window_us: the window, in microseconds
--- ARGV[4]  cost (1 .. quota)
+-- ARGV[4]  cost (0 .. quota; 0 reads the key and writes nothing)
 -- ARGV[5]  now, in microseconds since the Unix epoch; absent or "" means
 --          the server's clock (redis.call('TIME'))
 --
@@ -64,6 +64,14 @@ end
 -- Entries at or before now - window have left the window: trim them, then
 -- every entry left counts. (Trimming is idempotent housekeeping, so a
 -- denied request may do it too; it changes no decision.)
+if cost == 0 then -- a check that takes nothing: count the live entries, write nothing
+  local live = redis.call('ZCOUNT', key, '(' .. int(now - window), '+inf')
+  local reset = 0
+  if live > 0 then
+    reset = tonumber(redis.call('ZRANGE', key, '-1', '-1')[1]) + window - now
+  end
+  return {1, math.max(0, quota - live), 0, reset}
+end
 redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
 local count = redis.call('ZCARD', key)
 local newest

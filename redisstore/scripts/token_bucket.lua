@@ -18,7 +18,7 @@
 -- ARGV[1]  "allow" (take cost tokens) or "refund" (give cost tokens back)
 -- ARGV[2]  capacity, in tokens (1 .. 2^40)
 -- ARGV[3]  period_us: the refill period, in microseconds
--- ARGV[4]  cost, in tokens (1 .. capacity)
+-- ARGV[4]  cost, in tokens (0 .. capacity; 0 reads the key and writes nothing)
 -- ARGV[5]  now, in microseconds since the Unix epoch; absent or "" means
 --          the server's clock (redis.call('TIME'))
 -- ARGV[6]  refill: tokens added per period; absent or "" means capacity
@@ -97,6 +97,9 @@ if op == 'refund' then
   return 1
 end
 
+if cost == 0 then -- a check that takes nothing: report, write nothing
+  return {1, floor(level / unit), 0, ceil((full - level) / per)}
+end
 local need = cost * unit
 if level >= need then
   level = level - need

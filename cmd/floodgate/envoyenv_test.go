@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+func envOf(vars map[string]string) (func(string) (string, bool), []string) {
+	var environ []string
+	for k, v := range vars {
+		environ = append(environ, k+"="+v)
+	}
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }, environ
+}
+
+// TestReadEnvoyEnv maps the variables of envoyproxy/ratelimit's deployments
+// onto floodgate's settings, refuses the ones it cannot honour, and notes
+// the rest.
+func TestReadEnvoyEnv(t *testing.T) {
+	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
+	with := func(extra map[string]string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	tests := []struct {
+		name    string
+		vars    map[string]string
+		check   func(t *testing.T, c *envoyCompat)
+		wantErr string
+		note    string
+	}{
+		{"defaults are the peer's", base, func(t *testing.T, c *envoyCompat) {
+			if c.cfg.Listen != "0.0.0.0:8080" || c.cfg.GRPCListen != "0.0.0.0:8081" {
+				t.Errorf("listen %s, grpc %s", c.cfg.Listen, c.cfg.GRPCListen)
+			}
+			if c.cfg.EnvoyConfig != "/srv/runtime_data/current/config" || !c.load.DotFiles || c.load.MergeDomains {
+				t.Errorf("rules %s, load %+v", c.cfg.EnvoyConfig, c.load)
+			}
+			if c.cfg.Store.Type != config.StoreRedis || strings.Join(c.cfg.Store.Addrs, ",") != "redis:6379" {
+				t.Errorf("store %+v", c.cfg.Store)
+			}
+			if c.grpc.maxConnAge != 24*time.Hour || c.grpc.maxConnAgeGrace != time.Hour || c.cfg.Log.Level != "warn" {
+				t.Errorf("grpc %+v, log %+v", c.grpc, c.cfg.Log)
+			}
+		}, "", "REDIS_TIMEOUT"},
+		{"a deployment's settings", with(map[string]string{
+			"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081", "GRPC_UDS": "/tmp/rls.sock", "GRPC_MAX_CONNECTION_AGE": "10m",
+			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "MERGE_DOMAIN_CONFIG": "true",
+			"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "user:secret", "REDIS_TLS": "true",
+			"REDIS_TIMEOUT": "30ms", "REDIS_PIPELINE_WINDOW": "150us", "CACHE_KEY_PREFIX": "rl:",
+			"SHADOW_MODE": "true", "QUOTA_MODE": "true", "RESPONSE_DYNAMIC_METADATA": "true", "NEAR_LIMIT_RATIO": "0.9",
+			"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left",
+			"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem", "GRPC_SERVER_TLS_KEY": "/k.pem", "GRPC_CLIENT_TLS_CACERT": "/ca.pem",
+			"USE_PROMETHEUS": "true", "LOG_LEVEL": "DEBUG", "LOG_FORMAT": "json", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
+		}), func(t *testing.T, c *envoyCompat) {
+			if c.cfg.Listen != "127.0.0.1:9080" || c.grpc.uds != "/tmp/rls.sock" || c.grpc.maxConnAge != 10*time.Minute {
+				t.Errorf("listen %s, grpc %+v", c.cfg.Listen, c.grpc)
+			}
+			if c.cfg.EnvoyConfig != "/data/ratelimit/config" || c.load.DotFiles || !c.load.MergeDomains {
+				t.Errorf("rules %s, load %+v", c.cfg.EnvoyConfig, c.load)
+			}
+			s := c.cfg.Store
+			if s.Type != config.StoreRedisSentinel || s.MasterName != "mymaster" || strings.Join(s.Addrs, ",") != "s1:26379,s2:26379" ||
+				s.Username != "user" || s.Password != "secret" || !s.TLS || s.Timeout != 30*time.Millisecond ||
+				s.FlushDelay != 150*time.Microsecond || s.KeyPrefix != "rl:" {
+				t.Errorf("store %+v", s)
+			}
+			o := c.opts
+			if !o.ShadowMode || !o.QuotaMode || !o.DynamicMetadata || o.NearLimitRatio != 0.9 || o.PeerHeaders == nil ||
+				o.PeerHeaders.Remaining != "X-Left" || o.PeerHeaders.Limit != "RateLimit-Limit" {
+				t.Errorf("options %+v", o)
+			}
+			if c.cfg.TLS != (config.TLS{CertFile: "/c.pem", KeyFile: "/k.pem", ClientCAFile: "/ca.pem"}) {
+				t.Errorf("tls %+v", c.cfg.TLS)
+			}
+			if c.metrics != ":9090" || c.metricsP != "/metrics" || c.cfg.Log.Level != "debug" || c.cfg.Log.Format != "json" || !c.health {
+				t.Errorf("metrics %s%s, log %+v, health %v", c.metrics, c.metricsP, c.cfg.Log, c.health)
+			}
+		}, "", ""},
+		{"cluster", with(map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:1,b:2,c:3"}), func(t *testing.T, c *envoyCompat) {
+			if c.cfg.Store.Type != config.StoreRedisCluster || len(c.cfg.Store.Addrs) != 3 {
+				t.Errorf("store %+v", c.cfg.Store)
+			}
+		}, "", ""},
+		{"memcache", with(map[string]string{"BACKEND_TYPE": "memcache"}), nil, `BACKEND_TYPE="memcache" is not supported`, ""},
+		{"unix socket (the peer's default)", map[string]string{}, nil, `REDIS_SOCKET_TYPE="unix" is not supported`, ""},
+		{"xds", with(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}), nil, `CONFIG_TYPE="GRPC_XDS_SOTW" is not supported`, ""},
+		{"local cache", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}), nil, "LOCAL_CACHE_SIZE_IN_BYTES=1048576", ""},
+		{"per-second redis", with(map[string]string{"REDIS_PERSECOND": "true"}), nil, "REDIS_PERSECOND=true is not supported", ""},
+		{"bad boolean", with(map[string]string{"SHADOW_MODE": "yes please"}), nil, `SHADOW_MODE="yes please" is not a boolean`, ""},
+		{"bad ratio", with(map[string]string{"NEAR_LIMIT_RATIO": "2"}), nil, `NEAR_LIMIT_RATIO="2" is not a number in (0, 1]`, ""},
+		{"tls without a key", with(map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c"}), nil, "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY", ""},
+		{"a typo is noted", with(map[string]string{"REDIS_TIMEOTU": "1s"}), nil, "", "REDIS_TIMEOTU is not a variable of envoyproxy/ratelimit"},
+		{"the gRPC library's variables are not the peer's", with(map[string]string{"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": "/x", "GRPC_GO_LOG_SEVERITY_LEVEL": "info"}),
+			func(t *testing.T, c *envoyCompat) {
+				if n := strings.Join(c.notes, "\n"); strings.Contains(n, "GRPC_DEFAULT_SSL") || strings.Contains(n, "GRPC_GO_") {
+					t.Errorf("notes %q", c.notes)
+				}
+			}, "", ""},
+		{"statsd is noted", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379"}, nil, "", "USE_STATSD: floodgate has no statsd sink"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := readEnvoyEnv(envOf(tt.vars))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+			if tt.note != "" && !strings.Contains(strings.Join(c.notes, "\n"), tt.note) {
+				t.Errorf("notes %q, want one containing %q", c.notes, tt.note)
+			}
+		})
+	}
+}
+
+// TestServeEnvoyEnv runs `floodgate serve --envoy-env` configured only by
+// envoyproxy/ratelimit's variables, on a Redis of its own: it serves the
+// rules of RUNTIME_ROOT, answers health for "ratelimit" and
+// GET /healthcheck, and reloads an edited rule file without a signal.
+func TestServeEnvoyEnv(t *testing.T) {
+	srv := redistest.Spawn(t)
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(rpu string) {
+		t.Helper()
+		data := "domain: env\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + rpu + "}\n"
+		if err := os.WriteFile(filepath.Join(cfgDir, "rules.yaml"), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("2")
+	for k, v := range map[string]string{
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit",
+		"RUNTIME_IGNOREDOTFILES": "true", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "USE_STATSD": "false", "LOG_LEVEL": "info",
+	} {
+		t.Setenv(k, v)
+	}
+	base, grpcAddr, logs, stop := startServeRLS(t, true, "--envoy-env")
+	c, conn := rlsClient(t, grpcAddr)
+	if r := rlsCall(t, c, "env", "k", "a"); r.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 2 || r.GetStatuses()[0].GetLimitRemaining() != 1 {
+		t.Fatalf("first answer %v", r)
+	}
+	resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health ratelimit: %v %v", resp, err)
+	}
+	res, err := http.Get(base + "/healthcheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || string(body) != "OK" {
+		t.Fatalf("/healthcheck %d %q", res.StatusCode, body)
+	}
+	write("5")
+	deadline := time.Now().Add(15 * time.Second)
+	for rlsCall(t, c, "env", "k", "b").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the edited file was never loaded; log:\n%s", logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "envoy rules reloaded: the folder changed") {
+		t.Errorf("no reload in the log:\n%s", logs)
+	}
+}

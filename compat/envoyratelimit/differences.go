@@ -1,0 +1,49 @@
+package envoyratelimit
+
+// Difference is a deliberate difference between floodgate and
+// envoyproxy/ratelimit: an answer field in which floodgate differs on
+// purpose, and why.
+type Difference struct {
+	// Name identifies the difference in test output and in docs/ENVOY.md.
+	Name string
+	// What floodgate answers instead of the peer.
+	What string
+	// Why floodgate does so.
+	Why string
+}
+
+// Differences are the deliberate differences, the one list: the
+// side-by-side test accepts these and nothing else, and docs/ENVOY.md
+// repeats each Name (a test holds it to that).
+var Differences = []Difference{
+	{
+		Name: "denied-consumes-nothing",
+		What: "A request answered OVER_LIMIT is not counted: neither against the descriptor that is over, nor against the " +
+			"other descriptors of the request, which keep what they had (their limit_remaining says so). The peer counts every hit " +
+			"of every descriptor, so after a denial its counters run ahead of floodgate's, and its later answers show less remaining, " +
+			"or OVER_LIMIT where floodgate still admits.",
+		Why: "A rejected request took nothing from anyone (envoyproxy/ratelimit #427, #430): clients that retry after a 429 are " +
+			"not locked out for the rest of the window by their own retries, and a request one rule denies does not use up another's quota.",
+	},
+	{
+		Name: "over-limit-remaining",
+		What: "An OVER_LIMIT status reports what is left of the quota (a request of 5 hits against 3 left reports 3); the peer reports 0.",
+		Why:  "Nothing was taken, so 3 is what a smaller request can still use.",
+	},
+	{
+		Name: "longest-wildcard-wins",
+		What: "Among wildcard descriptors (value ending in '*') that match a value, the longest prefix wins; the peer takes the first in file order.",
+		Why:  "The most specific rule applies, as for exact values, whatever the order the file lists them in.",
+	},
+	{
+		Name: "negative-hits",
+		What: "A descriptor with is_negative_hits gives its hits back to its counter; the peer ignores the flag and counts them.",
+		Why:  "Envoy sends it to return quota (for instance for a request that turned out not to need it).",
+	},
+	{
+		Name: "bad-files-stop-start",
+		What: "A rule file floodgate cannot load stops start-up, and a broken reload keeps the rules in force, with errors naming file, line, field and value; " +
+			"the peer reports the first error without a line.",
+		Why: "A typo never becomes a silently missing limit.",
+	},
+}

@@ -1,0 +1,70 @@
+package envoy
+
+import (
+	"strings"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate/decide"
+)
+
+// keyNamespace is the namespace of the service's store keys.
+const keyNamespace = "rls|"
+
+// storeKey is the store key of a descriptor in its domain's key space:
+// decide.StoreKey in the "rls|" namespace, with the domain as the rule and
+// every entry as the key,
+// whatever rule matched, so that a key-only or wildcard rule counts each
+// value apart, as the reference does. The entries are written key=value,
+// joined by '|', with '\', '|' and '=' escaped, so distinct descriptors
+// never share a key.
+//
+// An entry matched by a share_threshold wildcard is written key==pattern
+// (the value as the file writes it, such as "files*"), so every value the
+// wildcard matches shares one counter, as in the reference; no request's
+// own value can produce it, as a value's '=' is escaped.
+func storeKey(keys decide.KeySpace, d *ratelimitv3.RateLimitDescriptor, r *Rule) string {
+	var buf [128]byte // most keys are built on the stack
+	b := buf[:0]
+	for i, e := range d.GetEntries() {
+		if i > 0 {
+			b = append(b, '|')
+		}
+		b = appendEscaped(b, e.GetKey())
+		b = append(b, '=')
+		if r != nil && r.shared && i < len(r.levels) && r.levels[i].share != "" {
+			b = append(b, '=')
+			b = appendEscaped(b, r.levels[i].share)
+			continue
+		}
+		b = appendEscaped(b, e.GetValue())
+	}
+	return keys.Key(string(b))
+}
+
+// appendEscaped appends s to b with '\' before every '\', '|' and '='.
+func appendEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\\' || c == '|' || c == '=' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return b
+}
+
+// metricKey names a descriptor as the reference's statistics do:
+// domain.key_value.key_value.
+func metricKey(domainName string, d *ratelimitv3.RateLimitDescriptor) string {
+	var b strings.Builder
+	b.WriteString(domainName)
+	for _, e := range d.GetEntries() {
+		b.WriteByte('.')
+		b.WriteString(e.GetKey())
+		if e.GetValue() != "" {
+			b.WriteByte('_')
+			b.WriteString(e.GetValue())
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,53 @@
+package envoy
+
+import (
+	"context"
+	"time"
+)
+
+// DefaultWatchInterval is how often [Service.Watch] looks at a rule folder.
+const DefaultWatchInterval = time.Second
+
+// Watch reloads the rules of dir into s whenever the folder's files change,
+// until ctx ends, as envoyproxy/ratelimit's runtime loader does: it reads
+// the folder every interval (DefaultWatchInterval when 0) and compares a
+// hash of every path and content Load would read with that of the rules in
+// force, so an edit, a new or a removed file, and the atomic swap of a
+// mounted Kubernetes ConfigMap (a "..data" link pointed at a new folder)
+// are all seen, even one made before Watch started. A folder that does not
+// load keeps the rules in force: Watch counts the failure once per state
+// of the folder (ratelimit_service_config_load_error) and passes the error
+// to failed; each load that succeeds is passed to loaded. Both may be nil.
+func (s *Service) Watch(ctx context.Context, dir string, opts LoadOptions, interval time.Duration, loaded func(*Rules), failed func(error)) {
+	if interval <= 0 {
+		interval = DefaultWatchInterval
+	}
+	var broken [32]byte // the hash of the folder that last failed to load
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		srcs, _, err := readFolder(dir, opts)
+		h := hashSources(srcs, err)
+		if h != s.Rules().hash && h != broken {
+			rules, err := Load(dir, opts)
+			switch {
+			case err != nil:
+				broken = h
+				s.LoadFailed()
+				if failed != nil {
+					failed(err)
+				}
+			default:
+				s.SetRules(rules)
+				if loaded != nil {
+					loaded(rules)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
