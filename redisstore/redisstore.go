@@ -51,6 +51,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -148,7 +149,37 @@ type Config struct {
 	// Redis's TIME. It is meant for tests and simulations: Redis still
 	// expires keys on its own clock.
 	Clock floodgate.Clock
+	// LazyConnect makes New return a working store even when Redis cannot
+	// be reached: the store answers every call with ErrStoreUnavailable
+	// (so rules follow their failure mode) and keeps connecting in the
+	// background, every 250ms, logging the reason; calls succeed as soon
+	// as it has connected. It needs an explicit Mode (ModeAuto must ask
+	// the server which mode it runs in).
+	LazyConnect bool
+	// MaxInFlight bounds the calls in flight to each Redis node, counting
+	// the ones whose callers gave up but Redis has not answered; a call
+	// waits for a place at most until its deadline. Zero means
+	// DefaultMaxInFlight (256, a quarter of rueidis's ring), which keeps
+	// every call within its timeout however long a node hangs; a negative
+	// value removes the bound. At most 768.
+	MaxInFlight int
+	// BreakerFailures is how many calls to one node must fail in a row
+	// (no answer within their deadline, or a broken connection) to open
+	// the node's circuit breaker: calls for the node's keys then fail at
+	// once with ErrStoreUnavailable, until the node answers a probe (sent
+	// every 200ms). Zero means DefaultBreakerFailures (5); a negative
+	// value never opens the breaker.
+	BreakerFailures int
+	// Logger receives the store's warnings: breakers opening and closing,
+	// failed connection attempts, an evicting maxmemory-policy. Nil logs
+	// nothing.
+	Logger *slog.Logger
 }
+
+// maxMaxInFlight bounds Config.MaxInFlight: rueidis's ring holds 1024
+// commands per connection, and its own PINGs and the store's probes need
+// room beside the calls.
+const maxMaxInFlight = 768
 
 // ConfigError reports an invalid Config field.
 type ConfigError struct {
@@ -179,8 +210,10 @@ var (
 // Store is a floodgate.Store backed by Redis. Create it with New or
 // NewFromClient. It is safe for concurrent use.
 type Store struct {
-	client  rueidis.Client
-	owned   bool // Close closes client
+	client  rueidis.Client // the guard
+	guard   *guard
+	mon     *monitor
+	owned   bool // the store made its client
 	prefix  string
 	timeout time.Duration
 	clock   floodgate.Clock
@@ -200,6 +233,9 @@ func (c *Config) validateStore() error {
 	}
 	if c.Timeout < 0 {
 		return &ConfigError{Field: "Timeout", Value: c.Timeout.String(), Reason: "must not be negative (zero means the default, 50ms)"}
+	}
+	if c.MaxInFlight > maxMaxInFlight {
+		return &ConfigError{Field: "MaxInFlight", Value: strconv.Itoa(c.MaxInFlight), Reason: "must be at most 768 (rueidis queues 1024 commands per connection; zero means the default, 256; negative removes the bound)"}
 	}
 	return nil
 }
@@ -230,6 +266,8 @@ func (c *Config) Validate() error {
 		return &ConfigError{Field: "DB", Value: strconv.Itoa(c.DB), Reason: "must not be negative"}
 	case c.DB != 0 && mode == ModeCluster:
 		return &ConfigError{Field: "DB", Value: strconv.Itoa(c.DB), Reason: "must be 0 in cluster mode (a cluster has only database 0)"}
+	case c.LazyConnect && mode == ModeAuto:
+		return &ConfigError{Field: "Mode", Value: "auto", Reason: "cannot be used with LazyConnect (the server would have to say whether it is a cluster); set standalone, sentinel or cluster"}
 	}
 	return c.validateStore()
 }
@@ -244,7 +282,9 @@ func (c *Config) mode() Mode {
 // New connects to Redis as cfg says and returns a Store that owns the
 // connection: Close it when done. New fails with a *ConfigError for a bad
 // cfg, and with an error matching floodgate.ErrStoreUnavailable if Redis
-// cannot be reached within rueidis's dial timeout (5s).
+// cannot be reached within rueidis's dial timeout (5s) — unless
+// cfg.LazyConnect is set: then it returns a store that answers
+// ErrStoreUnavailable until it has connected in the background.
 //
 // The client is created with retries disabled, so a script is never sent
 // twice.
@@ -274,10 +314,12 @@ func New(cfg Config) (*Store, error) {
 		opt.MaxFlushDelay = cfg.FlushDelay
 	}
 	mode := cfg.mode()
+	name := strings.Join(cfg.Addrs, ",")
 	switch mode {
 	case ModeStandalone:
 		opt.ForceSingleClient = true
 	case ModeSentinel:
+		name = "sentinel primary " + cfg.SentinelMaster
 		opt.Sentinel = rueidis.SentinelOption{
 			MasterSet: cfg.SentinelMaster,
 			Username:  cfg.SentinelUsername,
@@ -287,16 +329,32 @@ func New(cfg Config) (*Store, error) {
 			TopologyRefreshInterval: 5 * time.Second,
 		}
 	}
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, err)
+	connect := func() (rueidis.Client, error) {
+		client, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, err)
+		}
+		if mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
+			client.Close()
+			return nil, &ConfigError{Field: "Mode", Value: "cluster", Reason: fmt.Sprintf("but %s is not a cluster node", cfg.Addrs[0])}
+		}
+		return client, nil
 	}
-	if mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
-		client.Close()
-		return nil, &ConfigError{Field: "Mode", Value: "cluster", Reason: fmt.Sprintf("but %s is not a cluster node", cfg.Addrs[0])}
-	}
-	s := newStore(client, cfg)
+	s := newStore(cfg, mode == ModeCluster)
 	s.owned = true
+	s.mon = newMonitor(s.guard, name, connect)
+	client, err := connect()
+	switch {
+	case err == nil:
+		s.mon.attach(client)
+	case !cfg.LazyConnect:
+		return nil, err
+	default:
+		msg := err.Error()
+		s.guard.connErr.Store(&msg)
+		s.guard.logger.Error("redisstore: cannot connect to Redis; its rules answer by their failure mode until it can (LazyConnect)", "error", msg)
+	}
+	s.mon.start()
 	return s, nil
 }
 
@@ -325,11 +383,28 @@ func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
 	if err := cfg.validateStore(); err != nil {
 		return nil, err
 	}
-	return newStore(client, cfg), nil
+	if cfg.LazyConnect {
+		return nil, &ConfigError{Field: "LazyConnect", Value: "true", Reason: "is a connection setting; NewFromClient uses the client's own"}
+	}
+	s := newStore(cfg, client.Mode() == rueidis.ClientModeCluster)
+	s.mon = newMonitor(s.guard, "redis", nil)
+	s.mon.attach(client)
+	s.mon.start()
+	return s, nil
 }
 
-func newStore(client rueidis.Client, cfg Config) *Store {
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, clock: cfg.Clock, cluster: client.Mode() == rueidis.ClientModeCluster}
+func newStore(cfg Config, cluster bool) *Store {
+	g := &guard{maxInFlight: cfg.MaxInFlight, threshold: int64(cfg.BreakerFailures), base: time.Now(), logger: cfg.Logger}
+	if g.maxInFlight == 0 {
+		g.maxInFlight = DefaultMaxInFlight
+	}
+	if g.threshold == 0 {
+		g.threshold = DefaultBreakerFailures
+	}
+	if g.logger == nil {
+		g.logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{client: g, guard: g, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, clock: cfg.Clock, cluster: cluster}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
 	}
@@ -339,13 +414,44 @@ func newStore(client rueidis.Client, cfg Config) *Store {
 	return s
 }
 
-// Close closes the connection if the store created it (New), and does
-// nothing for a store from NewFromClient. The store must not be used after.
+// Close stops the store's background checks and closes the connection if
+// the store created it (New); a client passed to NewFromClient stays open.
+// The store must not be used after.
 func (s *Store) Close() {
+	s.mon.close()
 	if s.owned {
-		s.client.Close()
+		s.guard.Close()
 	}
 }
+
+// connected returns an error matching floodgate.ErrStoreUnavailable while
+// a store made with Config.LazyConnect has not connected yet.
+func (s *Store) connected() error {
+	if s.guard.conn.Load() == nil {
+		return s.guard.unconnected()
+	}
+	return nil
+}
+
+// deadline returns the ARGV that carries ctx's deadline, in the clock of
+// the node that serves slot, to a script: "" if ctx has none or the node's
+// clock is unknown. A script that starts later charges nothing (prelude.lua).
+func (s *Store) deadline(ctx context.Context, slot int) string {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	c := s.guard.conn.Load()
+	if c == nil {
+		return ""
+	}
+	n := c.topo.Load().nodeFor(uint16(slot))
+	if n == nil || !n.clockOK.Load() {
+		return ""
+	}
+	return strconv.FormatInt(n.offset.Load()+dl.Sub(s.guard.base).Microseconds(), 10)
+}
+
 
 // Allow is AllowN with a cost of 1.
 func (s *Store) Allow(ctx context.Context, key string, limit floodgate.Limit) (floodgate.Decision, error) {
@@ -397,6 +503,9 @@ func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, 
 	if _, err := limitcheck.Allow(limit, n); err != nil {
 		return err
 	}
+	if err := s.connected(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return refundReply(ctx, limit, s.exec(ctx, key, limit, opRefund, n))
@@ -421,6 +530,9 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	if err := limit.Validate(); err != nil {
 		return err
 	}
+	if err := s.connected(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	k := s.Key(key, limit.Algorithm)
@@ -438,6 +550,9 @@ const (
 // run executes limit's script for op on key under the store's timeout and
 // returns its reply, or an error already classified.
 func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op string, n int64) (rueidis.RedisMessage, error) {
+	if err := s.connected(); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	msg, err := s.exec(ctx, key, limit, op, n).ToMessage()
@@ -447,19 +562,35 @@ func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op s
 	return msg, nil
 }
 
-// exec executes limit's script for op on key under ctx.
+// exec executes limit's script for op on key under ctx. An "allow" carries
+// ctx's deadline: if the script starts after it, it records nothing. A
+// refund does not, as giving back is right whenever it happens.
 func (s *Store) exec(ctx context.Context, key string, limit floodgate.Limit, op string, n int64) rueidis.RedisResult {
 	now := ""
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 	}
-	return scripts[limit.Algorithm].lua.Exec(ctx, s.client, []string{s.Key(key, limit.Algorithm)}, scriptArgs(op, limit, n, now))
+	k := s.Key(key, limit.Algorithm)
+	args := scriptArgs(op, limit, n, now)
+	if op == opAllow {
+		slot := 0
+		if s.cluster {
+			slot = keySlot(k)
+		}
+		if dl := s.deadline(ctx, slot); dl != "" {
+			if len(args) == 5 {
+				args = append(args, "") // ARGV[6], the bucket's refill: the default
+			}
+			args = append(args, dl)
+		}
+	}
+	return scripts[limit.Algorithm].lua.Exec(ctx, s.client, []string{k}, args)
 }
 
 // scriptArgs returns the ARGV of a call of limit's script for op, of cost n,
 // at now ("" for Redis's clock).
 func scriptArgs(op string, limit floodgate.Limit, n int64, now string) []string {
-	args := make([]string, 5, 6)
+	args := make([]string, 5, 7)
 	args[0] = op
 	args[1] = strconv.FormatInt(limit.Quota, 10)
 	args[2] = strconv.FormatInt(limit.Window.Microseconds(), 10)
@@ -486,6 +617,10 @@ func describe(m rueidis.RedisMessage) string {
 	return s
 }
 
+// deadlineReply starts the error reply of a script that started after its
+// caller's deadline and recorded nothing.
+const deadlineReply = "DEADLINE"
+
 // outages are the prefixes of Redis error replies that mean the server
 // cannot serve the store right now, not that the command was wrong.
 var outages = []string{
@@ -499,6 +634,9 @@ var outages = []string{
 func classify(ctx context.Context, what string, err error) error {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
 		msg := rerr.Error()
+		if strings.HasPrefix(msg, deadlineReply) {
+			return fmt.Errorf("%w: redisstore: %s: %w: %w", floodgate.ErrStoreUnavailable, what, context.DeadlineExceeded, err)
+		}
 		for _, p := range outages {
 			if strings.HasPrefix(msg, p) {
 				return fmt.Errorf("%w: redisstore: %s: %w", floodgate.ErrStoreUnavailable, what, err)
