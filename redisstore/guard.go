@@ -65,12 +65,12 @@ type node struct {
 	addr     string
 	probeKey atomic.Pointer[string] // a key in one of the node's slots (cluster); nil for a single server
 
-	sem       chan struct{}  // one token per command in flight; nil: unbounded
-	abandoned atomic.Uint64  // commands given up by their callers, ever
-	released  atomic.Uint64  // of those, how many whose token was released
-	fails     atomic.Int64   // consecutive failures
-	open      atomic.Bool    // the breaker is open
-	opens     atomic.Int64   // times the breaker opened
+	sem       chan struct{} // one token per command in flight; nil: unbounded
+	abandoned atomic.Uint64 // commands given up by their callers, ever
+	released  atomic.Uint64 // of those, how many whose token was released
+	fails     atomic.Int64  // consecutive failures
+	open      atomic.Bool   // the breaker is open
+	opens     atomic.Int64  // times the breaker opened
 	lastErr   atomic.Pointer[string]
 	offset    atomic.Int64 // Redis clock minus the store's monotonic clock, µs (a lower bound)
 	clockOK   atomic.Bool  // offset holds a sample

@@ -452,7 +452,6 @@ func (s *Store) deadline(ctx context.Context, slot int) string {
 	return strconv.FormatInt(n.offset.Load()+dl.Sub(s.guard.base).Microseconds(), 10)
 }
 
-
 // Allow is AllowN with a cost of 1.
 func (s *Store) Allow(ctx context.Context, key string, limit floodgate.Limit) (floodgate.Decision, error) {
 	return s.AllowN(ctx, key, limit, 1)
