@@ -97,7 +97,10 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 	if err := limitcheck.Cost(limit, o.cost); err != nil {
 		return nil, err
 	}
-	store, closeStore, err := openStore(cfg.Store)
+	// A benchmark of an unreachable Redis is an error, not a wait.
+	sc := cfg.Store
+	sc.RequireAtStart = true
+	store, closeStore, err := openStore(sc, nil)
 	if err != nil {
 		return nil, err
 	}

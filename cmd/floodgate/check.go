@@ -49,7 +49,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("no rule named %q in %s", *ruleName, cfg.Source)
 	}
 	rule := policy.Rules[i]
-	store, closeStore, err := openStore(cfg.Store)
+	// A one-shot command: an unreachable Redis is an error, not a wait.
+	sc := cfg.Store
+	sc.RequireAtStart = true
+	store, closeStore, err := openStore(sc, nil)
 	if err != nil {
 		return err
 	}

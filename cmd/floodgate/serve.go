@@ -48,7 +48,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(cfg.Store)
+	store, closeStore, err := openStore(cfg.Store, logger)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -10,8 +11,8 @@ import (
 )
 
 // openStore opens the store a config section names and returns it with its
-// closer.
-func openStore(c config.Store) (floodgate.Store, func(), error) {
+// closer. The Redis store logs to logger (nil: nowhere).
+func openStore(c config.Store, logger *slog.Logger) (floodgate.Store, func(), error) {
 	rc, err := c.RedisConfig()
 	if err != nil {
 		return nil, nil, err
@@ -19,6 +20,7 @@ func openStore(c config.Store) (floodgate.Store, func(), error) {
 	if rc == nil {
 		return memory.New(), func() {}, nil
 	}
+	rc.Logger = logger
 	s, err := redisstore.New(*rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store (%s): %w", c.String(), err)
