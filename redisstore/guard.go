@@ -65,21 +65,22 @@ type node struct {
 	addr     string
 	probeKey atomic.Pointer[string] // a key in one of the node's slots (cluster); nil for a single server
 
-	sem       chan struct{} // one token per command in flight; nil: unbounded
-	abandoned atomic.Uint64 // commands given up by their callers, ever
-	released  atomic.Uint64 // of those, how many whose token was released
-	fails     atomic.Int64  // consecutive failures
-	open      atomic.Bool   // the breaker is open
-	opens     atomic.Int64  // times the breaker opened
-	lastErr   atomic.Pointer[string]
-	offset    atomic.Int64 // Redis clock minus the store's monotonic clock, µs (a lower bound)
-	clockOK   atomic.Bool  // offset holds a sample
-	probing   atomic.Bool  // a probe is running
-	probedAt  atomic.Int64 // when the last probe started (store µs)
-	policy    atomic.Pointer[string]
-	policyAt  atomic.Int64 // when the policy was last read (store µs); 0: read it now
-	reading   atomic.Bool  // a policy read is running
-	evictWarn atomic.Bool  // the evicting policy was already reported
+	sem           chan struct{} // one token per command in flight; nil: unbounded
+	abandoned     atomic.Uint64 // commands given up by their callers, ever
+	released      atomic.Uint64 // of those, how many whose token was released
+	fails         atomic.Int64  // consecutive failures
+	open          atomic.Bool   // the breaker is open
+	opens         atomic.Int64  // times the breaker opened
+	lastErr       atomic.Pointer[string]
+	offset        atomic.Int64 // Redis clock minus the store's monotonic clock, µs (a lower bound)
+	clockOK       atomic.Bool  // offset holds a sample
+	probing       atomic.Bool  // a probe is running
+	probedAt      atomic.Int64 // when the last probe started (store µs)
+	policy        atomic.Pointer[string]
+	policyAt      atomic.Int64 // when the policy was last read (store µs); 0: read it now
+	reading       atomic.Bool  // a policy read is running
+	evictWarn     atomic.Bool  // the evicting policy was already reported
+	configRefused atomic.Bool  // CONFIG GET was refused, and said so
 }
 
 func newNode(addr string, maxInFlight int) *node {

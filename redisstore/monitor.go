@@ -40,7 +40,7 @@ func (m *monitor) run() {
 	defer m.wg.Done()
 	tick := time.NewTicker(probeInterval / 2)
 	defer tick.Stop()
-	var lastConnect, lastTopo time.Time
+	var lastConnect, lastTopo, lastLog time.Time
 	failures := 0
 	for {
 		if m.g.conn.Load() == nil && time.Since(lastConnect) >= reconnectInterval {
@@ -49,8 +49,9 @@ func (m *monitor) run() {
 				failures++
 				msg := err.Error()
 				m.g.connErr.Store(&msg)
-				// Loud, but once at first and then every 30s or so.
-				if failures == 1 || failures%int(30*time.Second/reconnectInterval) == 0 {
+				// Loud, but once at first and then every 30s.
+				if time.Since(lastLog) >= 30*time.Second {
+					lastLog = time.Now()
 					m.g.logger.Error("redisstore: cannot connect to Redis; its rules answer by their failure mode meanwhile", "attempts", failures, "error", msg)
 				}
 			} else if failures > 0 {
@@ -193,7 +194,7 @@ func (m *monitor) readPolicy(c *connection, n *node) {
 	defer cancel()
 	kv, err := client.Do(ctx, client.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
 	if err != nil {
-		if isRedisReply(err) && !n.evictWarn.Load() {
+		if isRedisReply(err) && !n.configRefused.Swap(true) {
 			m.g.logger.Info("redisstore: cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction", "node", n.addr, "error", err.Error())
 		}
 		return

@@ -21,9 +21,23 @@
 // reach Redis, or meets an outage reply (CLUSTERDOWN, LOADING, READONLY after
 // a failover, OOM, BUSY, ...) returns an error matching
 // [floodgate.ErrStoreUnavailable], and front ends apply their failure mode.
+// However long a node hangs, a call returns by its deadline: the store
+// bounds the calls in flight to each node ([DefaultMaxInFlight]), and a
+// circuit breaker per node ([Config.BreakerFailures]) fails the calls for
+// a node that stopped answering at once, until it answers a probe. One hung
+// cluster primary affects only the keys of its slots. [Store.Health]
+// reports each node's state. With [Config.LazyConnect], New returns a store
+// that answers ErrStoreUnavailable until Redis can be reached.
+//
+// Each decision carries its caller's deadline, in the Redis server's clock
+// (the store samples each node's clock every second): a script that starts
+// after it records nothing, so a call that timed out is not charged when
+// Redis runs it later. A charge can still outlive its caller's deadline by
+// the time the reply takes to come back. See docs/RESILIENCE.md.
+//
 // Scripts are never retried: a retried script could charge a request twice,
-// so the outcome of a call that timed out is unknown (the request may or may
-// not have been counted). Errors that are not outages — a script that failed
+// so a call that timed out may still have been counted, if Redis ran it
+// before its deadline. Errors that are not outages — a script that failed
 // ([ErrScript]) or a reply of the wrong shape ([ErrReply]) — do not match
 // ErrStoreUnavailable: they mean a bug or a misconfiguration that retrying
 // or failing open would only hide.
@@ -41,9 +55,9 @@
 // The Lua files are embedded, and [Scripts] returns them so other languages
 // can run the same algorithms on the same keys (see docs/LUA.md). Scripts are
 // sent with EVALSHA and fall back to EVAL when Redis answers NOSCRIPT (after
-// a restart, a failover or SCRIPT FLUSH). They need Redis 6.2 or later
-// (ZRANGE ... BYSCORE, and writes after TIME under effects replication); the
-// tests run on 7.0.
+// a restart, a failover or SCRIPT FLUSH). They start with a "#!lua"
+// shebang, so Redis refuses them before they run, and write nothing, when it
+// is over maxmemory under noeviction: they need Redis 7.0 or later.
 package redisstore
 
 import (

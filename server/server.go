@@ -462,4 +462,3 @@ func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
 	sort.Slice(out.Rules, func(i, j int) bool { return out.Rules[i].Name < out.Rules[j].Name })
 	writeJSON(w, http.StatusOK, out)
 }
-
