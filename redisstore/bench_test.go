@@ -281,3 +281,69 @@ func BenchmarkBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkResilience measures what the in-flight bound and the circuit
+// breaker cost on the hot path: Allow (token bucket) against the harness's
+// standalone server and cluster at 64 and 256 concurrent callers, through
+// stores that differ only in them:
+//
+//	guarded     the defaults: MaxInFlight 256, BreakerFailures 5
+//	off         MaxInFlight -1, BreakerFailures -1: the guard counts
+//	            nothing and never opens (its routing remains)
+//	unguarded   the store's rueidis client used directly, as before the
+//	            guard existed (each call still carries its deadline)
+//
+// The variants of one cell run one after the other, in each round of
+// -count, so that noise from other work on the machine falls on all of
+// them alike. Metrics as for BenchmarkAllow. Run it with:
+//
+//	go test -run '^$' -bench Resilience -benchtime 20000x -count 5 ./redisstore/
+func BenchmarkResilience(b *testing.B) {
+	backends := []struct {
+		name  string
+		mode  Mode
+		addrs func(testing.TB) []string
+	}{
+		{"standalone", ModeStandalone, func(tb testing.TB) []string { return []string{redistest.StandaloneAddr(tb)} }},
+		{"cluster", ModeCluster, redistest.ClusterAddrs},
+	}
+	variants := []struct {
+		name     string
+		inFlight int
+		breaker  int
+		raw      bool
+	}{
+		{"guarded", 0, 0, false},
+		{"off", -1, -1, false},
+		{"unguarded", 0, 0, true},
+	}
+	ids := make([]string, 10000)
+	for i := range ids {
+		ids[i] = "user-" + strconv.Itoa(i)
+	}
+	l := floodgate.NewTokenBucket(100, 100, time.Second)
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) {
+			for _, conc := range []int{64, 256} {
+				for _, v := range variants {
+					b.Run("conc="+strconv.Itoa(conc)+"/"+v.name, func(b *testing.B) {
+						s, err := New(Config{Addrs: be.addrs(b), Mode: be.mode, KeyPrefix: uniquePrefix(b), Timeout: time.Second, MaxInFlight: v.inFlight, BreakerFailures: v.breaker})
+						if err != nil {
+							b.Fatal(err)
+						}
+						defer s.Close()
+						raw := s.guard.conn.Load().client
+						if v.raw {
+							s.client = raw
+						}
+						allow := func(ctx context.Context, id string) error {
+							_, err := s.Allow(ctx, id, l)
+							return err
+						}
+						benchCalls(b, raw, allow, ids, conc)
+					})
+				}
+			}
+		})
+	}
+}
