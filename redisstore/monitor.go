@@ -59,7 +59,9 @@ func (m *monitor) run() {
 			}
 		}
 		if c := m.g.conn.Load(); c != nil {
-			if c.cluster && time.Since(lastTopo) >= topologyInterval {
+			// A node that stopped answering may have been replaced: read
+			// the slot map every second until every breaker is closed.
+			if c.cluster && (time.Since(lastTopo) >= topologyInterval || time.Since(lastTopo) >= time.Second && anyOpen(c)) {
 				lastTopo = time.Now()
 				m.spawn(func() { m.refreshTopology(c) })
 			}
@@ -85,6 +87,16 @@ func (m *monitor) run() {
 		case <-tick.C:
 		}
 	}
+}
+
+// anyOpen reports whether a node of c has its breaker open.
+func anyOpen(c *connection) bool {
+	for _, n := range c.topo.Load().nodes {
+		if n.open.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // spawn runs f in a goroutine that close waits for.
