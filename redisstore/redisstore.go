@@ -373,8 +373,10 @@ func New(cfg Config) (*Store, error) {
 }
 
 // NewFromClient returns a Store that runs on an existing rueidis client,
-// which it does not own: Close leaves it open. Only cfg's KeyPrefix, Timeout
-// and Clock apply; the connection fields must be left zero. The client
+// which it does not own: Close the store when done, which stops its
+// background checks (probes, clock samples) and leaves the client open.
+// cfg's KeyPrefix, Timeout, Clock, MaxInFlight, BreakerFailures and Logger
+// apply; the connection fields must be left zero. The client
 // should be created with DisableRetry (rueidis never retries scripts sent as
 // this store sends them, but other commands on a shared client would be).
 func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
