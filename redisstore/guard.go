@@ -65,7 +65,7 @@ type node struct {
 	addr     string
 	probeKey atomic.Pointer[string] // a key in one of the node's slots (cluster); nil for a single server
 
-	sem           chan struct{} // one token per command in flight; nil: unbounded
+	places        places        // one per command in flight
 	abandoned     atomic.Uint64 // commands given up by their callers, ever
 	released      atomic.Uint64 // of those, how many whose token was released
 	fails         atomic.Int64  // consecutive failures
@@ -85,10 +85,60 @@ type node struct {
 
 func newNode(addr string, maxInFlight int) *node {
 	n := &node{addr: addr}
-	if maxInFlight > 0 {
-		n.sem = make(chan struct{}, maxInFlight)
-	}
+	n.places.max = int64(maxInFlight)
+	n.places.free = make(chan struct{}, 1)
 	return n
+}
+
+// places counts the commands in flight to a node against a bound. The
+// common case, a place free, is one atomic add; only a caller that finds
+// none waits, on a channel, with its context.
+type places struct {
+	used    atomic.Int64
+	waiting atomic.Int64
+	max     int64         // <= 0: unbounded (used still counts)
+	free    chan struct{} // a place was given back while someone waited
+}
+
+// take takes a place, waiting at most until ctx ends.
+func (p *places) take(ctx context.Context) error {
+	if p.used.Add(1) <= p.max || p.max <= 0 {
+		return nil
+	}
+	p.used.Add(-1)
+	// Announce the wait before trying again: a give that does not see it
+	// happened before the try, which then sees the place it freed.
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
+	for {
+		if p.used.Add(1) <= p.max {
+			if p.used.Load() < p.max {
+				p.wake() // room for another waiter too
+			}
+			return nil
+		}
+		p.used.Add(-1)
+		select {
+		case <-p.free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// give gives back k places.
+func (p *places) give(k int64) {
+	p.used.Add(-k)
+	if p.waiting.Load() > 0 {
+		p.wake()
+	}
+}
+
+func (p *places) wake() {
+	select {
+	case p.free <- struct{}{}:
+	default:
+	}
 }
 
 // connection is a connected rueidis client and what the store knows of
@@ -266,20 +316,12 @@ func (g *guard) enter(ctx context.Context, n *node) error {
 	if n.open.Load() {
 		return g.openError(n)
 	}
-	if n.sem != nil {
-		select {
-		case n.sem <- struct{}{}:
-		default:
-			select {
-			case n.sem <- struct{}{}:
-			case <-ctx.Done():
-				err := fmt.Errorf("%w: redisstore: %s has %d calls in flight without a reply (the bound, Config.MaxInFlight): %w", floodgate.ErrStoreUnavailable, n.addr, cap(n.sem), ctx.Err())
-				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-					g.failure(n, err)
-				}
-				return err
-			}
+	if err := n.places.take(ctx); err != nil {
+		err = fmt.Errorf("%w: redisstore: %s has %d calls in flight without a reply (the bound, Config.MaxInFlight): %w", floodgate.ErrStoreUnavailable, n.addr, n.places.max, err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			g.failure(n, err)
 		}
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		g.release(n, 1)
@@ -327,14 +369,7 @@ func isRedisReply(err error) bool {
 }
 
 // release frees k places of n's calls in flight.
-func (g *guard) release(n *node, k uint64) {
-	if n.sem == nil {
-		return
-	}
-	for range k {
-		<-n.sem
-	}
-}
+func (g *guard) release(n *node, k uint64) { n.places.give(int64(k)) }
 
 // releaseUpTo frees the places of the first mark abandoned calls of n,
 // which n has answered (or dropped with its connection) by now.

@@ -309,7 +309,7 @@ func (s *Store) Health() floodgate.Health {
 			Available:           !n.open.Load(),
 			ConsecutiveFailures: n.fails.Load(),
 			Opens:               n.opens.Load(),
-			InFlight:            len(n.sem),
+			InFlight:            int(n.places.used.Load()),
 		}
 		if e := n.lastErr.Load(); e != nil {
 			nh.LastError = *e
