@@ -175,7 +175,7 @@ func (t *topology) nodeFor(slot uint16) *node {
 // node's clock. Commands without a key on a cluster are passed through.
 type guard struct {
 	conn        atomic.Pointer[connection]
-	maxInFlight int // the bound per node; negative: none
+	maxInFlight int   // the bound per node; negative: none
 	threshold   int64 // consecutive failures that open a breaker; negative: never
 	base        time.Time
 	logger      *slog.Logger
