@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -527,7 +528,7 @@ func TestOOMEveryAlgorithm(t *testing.T) {
 	client := newClient(t, server.Addr)
 	// Time moves by hand, so the log's entry leaves its window while Redis
 	// (on its own clock) keeps the key: trimming it is then a write.
-	clock := floodgate.NewManualClock(time.Now())
+	clock := clocktest.NewManual(time.Now())
 	s := testStore(t, client, clock)
 	ctx := t.Context()
 	var limits []floodgate.Limit

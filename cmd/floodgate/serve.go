@@ -60,7 +60,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer rls.stop()
-	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes()})
+	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(),
+		OverLimitCache: cfg.OverLimitCache()})
 	if err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func restartSettings(running, next *config.Config) []string {
 	a, b := running.Store, next.Store
 	if a.Type != b.Type || !slices.Equal(a.Addrs, b.Addrs) || a.MasterName != b.MasterName || a.Username != b.Username ||
 		a.PasswordValue() != b.PasswordValue() || a.TLS != b.TLS || a.DB != b.DB || a.Timeout != b.Timeout ||
-		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay {
+		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay || a.OverLimitCache != b.OverLimitCache {
 		changed = append(changed, "store")
 	}
 	for _, f := range []struct {
