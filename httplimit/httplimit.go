@@ -416,7 +416,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		rules = append(rules, ru)
 	}
 	res := l.engine.DecideInto(r.Context(), checks, outcomesBuf[:])
-	l.count(r, rules, &res)
+	l.count(r, checks, rules, &res)
 	if res.LocalFallback() {
 		l.local.Add(1)
 	}
@@ -448,21 +448,22 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // count updates the counters and calls the hooks for a request's outcomes.
-func (l *Limiter) count(r *http.Request, rules []*rule, res *decide.Result) {
+func (l *Limiter) count(r *http.Request, checks []decide.Check, rules []*rule, res *decide.Result) {
+	gone := r.Context().Err() != nil
 	for i := range res.Outcomes {
 		o, ru := &res.Outcomes[i], rules[i]
-		switch {
-		case errors.Is(o.Err, ErrKey):
+		switch res.Event(checks, i, gone) {
+		case decide.KeyFailed:
 			l.keyErrs.Add(1)
 			if l.onStoreError != nil {
 				l.onStoreError(r, ru.name, o.Err)
 			}
-		case o.Err != nil && o.Verdict != decide.Invalid && r.Context().Err() == nil:
+		case decide.StoreFailed:
 			l.storeErrs.Add(1)
 			if l.onStoreError != nil {
 				l.onStoreError(r, ru.name, fmt.Errorf("httplimit: rule %q: store: %w", ru.name, o.Err))
 			}
-		case ru.shadow && o.Decided && o.Verdict == decide.Denied:
+		case decide.ShadowDenied:
 			l.shadowed.Add(1)
 			if l.onShadowDeny != nil {
 				l.onShadowDeny(r, ru.name, o.Decision)

@@ -63,6 +63,9 @@ type Options struct {
 	// OverLimitCache bounds the engine's over-limit cache, or turns it off
 	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
 	OverLimitCache decide.CacheOptions
+	// StoreAPI, if not nil, serves the store API (POST /v1/store/...) for
+	// remote stores; see [StoreAPI]. Nil: off.
+	StoreAPI *StoreAPI
 }
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
@@ -75,6 +78,7 @@ type Server struct {
 	policy   atomic.Pointer[policy]
 	inFlight chan struct{}
 	routes   map[string]http.Handler
+	storeAPI *storeAPI // nil: off
 }
 
 // New returns a server deciding with store under p. The error names the
@@ -128,37 +132,52 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		inFlight: make(chan struct{}, opts.MaxInFlight),
 		routes:   opts.Routes,
 	}
+	if opts.StoreAPI != nil {
+		if s.storeAPI, err = newStoreAPI(opts.StoreAPI, store, m, engine.UnavailableRetryAfter()); err != nil {
+			return nil, err
+		}
+	}
 	s.policy.Store(pol)
 	return s, nil
 }
 
 // Reload replaces the policy with p; requests in flight finish under the
-// one they started with. If p is invalid, the policy in force stays. Either
-// way the reload is counted in floodgate_config_reloads_total.
+// one they started with. If p is invalid, the policy in force stays. The
+// caller counts the attempt with CountReload, once, whatever else it
+// reloads with it.
 func (s *Server) Reload(p Policy) error {
 	pol, err := newPolicy(p)
 	if err != nil {
-		s.ReloadFailed()
 		return err
 	}
 	s.policy.Store(pol)
-	s.metrics.reloads.WithLabelValues("ok").Inc()
 	return nil
 }
 
-// ReloadFailed counts a reload that failed before it reached Reload, such
-// as a configuration file that does not parse.
-func (s *Server) ReloadFailed() { s.metrics.reloads.WithLabelValues("error").Inc() }
+// CountReload counts one reload attempt in floodgate_config_reloads_total,
+// by result: ok, or error when any part of it failed (a file that does not
+// parse, a policy Reload rejects, rules of another service).
+func (s *Server) CountReload(ok bool) {
+	result := "error"
+	if ok {
+		result = "ok"
+	}
+	s.metrics.reloads.WithLabelValues(result).Inc()
+}
 
 // Handler returns the HTTP API:
 //
-//	POST /v1/check          one decision: {"rule","key","cost"}
+//	POST /v1/check          one decision: {"rule","key","cost"}, names exact
+//	                        and once each, keys UTF-8 text (invalid UTF-8 and
+//	                        lone surrogate escapes are answered 400, never
+//	                        folded into U+FFFD)
 //	POST /v1/reset          clear one key under one rule: {"rule","key"}
 //	GET  /v1/rules          the active rules
 //	*    /v1/forward-auth   forward auth keyed on the client's address (any method)
 //	GET  /healthz           the process is up
 //	GET  /readyz            the store answers (with its nodes, if it reports them)
 //	GET  /metrics           Prometheus metrics
+//	POST /v1/store/...      the store API, when Options.StoreAPI is set
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
@@ -173,6 +192,9 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	if s.storeAPI != nil {
+		s.storeAPI.register(mux)
+	}
 	for pattern, h := range s.routes {
 		mux.Handle(pattern, h)
 	}
@@ -242,12 +264,30 @@ type CheckResponse struct {
 	Shadow       bool `json:"shadow,omitempty"`
 	ShadowDenied bool `json:"shadow_denied,omitempty"`
 	// StoreUnavailable is set when the store could not decide and the
-	// rule's fail-open mode admitted the request.
+	// rule's fail-open mode admitted the request. Remaining, RetryAfterMs
+	// and ResetAfterMs are then unknown: zero here, left out of the JSON.
 	StoreUnavailable bool `json:"store_unavailable,omitempty"`
 	// LocalFallback is set when the store could not decide and this
 	// instance decided alone, at the rule's local share (failure mode
 	// local): Limit is the local limit.
 	LocalFallback bool `json:"local_fallback,omitempty"`
+}
+
+// MarshalJSON leaves out of a fail-open answer (StoreUnavailable) the
+// figures the store did not give: remaining, retry_after_ms and
+// reset_after_ms.
+func (r CheckResponse) MarshalJSON() ([]byte, error) {
+	type plain CheckResponse
+	if !r.StoreUnavailable {
+		return json.Marshal(plain(r))
+	}
+	return json.Marshal(struct {
+		Allowed          bool   `json:"allowed"`
+		Limit            int64  `json:"limit"`
+		Rule             string `json:"rule"`
+		Shadow           bool   `json:"shadow,omitempty"`
+		StoreUnavailable bool   `json:"store_unavailable"`
+	}{r.Allowed, r.Limit, r.Rule, r.Shadow, true})
 }
 
 // NewCheckResponse is the POST /v1/check answer for a one-rule result of
@@ -278,22 +318,21 @@ func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// decodeBody reads a JSON body strictly; on failure it has answered.
+// decodeBody reads a JSON body strictly (see decodeStrict); on failure it
+// has answered.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			problem.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
 		} else {
-			problem.Error(w, http.StatusBadRequest, "the body is not valid JSON of the expected shape: "+err.Error())
+			problem.Error(w, http.StatusBadRequest, "the body could not be read: "+err.Error())
 		}
 		return false
 	}
-	if dec.More() {
-		problem.Error(w, http.StatusBadRequest, "the body has data after the JSON object")
+	if err := decodeStrict(body, v); err != nil {
+		problem.Error(w, http.StatusBadRequest, err.Error())
 		return false
 	}
 	return true

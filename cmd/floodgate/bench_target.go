@@ -97,10 +97,7 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 	if err := limitcheck.Cost(limit, o.cost); err != nil {
 		return nil, err
 	}
-	// A benchmark of an unreachable Redis is an error, not a wait.
-	sc := cfg.Store
-	sc.RequireAtStart = true
-	store, closeStore, err := openStore(sc, nil)
+	store, closeStore, err := openStore(cfg.Store)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -25,43 +27,55 @@ import (
 const shutdownGrace = 10 * time.Second
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--grpc-listen ADDR] [--envoy-config DIR] [--log-format text|json]", stderr)
+	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--grpc-listen ADDR] [--envoy-config DIR] [--store-api] [--log-format text|json]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file`; none runs the built-in example policy on the memory store")
 	listen := fs.String("listen", "", "HTTP listen `address`, overriding the config's listen (default "+config.DefaultListen+")")
 	logFormat := fs.String("log-format", "", "log format, text or json, overriding the config's log.format")
 	grpcListen := fs.String("grpc-listen", "", "Envoy rate-limit gRPC listen `address`, overriding the config's grpc_listen (default "+config.DefaultGRPCListen+"); given alone, serves with no rules")
+	storeAPI := fs.Bool("store-api", false, "serve the store API (POST /v1/store/...) for remote stores (package remotestore); off by default: whoever can call it can spend or reset any key in its namespace")
+	storeAPIClientClock := fs.Bool("store-api-client-clock", false, "with --store-api: decide store API calls at the time each client sends, one call at a time (for tests and simulations only)")
 	envoyConfig := fs.String("envoy-config", "", "`folder` of envoyproxy/ratelimit rule files, overriding the config's envoy_config; starts the gRPC service")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	over := serveOverrides{listen: *listen, grpcListen: *grpcListen, envoyConfig: *envoyConfig, logFormat: *logFormat}
-	cfg, err := loadConfig(*cfgPath)
+	plan, err := planServe(*cfgPath, over)
 	if err != nil {
 		return err
 	}
-	over.apply(cfg)
-	policy, err := cfg.Policy()
+	cfg, policy := plan.cfg, plan.policy
+	logger, level, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
 	}
-	logger, err := newLogger(cfg.Log, stderr)
-	if err != nil {
-		return err
+	for _, w := range plan.warnings {
+		logger.Warn(w)
 	}
-	store, closeStore, err := openStore(cfg.Store, logger)
+	var storeOpts *server.StoreAPI
+	var clock floodgate.Clock
+	switch {
+	case *storeAPIClientClock && !*storeAPI:
+		return errors.New("--store-api-client-clock needs --store-api")
+	case *storeAPIClientClock:
+		manual := clocktest.NewManual(time.Now())
+		storeOpts, clock = &server.StoreAPI{Clock: manual}, manual
+	case *storeAPI:
+		storeOpts = &server.StoreAPI{}
+	}
+	store, closeStore, err := openStoreFor(cfg.Store, clock, logger)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 
 	reg := prometheus.NewRegistry()
-	rls, err := startRLS(cfg, store, logger, reg, *envoyConfig, *grpcListen)
+	rls, err := startRLS(plan, store, logger, reg)
 	if err != nil {
 		return err
 	}
 	defer rls.stop()
 	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(),
-		OverLimitCache: cfg.OverLimitCache()})
+		OverLimitCache: cfg.OverLimitCache(), StoreAPI: storeOpts})
 	if err != nil {
 		return err
 	}
@@ -84,6 +98,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	printBanner(stdout, cfg, policy, ln.Addr().String())
+	if storeOpts != nil {
+		fmt.Fprintf(stdout, "store API on POST /v1/store/{allow,batch,refund,reset}, keys under %q\n", server.DefaultStoreNamespace)
+	}
 	rls.banner(stdout)
 	logger.Info("serving", "listen", ln.Addr().String(), "store", cfg.Store.String(), "rules", len(policy.Rules), "config", cfg.Source)
 
@@ -95,7 +112,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
 		case <-hup:
-			if next := reload(srv, *cfgPath, cfg, over, logger); next != nil {
+			if next := reload(srv, rls, *cfgPath, cfg, over, logger, level); next != nil {
 				cfg = next
 			}
 		case <-ctx.Done():
@@ -114,33 +131,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 }
 
-// serveOverrides are serve's flags that override the config file's values.
-type serveOverrides struct {
-	listen, grpcListen, envoyConfig, logFormat string
-}
-
-// apply sets the overridden values on cfg, as they are in force.
-func (o serveOverrides) apply(cfg *config.Config) {
-	if o.listen != "" {
-		cfg.Listen = o.listen
-	}
-	if o.grpcListen != "" {
-		cfg.GRPCListen = o.grpcListen
-	}
-	if o.envoyConfig != "" {
-		cfg.EnvoyConfig = o.envoyConfig
-	}
-	if o.logFormat != "" {
-		cfg.Log.Format = o.logFormat
-	}
-}
-
-// reload re-reads the config file on SIGHUP and returns it, as in force,
-// once the server runs its policy. A bad file keeps the running policy,
-// logs why and returns nil.
-func reload(srv *server.Server, path string, running *config.Config, over serveOverrides, logger *slog.Logger) *config.Config {
+// reload re-reads the config file (and the Envoy rule folder, if the
+// Envoy service runs with one) on SIGHUP, and returns the config as in
+// force once the server runs its policy. A bad file keeps the running
+// config, logs why and returns nil. Each attempt is counted once in
+// floodgate_config_reloads_total, as ok only if every part reloaded. The
+// log level applies at once; what a reload cannot apply is logged as
+// taking effect on restart only.
+func reload(srv *server.Server, rls *rlsServer, path string, running *config.Config, over serveOverrides, logger *slog.Logger, level *slog.LevelVar) *config.Config {
+	rulesOK := rls.reload()
 	if path == "" {
-		logger.Warn("SIGHUP ignored: running the built-in policy, no --config file to reload")
+		logger.Warn("SIGHUP: no --config file to reload; running the built-in policy")
+		srv.CountReload(rulesOK)
 		return nil
 	}
 	cfg, err := config.Load(path)
@@ -148,16 +150,24 @@ func reload(srv *server.Server, path string, running *config.Config, over serveO
 	if err == nil {
 		policy, err = cfg.Policy()
 	}
+	if err == nil {
+		err = srv.Reload(policy)
+	}
 	if err != nil {
-		srv.ReloadFailed()
+		srv.CountReload(false)
 		logger.Error("reload failed; keeping the running config", "config", path, "err", err)
 		return nil
 	}
-	if err := srv.Reload(policy); err != nil {
-		logger.Error("reload failed; keeping the running config", "config", path, "err", err)
-		return nil
-	}
+	srv.CountReload(rulesOK)
 	over.apply(cfg)
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w)
+	}
+	if cfg.Log.Level != running.Log.Level {
+		// Said before it applies, so that it shows when the level rises.
+		logger.Info("log level changed", "from", running.Log.Level, "to", cfg.Log.Level)
+		_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated by config.Load
+	}
 	logger.Info("config reloaded", "config", path, "rules", len(policy.Rules))
 	if changed := restartSettings(running, cfg); len(changed) > 0 {
 		logger.Warn("settings changed that take effect on restart only", "changed", strings.Join(changed, ","))
@@ -183,7 +193,7 @@ func restartSettings(running, next *config.Config) []string {
 		{"listen", running.Listen, next.Listen},
 		{"grpc_listen", running.GRPCListen, next.GRPCListen},
 		{"envoy_config", running.EnvoyConfig, next.EnvoyConfig},
-		{"log", running.Log.Format + " " + running.Log.Level, next.Log.Format + " " + next.Log.Level},
+		{"log.format", running.Log.Format, next.Log.Format},
 	} {
 		if f.a != f.b {
 			changed = append(changed, f.name)
@@ -199,19 +209,21 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path)
 }
 
-func newLogger(c config.Log, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
+// newLogger returns the logger c describes, with the level variable a
+// reload sets.
+func newLogger(c config.Log, w io.Writer) (*slog.Logger, *slog.LevelVar, error) {
+	level := new(slog.LevelVar)
 	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
-		return nil, fmt.Errorf("log.level: %w", err)
+		return nil, nil, fmt.Errorf("log.level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch c.Format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), level, nil
 	case "text", "":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), level, nil
 	}
-	return nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
+	return nil, nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
 }
 
 func printBanner(w io.Writer, cfg *config.Config, policy server.Policy, addr string) {
