@@ -72,7 +72,7 @@ func TestLiteralConfig(t *testing.T) {
 func TestRedisConfig(t *testing.T) {
 	t.Setenv("FLOODGATE_TEST_PW", "p")
 	c, err := Parse([]byte("store:\n  type: redis-sentinel\n  addrs: [\"s:26379\"]\n  master_name: m\n  username: u\n  password_env: FLOODGATE_TEST_PW\n"+
-		"  tls: true\n  db: 2\n  timeout: 1s\n  key_prefix: \"app:\"\n  flush_delay: -1ns\n"), "f.yaml")
+		"  tls: true\n  db: 2\n  timeout: 1s\n  key_prefix: \"app:\"\n  flush_delay: -1ns\n  require_at_start: true\n  max_in_flight: 100\n  breaker_failures: -1\n"), "f.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,8 @@ func TestRedisConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rc.Mode != redisstore.ModeSentinel || rc.SentinelMaster != "m" || rc.Username != "u" || rc.Password != "p" || rc.TLS == nil ||
-		rc.DB != 2 || rc.Timeout != time.Second || rc.KeyPrefix != "app:" || rc.FlushDelay != -1 || len(rc.Addrs) != 1 {
+		rc.DB != 2 || rc.Timeout != time.Second || rc.KeyPrefix != "app:" || rc.FlushDelay != -1 || len(rc.Addrs) != 1 ||
+		rc.LazyConnect || rc.MaxInFlight != 100 || rc.BreakerFailures != -1 {
 		t.Fatalf("RedisConfig() = %+v", rc)
 	}
 	// The library's defaults apply to what the file leaves out.
@@ -89,8 +90,8 @@ func TestRedisConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc, _ := c.RedisConfig(); rc.Timeout != 0 || rc.KeyPrefix != "" || rc.Mode != redisstore.ModeStandalone {
-		t.Fatalf("RedisConfig() = %+v, want zero (default) timeout and prefix", rc)
+	if rc, _ := c.RedisConfig(); rc.Timeout != 0 || rc.KeyPrefix != "" || rc.Mode != redisstore.ModeStandalone || !rc.LazyConnect || rc.MaxInFlight != 0 || rc.BreakerFailures != 0 {
+		t.Fatalf("RedisConfig() = %+v, want zero (default) timeout and prefix, and a store that starts without Redis", rc)
 	}
 }
 
@@ -161,6 +162,7 @@ func TestParseErrors(t *testing.T) {
 		{"db on a cluster", "store:\n  type: redis-cluster\n  addrs: [127.0.0.1:7000]\n  db: 1\n", []string{"line 4", "store.db", "cluster"}},
 		{"timeout too long", "store:\n  timeout: 2h\n", []string{"line 2", "store.timeout", "2h0m0s"}},
 		{"flush delay too long", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  flush_delay: 5ms\n", []string{"line 4", "store.flush_delay", "5ms"}},
+		{"too many in flight", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  max_in_flight: 1000\n", []string{"line 4", "store.max_in_flight", "1000", "at most 768"}},
 		{"unset password env", "store:\n  password_env: FLOODGATE_TEST_SURELY_UNSET\n", []string{"line 2", "FLOODGATE_TEST_SURELY_UNSET"}},
 		{"bad proxy", "client_ip:\n  trusted_proxies: [10.0.0.0/8, banana]\n", []string{"line 2", "client_ip.trusted_proxies[1]", "banana"}},
 		{"bad prefix", "client_ip:\n  ipv6_prefix: 200\n", []string{"line 2", "client_ip.ipv6_prefix", "200"}},

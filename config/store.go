@@ -43,6 +43,18 @@ type Store struct {
 	// concurrent calls into one batch (0 or absent: 20µs; a negative value
 	// such as -1ns turns it off; at most 1ms). See redisstore.Config.
 	FlushDelay time.Duration `yaml:"flush_delay"`
+	// RequireAtStart makes the store fail to open while Redis cannot be
+	// reached. By default it opens anyway (redisstore.Config.LazyConnect):
+	// rules answer by their failure mode until Redis is up.
+	RequireAtStart bool `yaml:"require_at_start"`
+	// MaxInFlight bounds the calls in flight to each Redis node (0 or
+	// absent: 256; negative: no bound; at most 768). See
+	// redisstore.Config.MaxInFlight.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// BreakerFailures is how many calls to a node must fail in a row to
+	// open its circuit breaker (0 or absent: 5; negative: never). See
+	// redisstore.Config.BreakerFailures.
+	BreakerFailures int `yaml:"breaker_failures"`
 	// OverLimitCache bounds the server's over-limit cache of denials.
 	OverLimitCache OverLimitCache `yaml:"over_limit_cache"`
 }
@@ -108,6 +120,10 @@ func (s Store) redisConfig(lines yamlfield.Lines) (*redisstore.Config, error) {
 		KeyPrefix:  s.KeyPrefix,
 		Timeout:    s.Timeout,
 		FlushDelay: s.FlushDelay,
+
+		LazyConnect:     !s.RequireAtStart,
+		MaxInFlight:     s.MaxInFlight,
+		BreakerFailures: s.BreakerFailures,
 	}
 	if s.TLS {
 		rc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -152,6 +168,8 @@ func redisField(field string) string {
 		return "store.key_prefix"
 	case field == "FlushDelay":
 		return "store.flush_delay"
+	case field == "MaxInFlight":
+		return "store.max_in_flight"
 	case field == "Timeout":
 		return "store.timeout"
 	case field == "Mode":

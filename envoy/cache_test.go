@@ -30,17 +30,26 @@ func TestOverLimitCacheEnvoy(t *testing.T) {
 	cs := &countingStore{Store: mem}
 	e := start(t, cs, true, Options{Clock: clock, OverLimitCache: decide.CacheOptions{MaxBytes: 1 << 20}}, rules)
 	const h = time.Hour
-	e.call(t, "1", request("c", desc("user=u")), ok("c.user 2/HOUR", 1, h))
-	e.call(t, "2", request("c", desc("user=u")), ok("c.user 2/HOUR", 0, h))
+	e.call(t, "1", request("c", desc("user=u")), ok(" 2/HOUR", 1, h))
+	e.call(t, "2", request("c", desc("user=u")), ok(" 2/HOUR", 0, h))
 	calls := cs.calls.Load()
 	for range 3 {
-		e.call(t, "over", request("c", desc("user=u")), over("c.user 2/HOUR", h))
+		e.call(t, "over", request("c", desc("user=u")), over(" 2/HOUR", h))
 	}
 	if got := cs.calls.Load() - calls; got != 1 {
 		t.Errorf("3 calls over the limit asked the store %d times, want 1", got)
 	}
+	// As the reference counts them: the two answered from the cache are
+	// over_limit and over_limit_with_local_cache; the one the store denied
+	// is over_limit alone.
+	if got := e.counter(t, "ratelimit_service_rate_limit_over_limit_with_local_cache", "domain=c"); got != 2 {
+		t.Errorf("over_limit_with_local_cache = %v, want 2", got)
+	}
+	if got := e.counter(t, "ratelimit_service_rate_limit_over_limit", "domain=c"); got != 3 {
+		t.Errorf("over_limit = %v, want 3", got)
+	}
 	back := desc("user=u")
 	back.IsNegativeHits = true
-	e.call(t, "give 1 back", request("c", back), ok("c.user 2/HOUR", 0, 0))
-	e.call(t, "after", request("c", desc("user=u")), ok("c.user 2/HOUR", 0, h))
+	e.call(t, "give 1 back", request("c", back), ok(" 2/HOUR", 0, 0))
+	e.call(t, "after", request("c", desc("user=u")), ok(" 2/HOUR", 0, h))
 }

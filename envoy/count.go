@@ -13,8 +13,10 @@ import (
 // domains share one label value, and the keys made of request values (rules
 // with detailed_metric or value_to_metric, and limit overrides) are capped
 // at maxDynamicKeys, past which such rules count under their configured key.
+// cached says the over-limit cache answered the descriptor, which the
+// reference counts as over_limit and over_limit_with_local_cache.
 func (s *Service) count(domainName string, known bool, desc *ratelimitv3.RateLimitDescriptor, d *descriptor,
-	st *rlsv3.RateLimitResponse_DescriptorStatus, outcome string) {
+	st *rlsv3.RateLimitResponse_DescriptorStatus, outcome string, cached bool) {
 	if !known {
 		domainName = unknownLabel
 	}
@@ -43,8 +45,11 @@ func (s *Service) count(domainName string, known bool, desc *ratelimitv3.RateLim
 	q, h, rem := uint64(r.RequestsPerUnit), uint64(d.cost), uint64(min(st.GetLimitRemaining(), r.RequestsPerUnit))
 	near := uint64(math.Floor(float64(float32(q) * float32(s.near))))
 	add(statTotalHits, h)
-	switch outcome {
-	case outcomeOverLimit, outcomeBlocked, outcomeShadowOverLimit:
+	switch {
+	case cached && outcome == outcomeOverLimit:
+		add(statOverLimit, h)
+		add(statOverLimitWithLocalCache, h)
+	case outcome == outcomeOverLimit, outcome == outcomeBlocked, outcome == outcomeShadowOverLimit:
 		before := q - rem
 		after := before + h
 		if before >= q {
@@ -60,7 +65,7 @@ func (s *Service) count(domainName string, known bool, desc *ratelimitv3.RateLim
 				add(statShadowMode, after-q)
 			}
 		}
-	case outcomeOK:
+	case outcome == outcomeOK:
 		after := q - rem
 		before := after - min(h, after)
 		if after > near {

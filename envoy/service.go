@@ -374,7 +374,8 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		case st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		s.count(req.GetDomain(), dom != nil, descs[i], d, st, outcome)
+		cached := d.kind == kindCheck && res.Outcomes[d.check].Cached
+		s.count(req.GetDomain(), dom != nil, descs[i], d, st, outcome, cached)
 	}
 	if err := callError(ds, checks, &res); err != nil {
 		return nil, err

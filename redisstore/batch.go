@@ -74,6 +74,10 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 	defer cancel()
 	calls := make([]evalCall, len(groups))
 	for g := range groups {
+		// The deadline, last: a call that starts after it records nothing.
+		if dl := s.deadline(ctx, groups[g].slot); dl != "" {
+			groups[g].args = append(groups[g].args, dl)
+		}
 		calls[g] = evalCall{script: &batch, keys: groups[g].keys, args: groups[g].args}
 	}
 	denied := false
@@ -186,6 +190,9 @@ type evalCall struct {
 // Each is sent with EVALSHA, and those that meet NOSCRIPT again with EVAL,
 // in a second round trip. Nothing is retried otherwise.
 func (s *Store) evalMulti(ctx context.Context, calls []evalCall) []rueidis.RedisResult {
+	if err := s.connected(); err != nil {
+		return failAll(len(calls), err)
+	}
 	if len(calls) == 1 {
 		c := calls[0]
 		return []rueidis.RedisResult{c.script.lua.Exec(ctx, s.client, c.keys, c.args)}

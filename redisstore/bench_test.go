@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -310,4 +311,137 @@ func BenchmarkBatch(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkResilience measures what the in-flight bound and the circuit
+// breaker cost on the hot path: Allow (token bucket) against the harness's
+// standalone server and cluster at 64 and 256 concurrent callers, through
+// stores that differ only in them:
+//
+//	guarded     the defaults: MaxInFlight 256, BreakerFailures 5
+//	off         MaxInFlight -1, BreakerFailures -1: the guard counts
+//	            nothing and never opens (its routing remains)
+//	unguarded   the store's rueidis client used directly, as before the
+//	            guard existed (each call still carries its deadline)
+//
+// The variants of one cell run one after the other, in 5 rounds
+// (round=N in the name), so that noise from other work on the machine
+// falls on all of them alike. Metrics as for BenchmarkAllow, and
+// client-cpu-µs/op, the CPU time of the whole test process (user and
+// system) per decision, which the guard's own work would show in. Run it
+// with:
+//
+//	go test -run '^$' -bench Resilience -benchtime 20000x ./redisstore/
+func BenchmarkResilience(b *testing.B) {
+	backends := []struct {
+		name  string
+		mode  Mode
+		addrs func(testing.TB) []string
+	}{
+		{"standalone", ModeStandalone, func(tb testing.TB) []string { return []string{redistest.StandaloneAddr(tb)} }},
+		{"cluster", ModeCluster, redistest.ClusterAddrs},
+	}
+	variants := []struct {
+		name     string
+		inFlight int
+		breaker  int
+		raw      bool
+	}{
+		{"guarded", 0, 0, false},
+		{"off", -1, -1, false},
+		{"unguarded", 0, 0, true},
+	}
+	ids := make([]string, 10000)
+	for i := range ids {
+		ids[i] = "user-" + strconv.Itoa(i)
+	}
+	l := floodgate.NewTokenBucket(100, 100, time.Second)
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) {
+			for _, conc := range []int{64, 256} {
+				for round := range 5 {
+					for _, v := range variants {
+						b.Run("conc="+strconv.Itoa(conc)+"/round="+strconv.Itoa(round+1)+"/"+v.name, func(b *testing.B) {
+							s, err := New(Config{Addrs: be.addrs(b), Mode: be.mode, KeyPrefix: uniquePrefix(b), Timeout: time.Second, MaxInFlight: v.inFlight, BreakerFailures: v.breaker})
+							if err != nil {
+								b.Fatal(err)
+							}
+							defer s.Close()
+							raw := s.guard.conn.Load().client
+							if v.raw {
+								s.client = raw
+							}
+							allow := func(ctx context.Context, id string) error {
+								_, err := s.Allow(ctx, id, l)
+								return err
+							}
+							cpu0 := processCPU()
+							benchCalls(b, raw, allow, ids, conc)
+							b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "client-cpu-µs/op")
+						})
+					}
+				}
+			}
+		})
+	}
+}
+
+// processCPU returns the user and system CPU time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkGuardCost measures, without Redis, the work the store adds to
+// each call for the in-flight bound and the breaker (entering and leaving
+// a node: a place taken and given back, the breaker read), and for the
+// deadline (converting ctx's deadline to Redis's clock), from GOMAXPROCS
+// goroutines on one node, the worst case for contention, beside the
+// context.WithTimeout that every call has always made. Run it with:
+//
+//	go test -run '^$' -bench GuardCost ./redisstore/
+func BenchmarkGuardCost(b *testing.B) {
+	s := newStore(Config{}, false)
+	m := newMonitor(s.guard, "x", nil)
+	c := &connection{}
+	n := m.node("x")
+	n.offset.Store(1_000_000)
+	n.clockOK.Store(true)
+	c.topo.Store(&topology{nodes: []*node{n}})
+	s.guard.conn.Store(c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.Run("bound+breaker", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := s.guard.enter(ctx, n); err != nil {
+					b.Error(err)
+					return
+				}
+				s.guard.leave(ctx, n, nil, n.abandoned.Load())
+			}
+		})
+	})
+	// The yardstick: the timeout every call has always set up.
+	b.Run("context.WithTimeout", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_, cancel := context.WithTimeout(context.Background(), time.Second)
+				cancel()
+			}
+		})
+	})
+	b.Run("deadline", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if s.deadline(ctx, 0) == "" {
+					b.Error("no deadline")
+					return
+				}
+			}
+		})
+	})
 }

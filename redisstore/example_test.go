@@ -96,7 +96,9 @@ func ExampleScripts() {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		first, _, _ := strings.Cut(all[name], "\n")
+		// The first line is the shebang, "#!lua", then comes the contract.
+		_, src, _ := strings.Cut(all[name], "\n")
+		first, _, _ := strings.Cut(src, "\n")
 		fmt.Printf("%-28s %s\n", name, first)
 	}
 	// Output:

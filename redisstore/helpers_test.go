@@ -48,6 +48,7 @@ func testStore(t testing.TB, client rueidis.Client, clock floodgate.Clock) *Stor
 	if err != nil {
 		t.Fatalf("NewFromClient: %v", err)
 	}
+	t.Cleanup(s.Close)
 	return s
 }
 

@@ -21,9 +21,23 @@
 // reach Redis, or meets an outage reply (CLUSTERDOWN, LOADING, READONLY after
 // a failover, OOM, BUSY, ...) returns an error matching
 // [floodgate.ErrStoreUnavailable], and front ends apply their failure mode.
+// However long a node hangs, a call returns by its deadline: the store
+// bounds the calls in flight to each node ([DefaultMaxInFlight]), and a
+// circuit breaker per node ([Config.BreakerFailures]) fails the calls for
+// a node that stopped answering at once, until it answers a probe. One hung
+// cluster primary affects only the keys of its slots. [Store.Health]
+// reports each node's state. With [Config.LazyConnect], New returns a store
+// that answers ErrStoreUnavailable until Redis can be reached.
+//
+// Each decision carries its caller's deadline, in the Redis server's clock
+// (the store samples each node's clock every second): a script that starts
+// after it records nothing, so a call that timed out is not charged when
+// Redis runs it later. A charge can still outlive its caller's deadline by
+// the time the reply takes to come back. See docs/RESILIENCE.md.
+//
 // Scripts are never retried: a retried script could charge a request twice,
-// so the outcome of a call that timed out is unknown (the request may or may
-// not have been counted). Errors that are not outages — a script that failed
+// so a call that timed out may still have been counted, if Redis ran it
+// before its deadline. Errors that are not outages — a script that failed
 // ([ErrScript]) or a reply of the wrong shape ([ErrReply]) — do not match
 // ErrStoreUnavailable: they mean a bug or a misconfiguration that retrying
 // or failing open would only hide.
@@ -41,17 +55,16 @@
 // The Lua files are embedded, and [Scripts] returns them so other languages
 // can run the same algorithms on the same keys (see docs/LUA.md). Scripts are
 // sent with EVALSHA and fall back to EVAL when Redis answers NOSCRIPT (after
-// a restart, a failover or SCRIPT FLUSH). They need Redis 6.2 or later
-// (ZRANGE ... BYSCORE, and writes after TIME under effects replication); the
-// tests run on 7.0.
+// a restart, a failover or SCRIPT FLUSH). They start with a "#!lua"
+// shebang, so Redis refuses them before they run, and write nothing, when it
+// is over maxmemory under noeviction: they need Redis 7.0 or later.
 package redisstore
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -61,106 +74,6 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 )
-
-// DefaultTimeout is the per-call timeout used when Config.Timeout is zero.
-const DefaultTimeout = 50 * time.Millisecond
-
-// DefaultFlushDelay is the flush delay used when Config.FlushDelay is zero.
-const DefaultFlushDelay = 20 * time.Microsecond
-
-// maxFlushDelay bounds Config.FlushDelay: the delay adds up to itself to a
-// call's latency.
-const maxFlushDelay = time.Millisecond
-
-// DefaultKeyPrefix is the key prefix used when Config.KeyPrefix is empty.
-const DefaultKeyPrefix = "fg:"
-
-// Mode selects how the store connects to Redis.
-type Mode uint8
-
-// The modes. The zero value, ModeAuto, infers the mode from the Config.
-const (
-	// ModeAuto uses Sentinel if SentinelMaster is set; otherwise it asks
-	// the server at Addrs and uses Cluster if it runs in cluster mode, and a
-	// single server if not.
-	ModeAuto Mode = iota
-	// ModeStandalone talks to the single server at Addrs[0].
-	ModeStandalone
-	// ModeSentinel asks the sentinels at Addrs for the primary of
-	// SentinelMaster and follows it across failovers.
-	ModeSentinel
-	// ModeCluster discovers a Redis Cluster from the nodes at Addrs, and
-	// fails if they are not cluster nodes.
-	ModeCluster
-)
-
-var modeNames = [...]string{ModeAuto: "auto", ModeStandalone: "standalone", ModeSentinel: "sentinel", ModeCluster: "cluster"}
-
-// String returns the mode's name, such as "cluster".
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
-	}
-	return "Mode(" + strconv.Itoa(int(m)) + ")"
-}
-
-// Config configures a Store. The zero value is not usable: Addrs is
-// required. Every other field has a working default.
-type Config struct {
-	// Addrs are the host:port addresses to connect to: the server, the
-	// sentinels (ModeSentinel) or any cluster nodes (ModeCluster).
-	Addrs []string
-	// Mode selects standalone, Sentinel or Cluster. Zero (ModeAuto) infers
-	// it.
-	Mode Mode
-	// SentinelMaster is the name of the primary the sentinels monitor.
-	// Setting it selects ModeSentinel under ModeAuto.
-	SentinelMaster string
-	// SentinelUsername and SentinelPassword authenticate to the sentinels
-	// (empty: no AUTH). Username and Password apply to the Redis servers.
-	SentinelUsername, SentinelPassword string
-	// Username and Password authenticate with AUTH (Redis 6 ACL users);
-	// leave Username empty for the default user.
-	Username, Password string
-	// TLS, if not nil, connects with TLS (to the sentinels too).
-	TLS *tls.Config
-	// DB selects the database (standalone and Sentinel only: a cluster has
-	// only database 0).
-	DB int
-	// KeyPrefix is prepended to every key; empty means DefaultKeyPrefix. It
-	// must not contain '{' or '}', which would break the hash tags.
-	KeyPrefix string
-	// Timeout bounds every store call, from sending the script to reading
-	// its reply; zero means DefaultTimeout. A call never blocks longer
-	// (plus scheduling delays), even when Redis hangs.
-	Timeout time.Duration
-	// FlushDelay is how long the connection's writer may pause after
-	// sending a batch of calls, to gather the calls made meanwhile into the
-	// next batch (rueidis's MaxFlushDelay). Under load, fewer and larger
-	// batches mean fewer system calls on both sides: with one connection
-	// per node it halved the Redis CPU a no-op script costs per call at 64
-	// concurrent callers, and raised decisions per second
-	// (docs/PERFORMANCE.md). A lone caller never waits.
-	// Zero means DefaultFlushDelay (20µs); a negative value sends every
-	// batch at once. At most 1ms.
-	FlushDelay time.Duration
-	// Clock, if not nil, supplies the time of each decision instead of
-	// Redis's TIME. It is meant for tests and simulations: Redis still
-	// expires keys on its own clock.
-	Clock floodgate.Clock
-}
-
-// ConfigError reports an invalid Config field.
-type ConfigError struct {
-	Field  string // the field's name, such as "KeyPrefix"
-	Value  string // the bad value, quoted or formatted
-	Reason string // what is wrong with it
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("redisstore: invalid config: %s %s %s", e.Field, e.Value, e.Reason)
-}
 
 // Sentinel errors of this package, matched with errors.Is. Outages match
 // floodgate.ErrStoreUnavailable instead.
@@ -179,8 +92,10 @@ var (
 // Store is a floodgate.Store backed by Redis. Create it with New or
 // NewFromClient. It is safe for concurrent use.
 type Store struct {
-	client  rueidis.Client
-	owned   bool // Close closes client
+	client  rueidis.Client // the guard
+	guard   *guard
+	mon     *monitor
+	owned   bool // the store made its client
 	prefix  string
 	timeout time.Duration
 	clock   floodgate.Clock
@@ -189,62 +104,12 @@ type Store struct {
 
 var _ floodgate.Store = (*Store)(nil)
 
-// validateStore checks the fields every store uses, whoever made its
-// connection: the key prefix and the timeout.
-func (c *Config) validateStore() error {
-	if strings.ContainsAny(c.KeyPrefix, "{}") {
-		return &ConfigError{Field: "KeyPrefix", Value: strconv.Quote(c.KeyPrefix), Reason: "must not contain '{' or '}' (they would break the Redis Cluster hash tags)"}
-	}
-	if c.FlushDelay > maxFlushDelay {
-		return &ConfigError{Field: "FlushDelay", Value: c.FlushDelay.String(), Reason: "must be at most 1ms (it adds up to itself to a call's latency; negative turns it off)"}
-	}
-	if c.Timeout < 0 {
-		return &ConfigError{Field: "Timeout", Value: c.Timeout.String(), Reason: "must not be negative (zero means the default, 50ms)"}
-	}
-	return nil
-}
-
-// Validate reports whether c is usable, as a *ConfigError naming the first
-// bad field. New calls it.
-func (c *Config) Validate() error {
-	if len(c.Addrs) == 0 {
-		return &ConfigError{Field: "Addrs", Value: "[]", Reason: "must name at least one host:port"}
-	}
-	for i, a := range c.Addrs {
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: "is not host:port"}
-		}
-	}
-	if c.Mode > ModeCluster {
-		return &ConfigError{Field: "Mode", Value: c.Mode.String(), Reason: "is not auto, standalone, sentinel or cluster"}
-	}
-	mode := c.mode()
-	switch {
-	case mode == ModeSentinel && c.SentinelMaster == "":
-		return &ConfigError{Field: "SentinelMaster", Value: `""`, Reason: "must name the monitored primary in sentinel mode"}
-	case mode != ModeSentinel && c.SentinelMaster != "":
-		return &ConfigError{Field: "SentinelMaster", Value: strconv.Quote(c.SentinelMaster), Reason: "applies to sentinel mode only, but Mode is " + c.Mode.String()}
-	case mode == ModeStandalone && len(c.Addrs) > 1:
-		return &ConfigError{Field: "Addrs", Value: strconv.Quote(strings.Join(c.Addrs, ",")), Reason: "must hold exactly one address in standalone mode"}
-	case c.DB < 0:
-		return &ConfigError{Field: "DB", Value: strconv.Itoa(c.DB), Reason: "must not be negative"}
-	case c.DB != 0 && mode == ModeCluster:
-		return &ConfigError{Field: "DB", Value: strconv.Itoa(c.DB), Reason: "must be 0 in cluster mode (a cluster has only database 0)"}
-	}
-	return c.validateStore()
-}
-
-func (c *Config) mode() Mode {
-	if c.Mode == ModeAuto && c.SentinelMaster != "" {
-		return ModeSentinel
-	}
-	return c.Mode
-}
-
 // New connects to Redis as cfg says and returns a Store that owns the
 // connection: Close it when done. New fails with a *ConfigError for a bad
 // cfg, and with an error matching floodgate.ErrStoreUnavailable if Redis
-// cannot be reached within rueidis's dial timeout (5s).
+// cannot be reached within rueidis's dial timeout (5s) — unless
+// cfg.LazyConnect is set: then it returns a store that answers
+// ErrStoreUnavailable until it has connected in the background.
 //
 // The client is created with retries disabled, so a script is never sent
 // twice.
@@ -274,10 +139,12 @@ func New(cfg Config) (*Store, error) {
 		opt.MaxFlushDelay = cfg.FlushDelay
 	}
 	mode := cfg.mode()
+	name := strings.Join(cfg.Addrs, ",")
 	switch mode {
 	case ModeStandalone:
 		opt.ForceSingleClient = true
 	case ModeSentinel:
+		name = "sentinel primary " + cfg.SentinelMaster
 		opt.Sentinel = rueidis.SentinelOption{
 			MasterSet: cfg.SentinelMaster,
 			Username:  cfg.SentinelUsername,
@@ -287,22 +154,40 @@ func New(cfg Config) (*Store, error) {
 			TopologyRefreshInterval: 5 * time.Second,
 		}
 	}
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, err)
+	connect := func() (rueidis.Client, error) {
+		client, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, err)
+		}
+		if mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
+			client.Close()
+			return nil, &ConfigError{Field: "Mode", Value: "cluster", Reason: fmt.Sprintf("but %s is not a cluster node", cfg.Addrs[0])}
+		}
+		return client, nil
 	}
-	if mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
-		client.Close()
-		return nil, &ConfigError{Field: "Mode", Value: "cluster", Reason: fmt.Sprintf("but %s is not a cluster node", cfg.Addrs[0])}
-	}
-	s := newStore(client, cfg)
+	s := newStore(cfg, mode == ModeCluster)
 	s.owned = true
+	s.mon = newMonitor(s.guard, name, connect)
+	client, err := connect()
+	switch {
+	case err == nil:
+		s.mon.attach(client)
+	case !cfg.LazyConnect:
+		return nil, err
+	default:
+		msg := err.Error()
+		s.guard.connErr.Store(&msg)
+		s.guard.logger.Error("redisstore: cannot connect to Redis; its rules answer by their failure mode until it can (LazyConnect)", "error", msg)
+	}
+	s.mon.start()
 	return s, nil
 }
 
 // NewFromClient returns a Store that runs on an existing rueidis client,
-// which it does not own: Close leaves it open. Only cfg's KeyPrefix, Timeout
-// and Clock apply; the connection fields must be left zero. The client
+// which it does not own: Close the store when done, which stops its
+// background checks (probes, clock samples) and leaves the client open.
+// cfg's KeyPrefix, Timeout, Clock, MaxInFlight, BreakerFailures and Logger
+// apply; the connection fields must be left zero. The client
 // should be created with DisableRetry (rueidis never retries scripts sent as
 // this store sends them, but other commands on a shared client would be).
 func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
@@ -325,11 +210,28 @@ func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
 	if err := cfg.validateStore(); err != nil {
 		return nil, err
 	}
-	return newStore(client, cfg), nil
+	if cfg.LazyConnect {
+		return nil, &ConfigError{Field: "LazyConnect", Value: "true", Reason: "is a connection setting; NewFromClient uses the client's own"}
+	}
+	s := newStore(cfg, client.Mode() == rueidis.ClientModeCluster)
+	s.mon = newMonitor(s.guard, "redis", nil)
+	s.mon.attach(client)
+	s.mon.start()
+	return s, nil
 }
 
-func newStore(client rueidis.Client, cfg Config) *Store {
-	s := &Store{client: client, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, clock: cfg.Clock, cluster: client.Mode() == rueidis.ClientModeCluster}
+func newStore(cfg Config, cluster bool) *Store {
+	g := &guard{maxInFlight: cfg.MaxInFlight, threshold: int64(cfg.BreakerFailures), base: time.Now(), logger: cfg.Logger}
+	if g.maxInFlight == 0 {
+		g.maxInFlight = DefaultMaxInFlight
+	}
+	if g.threshold == 0 {
+		g.threshold = DefaultBreakerFailures
+	}
+	if g.logger == nil {
+		g.logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{client: g, guard: g, prefix: cfg.KeyPrefix, timeout: cfg.Timeout, clock: cfg.Clock, cluster: cluster}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
 	}
@@ -339,12 +241,42 @@ func newStore(client rueidis.Client, cfg Config) *Store {
 	return s
 }
 
-// Close closes the connection if the store created it (New), and does
-// nothing for a store from NewFromClient. The store must not be used after.
+// Close stops the store's background checks and closes the connection if
+// the store created it (New); a client passed to NewFromClient stays open.
+// The store must not be used after.
 func (s *Store) Close() {
+	s.mon.close()
 	if s.owned {
-		s.client.Close()
+		s.guard.Close()
 	}
+}
+
+// connected returns an error matching floodgate.ErrStoreUnavailable while
+// a store made with Config.LazyConnect has not connected yet.
+func (s *Store) connected() error {
+	if s.guard.conn.Load() == nil {
+		return s.guard.unconnected()
+	}
+	return nil
+}
+
+// deadline returns the ARGV that carries ctx's deadline, in the clock of
+// the node that serves slot, to a script: "" if ctx has none or the node's
+// clock is unknown. A script that starts later charges nothing (prelude.lua).
+func (s *Store) deadline(ctx context.Context, slot int) string {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	c := s.guard.conn.Load()
+	if c == nil {
+		return ""
+	}
+	n := c.topo.Load().nodeFor(uint16(slot))
+	if n == nil || !n.clockOK.Load() {
+		return ""
+	}
+	return strconv.FormatInt(n.offset.Load()+dl.Sub(s.guard.base).Microseconds(), 10)
 }
 
 // Allow is AllowN with a cost of 1.
@@ -401,6 +333,9 @@ func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, 
 	if n == 0 {
 		return nil
 	}
+	if err := s.connected(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return refundReply(ctx, limit, s.exec(ctx, key, limit, opRefund, n))
@@ -425,6 +360,9 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	if err := limit.Validate(); err != nil {
 		return err
 	}
+	if err := s.connected(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	k := s.Key(key, limit.Algorithm)
@@ -442,6 +380,9 @@ const (
 // run executes limit's script for op on key under the store's timeout and
 // returns its reply, or an error already classified.
 func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op string, n int64) (rueidis.RedisMessage, error) {
+	if err := s.connected(); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	msg, err := s.exec(ctx, key, limit, op, n).ToMessage()
@@ -451,19 +392,35 @@ func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op s
 	return msg, nil
 }
 
-// exec executes limit's script for op on key under ctx.
+// exec executes limit's script for op on key under ctx. An "allow" carries
+// ctx's deadline: if the script starts after it, it records nothing. A
+// refund does not, as giving back is right whenever it happens.
 func (s *Store) exec(ctx context.Context, key string, limit floodgate.Limit, op string, n int64) rueidis.RedisResult {
 	now := ""
 	if s.clock != nil {
 		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 	}
-	return scripts[limit.Algorithm].lua.Exec(ctx, s.client, []string{s.Key(key, limit.Algorithm)}, scriptArgs(op, limit, n, now))
+	k := s.Key(key, limit.Algorithm)
+	args := scriptArgs(op, limit, n, now)
+	if op == opAllow {
+		slot := 0
+		if s.cluster {
+			slot = keySlot(k)
+		}
+		if dl := s.deadline(ctx, slot); dl != "" {
+			if len(args) == 5 {
+				args = append(args, "") // ARGV[6], the bucket's refill: the default
+			}
+			args = append(args, dl)
+		}
+	}
+	return scripts[limit.Algorithm].lua.Exec(ctx, s.client, []string{k}, args)
 }
 
 // scriptArgs returns the ARGV of a call of limit's script for op, of cost n,
 // at now ("" for Redis's clock).
 func scriptArgs(op string, limit floodgate.Limit, n int64, now string) []string {
-	args := make([]string, 5, 6)
+	args := make([]string, 5, 7)
 	args[0] = op
 	args[1] = strconv.FormatInt(limit.Quota, 10)
 	args[2] = strconv.FormatInt(limit.Window.Microseconds(), 10)
@@ -490,6 +447,10 @@ func describe(m rueidis.RedisMessage) string {
 	return s
 }
 
+// deadlineReply starts the error reply of a script that started after its
+// caller's deadline and recorded nothing.
+const deadlineReply = "DEADLINE"
+
 // outages are the prefixes of Redis error replies that mean the server
 // cannot serve the store right now, not that the command was wrong.
 var outages = []string{
@@ -503,6 +464,9 @@ var outages = []string{
 func classify(ctx context.Context, what string, err error) error {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
 		msg := rerr.Error()
+		if strings.HasPrefix(msg, deadlineReply) {
+			return fmt.Errorf("%w: redisstore: %s: %w: %w", floodgate.ErrStoreUnavailable, what, context.DeadlineExceeded, err)
+		}
 		for _, p := range outages {
 			if strings.HasPrefix(msg, p) {
 				return fmt.Errorf("%w: redisstore: %s: %w", floodgate.ErrStoreUnavailable, what, err)

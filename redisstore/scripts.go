@@ -44,7 +44,16 @@ var batch = loadBatch(scripts)
 
 const batchFile = "batch.lua"
 
+// shebang starts every script: Redis 7 then refuses a script under
+// maxmemory (noeviction) before it runs, where it would otherwise refuse
+// only its first write (and let the writes after a trim through), and on
+// a read-only replica before it runs. It also makes Redis check that the
+// keys are declared and share a slot, which the scripts keep to anyway.
+// EVALSHA, EVAL and the NOSCRIPT fallback are unchanged.
+const shebang = "#!lua\n"
+
 func newScript(file, source, code string) script {
+	source = shebang + source
 	sum := sha1.Sum([]byte(source))
 	return script{file: file, source: source, code: code, sha: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(source)}
 }

@@ -37,7 +37,7 @@ func TestScriptsContract(t *testing.T) {
 			t.Fatalf("Scripts() lacks %s", name)
 		}
 		header, rest, ok := strings.Cut(src, "\n"+prelude+"\n")
-		if !ok || strings.Contains(rest, "-- BEGIN prelude") || !strings.HasPrefix(header, "-- floodgate ") {
+		if !ok || strings.Contains(rest, "-- BEGIN prelude") || !strings.HasPrefix(header, shebang+"-- floodgate ") {
 			t.Fatalf("%s is not its contract, a blank line, the prelude, a blank line and its code", name)
 		}
 		for _, want := range []string{"KEYS[1]", "ARGV[1]", "ARGV[5]", "Reply to \"allow\"", "Reply to \"refund\"", "PEXPIRE"} {
@@ -171,8 +171,9 @@ func TestScriptArguments(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{""}, "1 + 5 arguments per key, got 1 for 1 keys"},
-		{[]string{"", "tb", "10", "1000", "1", "", "x"}, "1 + 5 arguments per key, got 7 for 1 keys"},
+		{[]string{""}, "1 + 5 arguments per key and an optional deadline, got 1 for 1 keys"},
+		{[]string{"", "tb", "10", "1000", "1", "", "x", "y"}, "1 + 5 arguments per key and an optional deadline, got 8 for 1 keys"},
+		{[]string{"", "tb", "10", "1000", "1", "", "x"}, `ARGV[7] (deadline_us) must be an integer, got "x"`},
 		{[]string{"soon", "tb", "10", "1000", "1", ""}, `ARGV[1] (now_us) must be an integer of at least 0, got "soon"`},
 	}
 	for _, c := range whole {

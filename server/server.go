@@ -118,6 +118,11 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if hr, ok := store.(floodgate.HealthReporter); ok {
+		if err := opts.Registry.Register(newHealthCollector(hr)); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
 	s := &Server{
 		engine:   engine,
 		store:    store,
@@ -170,7 +175,7 @@ func (s *Server) CountReload(ok bool) {
 //	GET  /v1/rules          the active rules
 //	*    /v1/forward-auth   forward auth keyed on the client's address (any method)
 //	GET  /healthz           the process is up
-//	GET  /readyz            the store answers
+//	GET  /readyz            the store answers (with its nodes, if it reports them)
 //	GET  /metrics           Prometheus metrics
 //	POST /v1/store/...      the store API, when Options.StoreAPI is set
 func (s *Server) Handler() http.Handler {
@@ -513,20 +518,4 @@ func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
 	}
 	sort.Slice(out.Rules, func(i, j int) bool { return out.Rules[i].Name < out.Rules[j].Name })
 	writeJSON(w, http.StatusOK, out)
-}
-
-// readyLimit is the limit readiness probes reset a key under: a Reset is one
-// harmless round trip to the store.
-var readyLimit = floodgate.PerSecond(1)
-
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	err := s.store.Reset(r.Context(), "\x00floodgate-readyz", readyLimit)
-	s.metrics.storeLatency.WithLabelValues("ready").Observe(time.Since(start).Seconds())
-	if err != nil {
-		problem.Error(w, http.StatusServiceUnavailable, "the store is not reachable: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "ready\n")
 }

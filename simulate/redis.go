@@ -93,6 +93,7 @@ func NewRedisBackend(ctx context.Context, o RedisOptions) (*Backend, error) {
 	pctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	if err := client.Do(pctx, client.B().Ping().Build()).Error(); err != nil {
+		s.Close()
 		client.Close()
 		return nil, fmt.Errorf("simulate: %w: %s: %w", floodgate.ErrStoreUnavailable, strings.Join(o.Addrs, ","), err)
 	}
@@ -110,6 +111,6 @@ func NewRedisBackend(ctx context.Context, o RedisOptions) (*Backend, error) {
 			}
 			return n, err
 		},
-		close: client.Close,
+		close: func() { s.Close(); client.Close() },
 	}, nil
 }

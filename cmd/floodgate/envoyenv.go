@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/envoy"
 )
 
@@ -237,7 +238,9 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 		note("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: always so in floodgate: a request over the limit counts nowhere")
 	}
 	if n := e.int("LOCAL_CACHE_SIZE_IN_BYTES", 0); n > 0 {
-		e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%d: the local over-limit cache is not available in this build yet; unset it to run without", n)
+		// The reference's freecache holds a key until its unit ends;
+		// floodgate's until the denial's own retry delay has passed.
+		c.opts.OverLimitCache = decide.CacheOptions{MaxBytes: int64(n)}
 	}
 
 	// Behaviour.

@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -102,7 +103,11 @@ func TestReadEnvoyEnv(t *testing.T) {
 		{"memcache", with(map[string]string{"BACKEND_TYPE": "memcache"}), nil, `BACKEND_TYPE="memcache" is not supported`, ""},
 		{"unix socket (the peer's default)", map[string]string{}, nil, `REDIS_SOCKET_TYPE="unix" is not supported`, ""},
 		{"xds", with(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}), nil, `CONFIG_TYPE="GRPC_XDS_SOTW" is not supported`, ""},
-		{"local cache", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}), nil, "LOCAL_CACHE_SIZE_IN_BYTES=1048576", ""},
+		{"local cache", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}), func(t *testing.T, c *envoyCompat) {
+			if c.opts.OverLimitCache != (decide.CacheOptions{MaxBytes: 1048576}) {
+				t.Errorf("over-limit cache %+v, want on with MaxBytes 1048576", c.opts.OverLimitCache)
+			}
+		}, "", ""},
 		{"per-second redis", with(map[string]string{"REDIS_PERSECOND": "true"}), nil, "REDIS_PERSECOND=true is not supported", ""},
 		{"bad boolean", with(map[string]string{"SHADOW_MODE": "yes please"}), nil, `SHADOW_MODE="yes please" is not a boolean`, ""},
 		{"bad ratio", with(map[string]string{"NEAR_LIMIT_RATIO": "2"}), nil, `NEAR_LIMIT_RATIO="2" is not a number in (0, 1]`, ""},

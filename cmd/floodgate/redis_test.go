@@ -188,6 +188,65 @@ func TestServeRedisDown(t *testing.T) {
 	}
 }
 
+// TestServeStartsWithRedisDown: serve starts while Redis is down, answers
+// every rule by its failure mode, says degraded in /readyz and why in the
+// log, and decides once Redis is up. With store.require_at_start it
+// refuses to start instead.
+func TestServeStartsWithRedisDown(t *testing.T) {
+	srv := redistest.Spawn(t)
+	srv.Kill()
+	path := serveConfig(t, "redis", []string{srv.Addr})
+	base, logs, stop := startServe(t, "--config", path)
+	if code, r, _ := check(t, base, "api", "k"); code != 200 || !r.Allowed || !r.StoreUnavailable {
+		t.Fatalf("fail-open rule before Redis is up: %d %+v", code, r)
+	}
+	if code, _, _ := check(t, base, "login", "k"); code != 503 {
+		t.Fatalf("fail-closed rule before Redis is up: %d", code)
+	}
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), `"state":"degraded"`) || !strings.Contains(string(body), "connection refused") {
+		t.Fatalf("readyz before Redis is up: %d %s", resp.StatusCode, body)
+	}
+	if !strings.Contains(logs.String(), "cannot connect to Redis") {
+		t.Errorf("the log does not say Redis is unreachable:\n%s", logs)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, r, _ := check(t, base, "login", "k")
+		if code == 200 && !r.StoreUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fail-closed rule 5s after Redis came up: %d %+v", code, r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+
+	srv.Kill()
+	cfg, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict := strings.Replace(string(cfg), "  timeout: 200ms\n", "  timeout: 200ms\n  require_at_start: true\n", 1)
+	if err := os.WriteFile(path, []byte(strict), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err = run(t.Context(), []string{"serve", "--listen", "127.0.0.1:0", "--config", path}, &out, &errOut)
+	if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("serve with require_at_start and Redis down: %v; want it to fail, connection refused", err)
+	}
+}
+
 // TestCheckStoreErrorNeverAdmits: a key that holds the wrong type of value
 // makes the Redis script fail (not an outage), and `floodgate check` reports
 // a store error, never an admission, even for a fail-open rule.

@@ -78,7 +78,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *storeAPI:
 		storeOpts = &server.StoreAPI{}
 	}
-	store, closeStore, err := openStoreClock(cfg.Store, clock)
+	store, closeStore, err := openStoreFor(cfg.Store, clock, logger)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -10,12 +11,19 @@ import (
 )
 
 // openStore opens the store a config section names and returns it with its
-// closer.
-func openStore(c config.Store) (floodgate.Store, func(), error) { return openStoreClock(c, nil) }
+// closer, for the one-shot commands (check, bench, config validate
+// --connect): an unreachable Redis is an error, not a wait, whatever
+// store.require_at_start says.
+func openStore(c config.Store) (floodgate.Store, func(), error) {
+	c.RequireAtStart = true
+	return openStoreFor(c, nil, nil)
+}
 
-// openStoreClock is openStore with the store reading clock, if not nil,
-// instead of its own time.
-func openStoreClock(c config.Store, clock floodgate.Clock) (floodgate.Store, func(), error) {
+// openStoreFor opens the store as serve does: the Redis store reads clock,
+// if not nil, instead of its own time, logs to logger (nil: nowhere), and
+// starts while Redis is unreachable unless store.require_at_start says
+// otherwise.
+func openStoreFor(c config.Store, clock floodgate.Clock, logger *slog.Logger) (floodgate.Store, func(), error) {
 	rc, err := c.RedisConfig()
 	if err != nil {
 		return nil, nil, err
@@ -29,6 +37,7 @@ func openStoreClock(c config.Store, clock floodgate.Clock) (floodgate.Store, fun
 	if clock != nil {
 		rc.Clock = clock
 	}
+	rc.Logger = logger
 	s, err := redisstore.New(*rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store (%s): %w", c.String(), err)

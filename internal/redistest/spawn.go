@@ -27,9 +27,13 @@ type SpawnedServer struct {
 	// Port is the server's port; a cluster node's bus port is Port+10000.
 	Port int
 
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	once sync.Once
+	path   string
+	args   []string // the extra arguments
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	log    *syncBuffer
+	killed bool
 }
 
 // syncBuffer collects a process's output for failure messages.
@@ -113,36 +117,44 @@ func spawn(t testing.TB, path string, extra []string) (*SpawnedServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := t.TempDir()
+	s := &SpawnedServer{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, path: path, args: extra, log: &syncBuffer{}}
+	t.Cleanup(s.Kill)
+	return s, s.start(t)
+}
+
+// start runs the server process on s.Port and waits until it answers PING.
+func (s *SpawnedServer) start(t testing.TB) error {
+	port := s.Port
 	args := []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir, "--logfile", "",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir(), "--logfile", "",
 	}
-	s := &SpawnedServer{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, log: &syncBuffer{}}
-	s.cmd = exec.Command(path, append(args, extra...)...)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		return nil, err
+	cmd := exec.Command(s.path, append(args, s.args...)...)
+	cmd.Stdout, cmd.Stderr = s.log, s.log
+	if err := cmd.Start(); err != nil {
+		return err
 	}
 	exited := make(chan struct{})
 	go func() {
-		_ = s.cmd.Wait()
+		_ = cmd.Wait()
 		close(exited)
 	}()
-	t.Cleanup(func() { s.Kill(); <-exited })
+	s.mu.Lock()
+	s.cmd, s.exited, s.killed = cmd, exited, false
+	s.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := harnessPing(s.Addr); err == nil {
-			return s, nil
+		if err := harnessPing(s.Addr); err == nil || strings.Contains(err.Error(), "NOAUTH") {
+			return nil // it answers (with --requirepass, that it wants AUTH)
 		}
 		select {
 		case <-exited:
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, strings.TrimSpace(s.log.String()))
+			return fmt.Errorf("redis-server on port %d exited: %s", port, strings.TrimSpace(s.log.String()))
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			return nil, fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", port, s.log.String())
+			return fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", port, s.log.String())
 		}
 	}
 }
@@ -152,7 +164,7 @@ func spawn(t testing.TB, path string, extra []string) (*SpawnedServer, error) {
 // either way.
 func (s *SpawnedServer) Stop(t testing.TB) {
 	t.Helper()
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := s.process().Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP %s: %v", s.Addr, err)
 	}
 }
@@ -160,15 +172,47 @@ func (s *SpawnedServer) Stop(t testing.TB) {
 // Cont resumes a server suspended by Stop.
 func (s *SpawnedServer) Cont(t testing.TB) {
 	t.Helper()
-	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := s.process().Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("SIGCONT %s: %v", s.Addr, err)
 	}
 }
 
-// Kill ends the server with SIGKILL (a stopped one too). It is safe to call
-// more than once; cleanup calls it.
+func (s *SpawnedServer) process() *os.Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd.Process
+}
+
+// Kill ends the server with SIGKILL (a stopped one too) and waits until it
+// has exited, so its port is free. It is safe to call more than once;
+// cleanup calls it.
 func (s *SpawnedServer) Kill() {
-	s.once.Do(func() { _ = s.cmd.Process.Kill() })
+	s.mu.Lock()
+	cmd, exited, killed := s.cmd, s.exited, s.killed
+	s.killed = true
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	if !killed {
+		_ = cmd.Process.Kill()
+	}
+	<-exited
+}
+
+// Restart starts the server again, empty, on the same port with the same
+// arguments, after Kill (or kills it first): a Redis that comes back.
+func (s *SpawnedServer) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	var err error
+	for range 20 { // the port may linger briefly
+		if err = s.start(t); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("redistest: restarting redis-server on port %d: %v", s.Port, err)
 }
 
 // Log returns what the server printed so far.
@@ -191,15 +235,17 @@ func (s *SpawnedServer) Do(t testing.TB, args ...string) rueidis.RedisResult {
 	return c.Do(ctx, c.B().Arbitrary(args...).Build())
 }
 
-// SpawnedCluster is a throwaway Redis Cluster of primaries without replicas,
-// each a SpawnedServer of its own.
+// SpawnedCluster is a throwaway Redis Cluster, each node a SpawnedServer
+// of its own.
 type SpawnedCluster struct {
 	// Nodes are the primaries; Nodes[i] serves slots
 	// i*16384/len(Nodes) to (i+1)*16384/len(Nodes)-1.
 	Nodes []*SpawnedServer
+	// Replicas[i], if any, replicates Nodes[i].
+	Replicas []*SpawnedServer
 }
 
-// Addrs returns the nodes' addresses.
+// Addrs returns the primaries' addresses.
 func (c *SpawnedCluster) Addrs() []string {
 	addrs := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
@@ -208,7 +254,7 @@ func (c *SpawnedCluster) Addrs() []string {
 	return addrs
 }
 
-// NodeForSlot returns the node serving slot.
+// NodeForSlot returns the primary serving slot.
 func (c *SpawnedCluster) NodeForSlot(slot int) *SpawnedServer {
 	n := len(c.Nodes)
 	for i := n - 1; i > 0; i-- {
@@ -224,34 +270,73 @@ func (c *SpawnedCluster) NodeForSlot(slot int) *SpawnedServer {
 // knows every other. t's cleanup kills exactly these processes.
 func SpawnCluster(t testing.TB, n int) *SpawnedCluster {
 	t.Helper()
+	return spawnCluster(t, n, false)
+}
+
+// SpawnClusterWithReplicas starts a cluster of n primaries, each with one
+// replica, as SpawnCluster does. Its node timeout is a minute, so no
+// replica takes over while a test holds a primary stopped for seconds.
+func SpawnClusterWithReplicas(t testing.TB, n int) *SpawnedCluster {
+	t.Helper()
+	return spawnCluster(t, n, true)
+}
+
+func spawnCluster(t testing.TB, n int, replicas bool) *SpawnedCluster {
+	t.Helper()
 	c := &SpawnedCluster{}
-	for range n {
-		c.Nodes = append(c.Nodes, Spawn(t, "--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"))
+	total, timeout := n, "5000"
+	if replicas {
+		total, timeout = 2*n, "60000"
+	}
+	var all []*SpawnedServer
+	for range total {
+		all = append(all, Spawn(t, "--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", timeout))
+	}
+	c.Nodes = all[:n]
+	if replicas {
+		c.Replicas = all[n:]
 	}
 	for i, node := range c.Nodes {
 		lo, hi := i*16384/n, (i+1)*16384/n-1
 		if err := node.Do(t, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)).Error(); err != nil {
 			t.Fatalf("CLUSTER ADDSLOTSRANGE on %s: %v", node.Addr, err)
 		}
-		if i > 0 {
-			if err := c.Nodes[0].Do(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(node.Port)).Error(); err != nil {
-				t.Fatalf("CLUSTER MEET %s: %v", node.Addr, err)
-			}
+	}
+	for _, node := range all[1:] {
+		if err := all[0].Do(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(node.Port)).Error(); err != nil {
+			t.Fatalf("CLUSTER MEET %s: %v", node.Addr, err)
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for _, node := range c.Nodes {
-		for {
-			info, err := node.Do(t, "CLUSTER", "INFO").ToString()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)+"\r\n") {
-				break
-			}
+	waitFor := func(node *SpawnedServer, what string, ok func() bool) {
+		for !ok() {
 			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s not ready after 30s: %q %v", node.Addr, info, err)
+				t.Fatalf("cluster node %s: %s not reached after 30s", node.Addr, what)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	for _, node := range all {
+		waitFor(node, "cluster_state:ok", func() bool {
+			info, err := node.Do(t, "CLUSTER", "INFO").ToString()
+			return err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(total)+"\r\n")
+		})
+	}
+	for i, replica := range c.Replicas {
+		id, err := c.Nodes[i].Do(t, "CLUSTER", "MYID").ToString()
+		if err != nil {
+			t.Fatalf("CLUSTER MYID on %s: %v", c.Nodes[i].Addr, err)
+		}
+		if err := replica.Do(t, "CLUSTER", "REPLICATE", id).Error(); err != nil {
+			t.Fatalf("CLUSTER REPLICATE on %s: %v", replica.Addr, err)
+		}
+	}
+	for _, replica := range c.Replicas {
+		waitFor(replica, "master_link_status:up", func() bool {
+			info, err := replica.Do(t, "INFO", "replication").ToString()
+			return err == nil && strings.Contains(info, "master_link_status:up")
+		})
 	}
 	return c
 }

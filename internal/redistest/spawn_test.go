@@ -81,6 +81,34 @@ func TestSpawnCluster(t *testing.T) {
 	}
 }
 
+func TestSpawnRestart(t *testing.T) {
+	s := Spawn(t)
+	if err := s.Do(t, "SET", "k", "v").Error(); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	if err := harnessPing(s.Addr); err == nil {
+		t.Fatal("a killed server answered PING")
+	}
+	s.Restart(t)
+	if n, err := s.Do(t, "EXISTS", "k").AsInt64(); err != nil || n != 0 {
+		t.Fatalf("EXISTS k after a restart = %d, %v; want an empty server", n, err)
+	}
+}
+
+func TestSpawnClusterWithReplicas(t *testing.T) {
+	c := SpawnClusterWithReplicas(t, 3)
+	if len(c.Nodes) != 3 || len(c.Replicas) != 3 {
+		t.Fatalf("%d primaries and %d replicas, want 3 and 3", len(c.Nodes), len(c.Replicas))
+	}
+	for i, r := range c.Replicas {
+		info, err := r.Do(t, "INFO", "replication").ToString()
+		if err != nil || !strings.Contains(info, "role:slave") || !strings.Contains(info, "master_port:"+strconv.Itoa(c.Nodes[i].Port)) {
+			t.Errorf("replica %d (%s): %q, %v; want a replica of %s", i, r.Addr, info, err, c.Nodes[i].Addr)
+		}
+	}
+}
+
 func TestDelayProxy(t *testing.T) {
 	s := Spawn(t)
 	const oneWay = 2 * time.Millisecond

@@ -22,6 +22,9 @@
 -- ARGV[5k]    item k's cost (ARGV[4])
 -- ARGV[5k+1]  item k's refill (ARGV[6] of the token bucket); "" means the
 --             capacity, and is what the other algorithms take
+-- ARGV[5n+2]  optional: the caller's deadline in microseconds of the
+--             server's clock. A call that starts after it records nothing
+--             and answers the error reply "DEADLINE ..." (prelude.lua).
 --
 -- Reply: an array of one entry per item, in order: the item's reply to
 -- "allow" as its script gives it,
@@ -47,13 +50,25 @@
 -- algorithms, the functions above by their keys' suffixes, is written
 -- before this code when the script is loaded, from the store's table.
 local n = #KEYS
-if n == 0 or #ARGV ~= 1 + 5 * n then
-  error({err = 'ERR floodgate: a batch takes at least one key and 1 + 5 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys'})
+if n == 0 or #ARGV ~= 1 + 5 * n and #ARGV ~= 2 + 5 * n then
+  error({err = 'ERR floodgate: a batch takes at least one key, 1 + 5 arguments per key and an optional deadline, got ' .. #ARGV .. ' for ' .. n .. ' keys'})
 end
-local now = ARGV[1]
-if now == '' then
+local now, deadline = ARGV[1], ARGV[2 + 5 * n]
+local clock
+if now == '' or (deadline and deadline ~= '') then
   local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
+  clock = t[1] * 1000000 + t[2]
+end
+if deadline and deadline ~= '' then
+  local d = tonumber(deadline)
+  if not d then
+    error({err = 'ERR floodgate: ARGV[' .. (2 + 5 * n) .. '] (deadline_us) must be an integer, got "' .. deadline .. '"'})
+  elseif clock > d then
+    return redis.error_reply('DEADLINE floodgate: the call started ' .. (clock - d) .. 'us after its deadline; nothing was recorded')
+  end
+end
+if now == '' then
+  now = clock
 else
   now = tonumber(now) -- each item's prelude checks its range
   if not now then

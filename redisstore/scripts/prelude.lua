@@ -14,6 +14,11 @@
 -- ceil(a / b) are exact. a / b is rounded by less than 1/b, and a true
 -- quotient that is not an integer is at least 1/b from the nearest one, so
 -- rounding never crosses an integer. Hence also a % b = a - floor(a/b)*b.
+--
+-- ARGV[7], optional for every algorithm, is the caller's deadline in
+-- microseconds of the server's clock (ARGV[6] is then "" for the algorithms
+-- that take none). A call that starts after it records nothing and answers
+-- the error reply "DEADLINE ...": its caller has given up on it.
 local MAX = 9007199254740992 -- 2^53: integers up to it are exact in a double
 local floor, ceil = math.floor, math.ceil
 
@@ -22,10 +27,24 @@ local quota, window = tonumber(ARGV[2]), tonumber(ARGV[3])
 if ARGV[4] ~= '1' then -- comparing interned strings is one pointer test
   cost = tonumber(ARGV[4])
 end
-local now = ARGV[5]
-if now == nil or now == '' then
+local now, deadline = ARGV[5], ARGV[7]
+if now == nil or now == '' or (deadline and deadline ~= '') then
   local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
+  local clock = t[1] * 1000000 + t[2]
+  if deadline and deadline ~= '' then
+    local d = tonumber(deadline)
+    if not d then
+      error({err = 'ERR floodgate: ARGV[7] (deadline_us) must be an integer, got "' .. deadline .. '"'})
+    end
+    if clock > d then
+      return redis.error_reply('DEADLINE floodgate: the call started ' .. (clock - d) .. 'us after its deadline; nothing was recorded')
+    end
+  end
+  if now == nil or now == '' then
+    now = clock
+  else
+    now = tonumber(now)
+  end
 else
   now = tonumber(now)
 end

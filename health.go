@@ -1,0 +1,70 @@
+package floodgate
+
+// HealthReporter is implemented by stores that can say how their backend is
+// doing without a round trip: the Redis store reports each node's circuit
+// breaker, its calls in flight and its eviction policy. Readiness probes and
+// metrics read it; a store without a backend (the memory store) does not
+// implement it.
+type HealthReporter interface {
+	// Health returns a snapshot of the store's view of its backend. It
+	// never blocks on the backend and is safe for concurrent use.
+	Health() Health
+}
+
+// Health is a store's view of its backend, as HealthReporter returns it.
+type Health struct {
+	// Connected reports whether the store has connected to its backend at
+	// least once since it was created. A store started during an outage
+	// is not connected until the backend first answers.
+	Connected bool
+	// Error is why the store cannot connect ("" when Connected): an
+	// unreachable address, a refused password, ...
+	Error string
+	// Nodes are the backend's nodes, in a stable order: one for a single
+	// server or Sentinel, every primary of a cluster.
+	Nodes []NodeHealth
+	// Warnings are configuration problems found on the backend that put
+	// the limits at risk, such as an eviction policy that can delete the
+	// limiter's keys.
+	Warnings []string
+}
+
+// Available reports whether every node of a connected store is answering.
+func (h Health) Available() bool {
+	if !h.Connected {
+		return false
+	}
+	for _, n := range h.Nodes {
+		if !n.Available {
+			return false
+		}
+	}
+	return true
+}
+
+// NodeHealth is one backend node's state in Health.
+type NodeHealth struct {
+	// Addr is the node's address (host:port), or a description such as
+	// "sentinel primary mymaster".
+	Addr string
+	// Available is false while the node's circuit breaker is open: calls
+	// for its keys fail at once as unavailable, without a round trip.
+	Available bool
+	// ConsecutiveFailures counts the calls that failed in a row (timeouts,
+	// broken connections) since the node last answered.
+	ConsecutiveFailures int64
+	// Opens counts how often the node's breaker has opened since the store
+	// was created.
+	Opens int64
+	// InFlight is how many calls to the node are waiting for their reply,
+	// including those whose callers have given up.
+	InFlight int
+	// LastError is the last failure's message ("" if none yet).
+	LastError string
+	// EvictionPolicy is the node's maxmemory-policy, or "" if the node did
+	// not say (CONFIG GET refused or not yet asked).
+	EvictionPolicy string
+	// Evicting reports an eviction policy that can delete the limiter's
+	// keys whatever their expiry (allkeys-*), silently resetting limits.
+	Evicting bool
+}

@@ -1,0 +1,508 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// DefaultMaxInFlight is the bound on calls in flight to one Redis node used
+// when Config.MaxInFlight is zero.
+//
+// rueidis queues each command of a connection in a ring of 1024 slots
+// (RingScaleEachConn 10), and a caller that finds the ring full waits on a
+// condition variable that ignores its context, until a reply frees a slot
+// or the connection is torn down (ConnWriteTimeout, about 10s). A command
+// whose caller gave up keeps its slot until then too. So when a node stops
+// answering, the ring fills within a few hundred milliseconds under load,
+// and every later call blocks for seconds, whatever its deadline. The store
+// therefore counts, per node, every command it has handed to rueidis and
+// not seen answered — abandoned ones included — and waits for a place with
+// the caller's context: a call never enters a full ring, so it always
+// returns by its deadline. 256 is a quarter of the ring, leaving room for
+// rueidis's own PINGs and the store's probes, and far more than the calls a
+// healthy node has in flight (a few dozen at 256 callers, as replies come
+// back within a millisecond).
+const DefaultMaxInFlight = 256
+
+// DefaultBreakerFailures is how many calls to one node must fail in a row
+// (timeouts or broken connections) to open its circuit breaker, used when
+// Config.BreakerFailures is zero.
+const DefaultBreakerFailures = 5
+
+// probeInterval is how often an open breaker's node is probed; after the
+// node answers a probe, calls resume. It keeps recovery well within a
+// second.
+const probeInterval = 200 * time.Millisecond
+
+// clockInterval is how often each node's clock is sampled (the probe of a
+// closed breaker): the offset of Redis's clock to the store's goes into
+// every call's deadline.
+const clockInterval = time.Second
+
+// policyInterval is how often each node's maxmemory-policy is read again,
+// besides after connecting and after an outage.
+const policyInterval = time.Minute
+
+// topologyInterval is how often a cluster's slot map is read again.
+const topologyInterval = 5 * time.Second
+
+// reconnectInterval is how often a store that has not connected yet
+// (Config.LazyConnect) tries again.
+const reconnectInterval = 250 * time.Millisecond
+
+// node is one Redis server the store sends scripts to: its in-flight
+// bound, circuit breaker and clock.
+type node struct {
+	addr     string
+	probeKey atomic.Pointer[string] // a key in one of the node's slots (cluster); nil for a single server
+
+	places        places        // one per command in flight
+	abandoned     atomic.Uint64 // commands given up by their callers, ever
+	released      atomic.Uint64 // of those, how many whose token was released
+	fails         atomic.Int64  // consecutive failures
+	open          atomic.Bool   // the breaker is open
+	opens         atomic.Int64  // times the breaker opened
+	lastErr       atomic.Pointer[string]
+	offset        atomic.Int64 // Redis clock minus the store's monotonic clock, µs (a lower bound)
+	clockOK       atomic.Bool  // offset holds a sample
+	probing       atomic.Bool  // a probe is running
+	probedAt      atomic.Int64 // when the last probe started (store µs)
+	policy        atomic.Pointer[string]
+	policyAt      atomic.Int64 // when the policy was last read (store µs); 0: read it now
+	reading       atomic.Bool  // a policy read is running
+	evictWarn     atomic.Bool  // the evicting policy was already reported
+	configRefused atomic.Bool  // CONFIG GET was refused, and said so
+}
+
+func newNode(addr string, maxInFlight int) *node {
+	n := &node{addr: addr}
+	n.places.max = int64(maxInFlight)
+	n.places.free = make(chan struct{}, 1)
+	return n
+}
+
+// places counts the commands in flight to a node against a bound. The
+// common case, a place free, is one atomic add; only a caller that finds
+// none waits, on a channel, with its context.
+type places struct {
+	used    atomic.Int64
+	waiting atomic.Int64
+	max     int64         // <= 0: unbounded (used still counts)
+	free    chan struct{} // a place was given back while someone waited
+}
+
+// take takes a place, waiting at most until ctx ends.
+func (p *places) take(ctx context.Context) error {
+	if p.used.Add(1) <= p.max || p.max <= 0 {
+		return nil
+	}
+	p.used.Add(-1)
+	// Announce the wait before trying again: a give that does not see it
+	// happened before the try, which then sees the place it freed.
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
+	for {
+		if p.used.Add(1) <= p.max {
+			if p.used.Load() < p.max {
+				p.wake() // room for another waiter too
+			}
+			return nil
+		}
+		p.used.Add(-1)
+		select {
+		case <-p.free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// give gives back k places.
+func (p *places) give(k int64) {
+	p.used.Add(-k)
+	if p.waiting.Load() > 0 {
+		p.wake()
+	}
+}
+
+func (p *places) wake() {
+	select {
+	case p.free <- struct{}{}:
+	default:
+	}
+}
+
+// connection is a connected rueidis client and what the store knows of
+// its nodes.
+type connection struct {
+	client  rueidis.Client
+	cluster bool
+	topo    atomic.Pointer[topology]
+}
+
+// topology maps keys to nodes.
+type topology struct {
+	nodes []*node
+	slots []uint16 // cluster: the index in nodes of each slot's primary (noNode: unassigned); nil: every key on nodes[0]
+}
+
+const noNode = ^uint16(0)
+
+// nodeFor returns the node of a hash slot, or nil if none serves it.
+func (t *topology) nodeFor(slot uint16) *node {
+	if t.slots == nil {
+		return t.nodes[0]
+	}
+	if int(slot) >= len(t.slots) || t.slots[slot] == noNode {
+		return nil
+	}
+	return t.nodes[t.slots[slot]]
+}
+
+// guard is the client the store sends every call through. It implements
+// rueidis.Client in front of the real client, which it may connect later
+// (Config.LazyConnect): it bounds the commands in flight to each node
+// (DefaultMaxInFlight), keeps a circuit breaker per node, and samples each
+// node's clock. Commands without a key on a cluster are passed through.
+type guard struct {
+	conn        atomic.Pointer[connection]
+	maxInFlight int   // the bound per node; negative: none
+	threshold   int64 // consecutive failures that open a breaker; negative: never
+	base        time.Time
+	logger      *slog.Logger
+
+	connErr atomic.Pointer[string] // why connecting failed, while not connected
+}
+
+var _ rueidis.Client = (*guard)(nil)
+
+// now returns the store's monotonic clock in microseconds.
+func (g *guard) now() int64 { return time.Since(g.base).Microseconds() }
+
+// unconnected is the error of calls made before the store connected.
+func (g *guard) unconnected() error {
+	why := "not connected yet"
+	if e := g.connErr.Load(); e != nil {
+		why = "not connected yet: " + *e
+	}
+	return fmt.Errorf("%w: redisstore: %s", floodgate.ErrStoreUnavailable, why)
+}
+
+// B returns the connected client's command builder. The store calls it
+// only once connected (Store.connected).
+func (g *guard) B() rueidis.Builder { return g.conn.Load().client.B() }
+
+// Do sends cmd to its node, unless the node's breaker is open or its
+// calls in flight do not fall below the bound before ctx ends.
+func (g *guard) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c := g.conn.Load()
+	if c == nil {
+		return rueidis.NewErrorResult(g.unconnected())
+	}
+	n := c.topo.Load().nodeFor(cmd.Slot())
+	if n == nil {
+		return c.client.Do(ctx, cmd)
+	}
+	if err := g.enter(ctx, n); err != nil {
+		return rueidis.NewErrorResult(err)
+	}
+	mark := n.abandoned.Load()
+	res := c.client.Do(ctx, cmd)
+	g.leave(ctx, n, res.Error(), mark)
+	return res
+}
+
+// DoMulti sends the commands whose nodes admit them, pipelined, and fails
+// the others at once.
+func (g *guard) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	c := g.conn.Load()
+	if c == nil {
+		return failAll(len(multi), g.unconnected())
+	}
+	t := c.topo.Load()
+	var nodes []*node // distinct, in order of first use
+	which := make([]int, len(multi))
+	for i := range multi {
+		n := t.nodeFor(multi[i].Slot())
+		which[i] = -1
+		if n == nil {
+			continue
+		}
+		j := 0
+		for j < len(nodes) && nodes[j] != n {
+			j++
+		}
+		if j == len(nodes) {
+			nodes = append(nodes, n)
+		}
+		which[i] = j
+	}
+	refused := make([]error, len(nodes))
+	marks := make([]uint64, len(nodes))
+	for j, n := range nodes {
+		if refused[j] = g.enter(ctx, n); refused[j] == nil {
+			marks[j] = n.abandoned.Load()
+		}
+	}
+	send := multi
+	var sent []int // indexes in multi of the commands sent, if not all
+	if slicesAnyErr(refused) {
+		send = make([]rueidis.Completed, 0, len(multi))
+		for i := range multi {
+			if which[i] < 0 || refused[which[i]] == nil {
+				send = append(send, multi[i])
+				sent = append(sent, i)
+			}
+		}
+	}
+	var got []rueidis.RedisResult
+	if len(send) > 0 {
+		got = c.client.DoMulti(ctx, send...)
+	}
+	res := got
+	if sent != nil || len(send) == 0 {
+		res = make([]rueidis.RedisResult, len(multi))
+		for k, i := range sent {
+			res[i] = got[k]
+		}
+		for i := range multi {
+			if j := which[i]; j >= 0 && refused[j] != nil {
+				res[i] = rueidis.NewErrorResult(refused[j])
+			}
+		}
+	}
+	// The commands of one node travel together (one slot of its ring), so
+	// the first one's result tells what happened to all of them.
+	done := make([]bool, len(nodes))
+	for i := range multi {
+		if j := which[i]; j >= 0 && refused[j] == nil && !done[j] {
+			done[j] = true
+			g.leave(ctx, nodes[j], res[i].Error(), marks[j])
+		}
+	}
+	return res
+}
+
+func slicesAnyErr(errs []error) bool {
+	for _, e := range errs {
+		if e != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func failAll(n int, err error) []rueidis.RedisResult {
+	res := make([]rueidis.RedisResult, n)
+	for i := range res {
+		res[i] = rueidis.NewErrorResult(err)
+	}
+	return res
+}
+
+// enter admits a call to n: it fails at once while n's breaker is open,
+// and otherwise takes a place among n's calls in flight, waiting for one
+// at most until ctx ends.
+func (g *guard) enter(ctx context.Context, n *node) error {
+	if n.open.Load() {
+		return g.openError(n)
+	}
+	if err := n.places.take(ctx); err != nil {
+		err = fmt.Errorf("%w: redisstore: %s has %d calls in flight without a reply (the bound, Config.MaxInFlight): %w", floodgate.ErrStoreUnavailable, n.addr, n.places.max, err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			g.failure(n, err)
+		}
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		g.release(n, 1)
+		return fmt.Errorf("%w: redisstore: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
+// openError is the error of a call that n's open breaker refuses.
+func (g *guard) openError(n *node) error {
+	last := ""
+	if e := n.lastErr.Load(); e != nil {
+		last = "; last failure: " + *e
+	}
+	return fmt.Errorf("%w: redisstore: %s is unavailable (circuit breaker open after %d failed calls in a row%s)", floodgate.ErrStoreUnavailable, n.addr, n.fails.Load(), last)
+}
+
+// leave accounts for a call to n that entered when n had had mark
+// abandoned calls, and returned err.
+func (g *guard) leave(ctx context.Context, n *node, err error, mark uint64) {
+	if err != nil && ctx.Err() != nil && !isRedisReply(err) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		// The caller gave up; rueidis keeps the command in its ring until
+		// the reply comes or the connection ends, so its place stays taken
+		// until a later call hears back from n.
+		n.abandoned.Add(1)
+		if errors.Is(err, context.DeadlineExceeded) {
+			g.failure(n, err)
+		}
+		return
+	}
+	// A reply or a broken connection: n's pipeline has moved past every
+	// command queued before this one, abandoned ones included.
+	g.releaseUpTo(n, mark)
+	g.release(n, 1)
+	if err == nil || isRedisReply(err) {
+		g.success(n)
+	} else {
+		g.failure(n, err)
+	}
+}
+
+func isRedisReply(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
+}
+
+// release frees k places of n's calls in flight.
+func (g *guard) release(n *node, k uint64) { n.places.give(int64(k)) }
+
+// releaseUpTo frees the places of the first mark abandoned calls of n,
+// which n has answered (or dropped with its connection) by now.
+func (g *guard) releaseUpTo(n *node, mark uint64) {
+	for {
+		r := n.released.Load()
+		if r >= mark {
+			return
+		}
+		if n.released.CompareAndSwap(r, mark) {
+			g.release(n, mark-r)
+			return
+		}
+	}
+}
+
+// failure counts a call to n that got no answer, and opens n's breaker
+// after threshold of them in a row.
+func (g *guard) failure(n *node, err error) {
+	msg := err.Error()
+	n.lastErr.Store(&msg)
+	f := n.fails.Add(1)
+	if g.threshold > 0 && f >= g.threshold && n.open.CompareAndSwap(false, true) {
+		n.opens.Add(1)
+		g.logger.Error("redisstore: Redis node not answering: circuit breaker open, its keys fail at once as unavailable until it answers a probe",
+			"node", n.addr, "failures", f, "error", msg)
+	}
+}
+
+// success records that n answered, closing its breaker.
+func (g *guard) success(n *node) {
+	if n.fails.Load() != 0 {
+		n.fails.Store(0)
+	}
+	if n.open.Load() && n.open.CompareAndSwap(true, false) {
+		n.policyAt.Store(0) // read the policy again: it may be another server now
+		g.logger.Warn("redisstore: Redis node answering again: circuit breaker closed", "node", n.addr)
+	}
+}
+
+// Close closes the connected client.
+func (g *guard) Close() {
+	if c := g.conn.Load(); c != nil {
+		c.client.Close()
+	}
+}
+
+// The rest of rueidis.Client is passed through to the connected client
+// unguarded; the store does not use it.
+
+// Receive implements rueidis.Client.
+func (g *guard) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(msg rueidis.PubSubMessage)) error {
+	c := g.conn.Load()
+	if c == nil {
+		return g.unconnected()
+	}
+	return c.client.Receive(ctx, subscribe, fn)
+}
+
+// DoCache implements rueidis.Client.
+func (g *guard) DoCache(ctx context.Context, cmd rueidis.Cacheable, ttl time.Duration) rueidis.RedisResult {
+	c := g.conn.Load()
+	if c == nil {
+		return rueidis.NewErrorResult(g.unconnected())
+	}
+	return c.client.DoCache(ctx, cmd, ttl)
+}
+
+// DoMultiCache implements rueidis.Client.
+func (g *guard) DoMultiCache(ctx context.Context, multi ...rueidis.CacheableTTL) []rueidis.RedisResult {
+	c := g.conn.Load()
+	if c == nil {
+		return failAll(len(multi), g.unconnected())
+	}
+	return c.client.DoMultiCache(ctx, multi...)
+}
+
+// DoStream implements rueidis.Client.
+func (g *guard) DoStream(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResultStream {
+	c := g.conn.Load()
+	if c == nil {
+		return rueidis.NewErrorResultStream(g.unconnected())
+	}
+	return c.client.DoStream(ctx, cmd)
+}
+
+// DoMultiStream implements rueidis.Client; the store connects before any
+// call reaches it.
+func (g *guard) DoMultiStream(ctx context.Context, multi ...rueidis.Completed) rueidis.MultiRedisResultStream {
+	return g.conn.Load().client.DoMultiStream(ctx, multi...)
+}
+
+// Dedicated implements rueidis.Client.
+func (g *guard) Dedicated(fn func(rueidis.DedicatedClient) error) error {
+	c := g.conn.Load()
+	if c == nil {
+		return g.unconnected()
+	}
+	return c.client.Dedicated(fn)
+}
+
+// Dedicate implements rueidis.Client; the store connects before any call
+// reaches it.
+func (g *guard) Dedicate() (rueidis.DedicatedClient, func()) { return g.conn.Load().client.Dedicate() }
+
+// Nodes implements rueidis.Client.
+func (g *guard) Nodes() map[string]rueidis.Client {
+	c := g.conn.Load()
+	if c == nil {
+		return nil
+	}
+	return c.client.Nodes()
+}
+
+// Mode implements rueidis.Client.
+func (g *guard) Mode() rueidis.ClientMode {
+	c := g.conn.Load()
+	if c == nil {
+		return ""
+	}
+	return c.client.Mode()
+}
+
+// monitor is the store's background work: connecting (Config.LazyConnect),
+// probing open breakers, sampling clocks, reading eviction policies and a
+// cluster's slot map.
+type monitor struct {
+	g       *guard
+	name    string                         // the single server's name in Health
+	connect func() (rueidis.Client, error) // nil: connected from the start
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex
+	byAddr map[string]*node // every node seen, so state survives a new slot map
+}
