@@ -76,6 +76,10 @@ const (
 	FailOpen = decide.FailOpen
 	// FailClosed ends the call with codes.Unavailable and a RetryInfo.
 	FailClosed = decide.FailClosed
+	// FailLocal keeps limiting while the store is unavailable: this
+	// process decides the rule alone, in memory, at Rule.LocalShare of its
+	// limit (docs/RESILIENCE.md).
+	FailLocal = decide.FailLocal
 )
 
 // HeaderMode selects the rate-limit metadata, as httplimit.HeaderMode
@@ -114,6 +118,15 @@ type Rule struct {
 	MessageCost int64
 	// Failure says what to do when the rule cannot decide.
 	Failure FailureMode
+	// LocalShare is the share of Limit this process enforces alone under
+	// FailLocal while the store is unavailable: above 0 and at most 1, 1/N
+	// when N processes share the store (see decide.LocalLimit). Zero: the
+	// whole limit.
+	LocalShare float64
+	// NoCache keeps the rule out of the over-limit cache, which otherwise
+	// answers a key over its limit from memory until the store's retry
+	// delay has passed: every denied call then asks the store.
+	NoCache bool
 	// Shadow makes the rule decide and report (Config.OnShadowDeny,
 	// Stats.ShadowDenied) but never deny. A shadow rule that cannot decide
 	// fails open, and it never appears in the metadata.
@@ -139,6 +152,9 @@ type Config struct {
 	// Headers selects the rate-limit metadata; the zero value sends both
 	// the IETF and the x-ratelimit-* fields.
 	Headers HeaderMode
+	// OverLimitCache bounds the over-limit cache, or turns it off
+	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
+	OverLimitCache decide.CacheOptions
 	// Timeout, if positive, bounds each call's decision
 	// (decide.Options.Timeout); passing it is an outage. Zero: the store's
 	// own per-call timeout is the one budget.
@@ -293,6 +309,7 @@ func New(cfg Config) (*Limiter, error) {
 		Logger:                logger,
 		LogInterval:           cfg.LogInterval,
 		Now:                   l.now,
+		OverLimitCache:        cfg.OverLimitCache,
 	})
 	if err != nil {
 		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
@@ -328,8 +345,13 @@ func compileRule(i int, r Rule, keyPrefix string, peerKey KeyFunc) (rule, error)
 	if err := r.Limit.Validate(); err != nil {
 		return rule{}, &ConfigError{Field: field("Limit"), Value: r.Limit.String(), Reason: "is invalid", Err: err}
 	}
-	if r.Failure > FailClosed {
-		return rule{}, &ConfigError{Field: field("Failure"), Value: r.Failure.String(), Reason: "must be FailOpen or FailClosed"}
+	if r.Failure > FailLocal {
+		return rule{}, &ConfigError{Field: field("Failure"), Value: r.Failure.String(), Reason: "must be FailOpen, FailClosed or FailLocal"}
+	}
+	if r.LocalShare != 0 {
+		if _, err := decide.LocalLimit(r.Limit, r.LocalShare); err != nil {
+			return rule{}, &ConfigError{Field: field("LocalShare"), Value: fmt.Sprint(r.LocalShare), Reason: "is not a usable share of the limit", Err: err}
+		}
 	}
 	if r.MessageCost < 0 || r.MessageCost > r.Limit.Quota {
 		return rule{}, &ConfigError{Field: field("MessageCost"), Value: fmt.Sprint(r.MessageCost), Reason: fmt.Sprintf("must be between 0 (count calls) and the limit's quota %d", r.Limit.Quota)}
@@ -345,7 +367,8 @@ func compileRule(i int, r Rule, keyPrefix string, peerKey KeyFunc) (rule, error)
 		shadow:   r.Shadow,
 		messages: r.MessageCost > 0,
 		keys:     decide.NewKeySpace(keyPrefix, r.Name),
-		check:    decide.Check{Rule: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, Shadow: r.Shadow},
+		check: decide.Check{Rule: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, LocalShare: r.LocalShare,
+			NoCache: r.NoCache, Shadow: r.Shadow},
 	}
 	for j, m := range r.Methods {
 		svc, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")

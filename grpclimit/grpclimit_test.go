@@ -470,3 +470,40 @@ func TestIdentityAndMethods(t *testing.T) {
 		}
 	}
 }
+
+// TestFailLocal: with the store unreachable, a FailLocal rule keeps
+// limiting in this process at its share of the limit: of 10 calls under a
+// limit of 8 with a share of 0.5, exactly 4 pass, the rest are
+// ResourceExhausted with a RetryInfo.
+func TestFailLocal(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := remotestore.New(remotestore.Config{URL: "http://" + ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	lim := newLimiter(t, grpclimit.Config{Store: down, Logger: discard,
+		Rules: []grpclimit.Rule{{Name: "r", Limit: floodgate.PerMinute(8), Failure: grpclimit.FailLocal, LocalShare: 0.5}}})
+	client := testpb.NewTestServiceClient(serve(t, lim, serveOpts{}))
+	passed, denied := 0, 0
+	for range 10 {
+		_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
+		switch status.Code(err) {
+		case codes.OK:
+			passed++
+		case codes.ResourceExhausted:
+			denied++
+			if retry, _ := details(t, err); retry <= 0 || retry > time.Minute {
+				t.Errorf("RetryInfo %s, want a delay within the minute", retry)
+			}
+		default:
+			t.Fatalf("call: %v", err)
+		}
+	}
+	if passed != 4 || denied != 6 {
+		t.Fatalf("%d passed, %d denied; want 4 and 6 (half of 8, decided locally)", passed, denied)
+	}
+}
