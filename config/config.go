@@ -44,6 +44,21 @@ type Config struct {
 	// Headers selects the rate-limit response headers: both (default),
 	// ietf (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*) or none.
 	Headers string `yaml:"headers"`
+	// Auth names where the API's bearer tokens are (none: no
+	// authentication).
+	Auth Auth `yaml:"auth"`
+	// TLS serves the HTTP and gRPC listeners over TLS, or mutual TLS.
+	TLS TLS `yaml:"tls"`
+	// MetricsListen, if set, serves /metrics, /healthz and /readyz on an
+	// address of their own, without authentication, and takes /metrics off
+	// the API's listener.
+	MetricsListen string `yaml:"metrics_listen"`
+	// MaxConnections bounds the open connections of each listener (0 or
+	// absent: DefaultMaxConnections).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxInFlight bounds the API requests waiting on the store at once (0
+	// or absent: server.DefaultMaxInFlight); see server.Options.MaxInFlight.
+	MaxInFlight int `yaml:"max_in_flight"`
 
 	// Source names where the config came from (a path, or "built-in").
 	Source string `yaml:"-"`
@@ -162,6 +177,7 @@ func (c *Config) validate() error {
 		c.Store.Type = StoreMemory
 	}
 	errs = append(errs, c.Store.check(c.lines)...)
+	errs = append(errs, c.checkServe()...)
 	if _, err := c.RedisConfig(); err != nil {
 		errs = append(errs, err)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,9 @@ type metrics struct {
 	storeErrors  *prometheus.CounterVec
 	failureMode  *prometheus.CounterVec
 	reloads      *prometheus.CounterVec
+	inFlight     prometheus.Gauge
+	shed         *prometheus.CounterVec
+	authFailures *prometheus.CounterVec
 }
 
 // Decision outcomes, the "outcome" label of floodgate_decisions_total.
@@ -45,14 +49,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"rule"}),
 		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_failure_mode_activations_total",
-			Help: "Requests decided by a rule's failure mode because the store was unavailable, by rule and mode (open, closed).",
+			Help: "Requests decided by a rule's failure mode because the store was unavailable (or not asked, over max_in_flight), by rule and mode (open, closed).",
 		}, []string{"rule", "mode"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_config_reloads_total",
 			Help: "Configuration reloads, by result (ok, error).",
 		}, []string{"result"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_http_in_flight",
+			Help: "API requests under the in-flight cap (max_in_flight) now.",
+		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_http_requests_shed_total",
+			Help: "API requests over the in-flight cap (max_in_flight), answered without the store (decisions by their rule's failure mode), by route.",
+		}, []string{"route"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_http_auth_failures_total",
+			Help: "API requests refused for their bearer token, by reason (missing, invalid, forbidden).",
+		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.storeErrors, m.failureMode, m.reloads} {
+	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.storeErrors, m.failureMode, m.reloads, m.inFlight, m.shed, m.authFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -79,7 +95,9 @@ func (m *metrics) count(c *decide.Check, res *decide.Result) {
 		if mode == decide.FailOpen {
 			outcome = outcomeFailOpen
 		}
-		m.storeErrors.WithLabelValues(c.Rule).Inc()
+		if !errors.Is(o.Err, ErrOverloaded) { // the store was not asked
+			m.storeErrors.WithLabelValues(c.Rule).Inc()
+		}
 		m.failureMode.WithLabelValues(c.Rule, mode.String()).Inc()
 	case decide.StoreError:
 		outcome = outcomeError

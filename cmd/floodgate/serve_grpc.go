@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -20,6 +19,8 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoy"
+	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // rlsServer is the Envoy rate-limit service of floodgate serve: RLS v3 over
@@ -44,7 +45,7 @@ type rlsServer struct {
 // before its rules are written. Otherwise it returns nil and no error. The
 // rules are read from the folder now and again on SIGHUP; a bad folder at
 // start is an error, and on SIGHUP keeps the rules in force.
-func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, reg prometheus.Registerer, envoyDir, grpcListen string) (*rlsServer, error) {
+func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, reg prometheus.Registerer, envoyDir, grpcListen string, nw rlsNet) (*rlsServer, error) {
 	dir, addr := cfg.EnvoyConfig, cfg.GRPCListen
 	if envoyDir != "" {
 		dir = envoyDir
@@ -66,11 +67,11 @@ func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, re
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenCapped("grpc_listen", addr, nw.maxConns, reg)
 	if err != nil {
-		return nil, fmt.Errorf("grpc listen: %w", err)
+		return nil, err
 	}
-	g, h := envoy.NewGRPCServer(svc)
+	g, h := envoy.NewGRPCServer(svc, grpcOptions(nw.tls, nw.tokens)...)
 	r := &rlsServer{addr: ln.Addr().String(), dir: dir, svc: svc, grpc: g, health: h, logger: logger, done: make(chan struct{})}
 	go func() {
 		if err := g.Serve(ln); err != nil {
@@ -84,6 +85,22 @@ func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, re
 	}
 	logger.Info("serving envoy rate-limit service", "grpc_listen", r.addr, "envoy_config", r.dir, "domains", strings.Join(svc.Rules().Domains(), ","))
 	return r, nil
+}
+
+// rlsNet is how the gRPC listener is guarded: TLS (nil: none), the tokens
+// in force (nil: none needed) and the connection cap.
+type rlsNet struct {
+	tls      *tlsfiles.Server
+	tokens   func() *server.Tokens
+	maxConns int
+}
+
+// address is the gRPC listener's address, or "" when disabled.
+func (r *rlsServer) address() string {
+	if r == nil {
+		return ""
+	}
+	return r.addr
 }
 
 // reloadOnHUP re-reads the rule folder on each SIGHUP until stop.

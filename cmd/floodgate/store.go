@@ -17,7 +17,7 @@ func openStore(c config.Store) (floodgate.Store, func(), error) {
 		return nil, nil, err
 	}
 	if rc == nil {
-		return memory.New(), func() {}, nil
+		return memory.New(memory.WithMaxKeys(c.MaxKeysValue())), func() {}, nil
 	}
 	s, err := redisstore.New(*rc)
 	if err != nil {
