@@ -103,3 +103,30 @@ func TestSweepGivesKeysBackWhileIdle(t *testing.T) {
 		t.Fatalf("a swept key: %+v", d)
 	}
 }
+
+// BenchmarkAllowCapped measures decisions under WithMaxKeys: 100k keys
+// with no cap and within a cap of 200k (the cap's bookkeeping alone), and
+// 1M keys through a cap of 100k (every decision a new key, and an eviction
+// every few).
+func BenchmarkAllowCapped(b *testing.B) {
+	ctx := context.Background()
+	limit := floodgate.PerMinute(100)
+	for _, c := range []struct {
+		name         string
+		keys, maxKey int
+	}{{"100k-no-cap", 100_000, 0}, {"100k-under-cap", 100_000, 200_000}, {"1M-over-cap-100k", 1_000_000, 100_000}} {
+		keys := benchKeys(c.keys)
+		s := memory.New(memory.WithMaxKeys(c.maxKey))
+		for _, k := range keys[:min(len(keys), max(c.maxKey, c.keys))] {
+			_, _ = s.Allow(ctx, k, limit)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				_, _ = s.Allow(ctx, keys[i%len(keys)], limit)
+				i++
+			}
+		})
+	}
+}

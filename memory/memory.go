@@ -94,7 +94,7 @@ func WithEvictionGrace(d time.Duration) Option {
 // WithMaxKeys bounds the keys the store holds to about n, whatever their
 // algorithm: when a shard (one of 256, by the key's hash) holds more than
 // its share, n/256 rounded up, the next decision in it evicts its least
-// recently decided eighth, and Stats counts them in Evictions. An evicted
+// recently decided quarter, and Stats counts them in Evictions. An evicted
 // key reads as new when it comes back, so a cap too small for the keys
 // active within their windows lets their clients start afresh: size it for
 // the keys you expect, as a bound on memory against a flood of new keys.
@@ -179,7 +179,7 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	return o.decision(l.Quota), nil
 }
 
-// capShard evicts the least recently decided eighth of shard i if it holds
+// capShard evicts the least recently decided quarter of shard i if it holds
 // more than its share of the cap. It locks the shard's tables in algorithm
 // order (nothing else holds two tables' locks), holding no entry.
 func (s *Store) capShard(i int) {
@@ -209,7 +209,7 @@ func (s *Store) capShard(i int) {
 	for _, t := range tables[:n] {
 		ages = t.ages(now, ages)
 	}
-	drop := int(min(int64(len(ages)), total-s.perShard*7/8))
+	drop := int(min(int64(len(ages)), total-s.perShard*3/4))
 	if drop <= 0 {
 		return
 	}

@@ -311,7 +311,11 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 	case decide.Unavailable:
 		w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
 		w.Header()["Cache-Control"] = []string{"no-store"}
-		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("the rate-limit store is unavailable and rule %q fails closed; retry after the number of seconds in Retry-After", rl.Name))
+		why := "the rate-limit store is unavailable"
+		if errors.Is(res.Err(), ErrOverloaded) {
+			why = "the server is at its limit of concurrent requests"
+		}
+		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("%s and rule %q fails closed; retry after the number of seconds in Retry-After", why, rl.Name))
 	case decide.Invalid:
 		problem.Error(w, http.StatusBadRequest, res.Err().Error())
 	default:

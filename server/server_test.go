@@ -387,7 +387,7 @@ func TestMaxInFlight(t *testing.T) {
 		retryAfter, want         string
 	}{
 		{"fail-open rule admits", "POST", "/v1/check", `{"rule":"api","key":"k"}`, 200, "", `"store_unavailable":true`},
-		{"fail-closed rule answers 503 with the engine's delay", "POST", "/v1/check", `{"rule":"login","key":"k"}`, 503, "7", "fails closed"},
+		{"fail-closed rule answers 503 with the engine's delay", "POST", "/v1/check", `{"rule":"login","key":"k"}`, 503, "7", "concurrent requests and rule \\\"login\\\" fails closed"},
 		{"forward auth, fail-open", "GET", "/v1/forward-auth?rule=api", "", 200, "", ""},
 		{"forward auth, fail-closed", "GET", "/v1/forward-auth?rule=login", "", 503, "7", ""},
 		{"reset", "POST", "/v1/reset", `{"rule":"api","key":"k"}`, 503, "7", "concurrent"},

@@ -174,8 +174,8 @@ func (p *pki) write(name, kind string, der []byte) string {
 	return path
 }
 
-// issue writes a certificate and key for cn (a server's for 127.0.0.1, or
-// a client's) to name.pem and name-key.pem, and returns the paths and the
+// issue writes a certificate and key for cn (a server's for 127.0.0.1 and
+// the name cn, or a client's) to name.pem and name-key.pem, and returns the paths and the
 // certificate's serial number.
 func (p *pki) issue(name, cn string, server bool) (certFile, keyFile string, serial int64) {
 	p.t.Helper()
@@ -192,6 +192,7 @@ func (p *pki) issue(name, cn string, server bool) (certFile, keyFile string, ser
 	if server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		tmpl.DNSNames = []string{cn}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
 	if err != nil {
