@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ const (
 	secretsPoll = 2 * time.Second
 	// sweepEvery is how often the memory store drops replenished keys.
 	sweepEvery = time.Minute
+	// freeAfterSweep is the number of keys a sweep must drop for serve to
+	// return the freed memory to the system at once.
+	freeAfterSweep = 10_000
 )
 
 // listenCapped opens a TCP listener capped at max connections, with its
@@ -316,7 +320,13 @@ func serveMemory(ctx context.Context, m *memory.Store, reg prometheus.Registerer
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				before := m.Len()
 				m.Sweep()
+				// After a burst, hand the pages back now rather than over
+				// the runtime's slow background scavenging.
+				if before-m.Len() >= freeAfterSweep {
+					debug.FreeOSMemory()
+				}
 			}
 		}
 	}()
