@@ -70,8 +70,6 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		l.open++
 		wrapped := &conn{Conn: c, l: l}
-		// A new connection is idle until it sends a request.
-		wrapped.elem = l.idle.PushBack(wrapped)
 		l.mu.Unlock()
 		if victim != nil {
 			l.evicted.Add(1)
@@ -109,7 +107,7 @@ func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch state {
-	case http.StateIdle:
+	case http.StateNew, http.StateIdle: // a new connection is idle until it sends a request
 		if c.elem == nil {
 			c.elem = l.idle.PushBack(c)
 		}

@@ -119,3 +119,45 @@ func TestBusyConnectionsAreKept(t *testing.T) {
 		t.Fatalf("%d busy connections evicted", l.Evicted())
 	}
 }
+
+func TestWithoutConnStateNothingIsEvicted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := connlimit.New(ln, 2)
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var conns []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	for range 2 {
+		c := <-accepted
+		defer c.Close()
+	}
+	// The third is closed at once; the first two, which a server without
+	// ConnState (gRPC) may be using, are kept.
+	_ = conns[2].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conns[2].Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection over the cap was not closed")
+	}
+	waitFor(t, "the refusal", func() bool { return l.Rejected() == 1 })
+	if l.Evicted() != 0 || l.Open() != 2 {
+		t.Fatalf("evicted %d, open %d; want 0 and 2", l.Evicted(), l.Open())
+	}
+}
