@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -29,7 +30,7 @@ func Example() {
 }
 
 func ExampleNewTokenBucket() {
-	clock := floodgate.NewManualClock(time.Unix(0, 0))
+	clock := clocktest.NewManual(time.Unix(0, 0))
 	store := memory.New(memory.WithClock(clock))
 	// Bursts of up to 2, refilled at 1 token every 7 seconds.
 	limit := floodgate.NewTokenBucket(2, 1, 7*time.Second)
@@ -52,16 +53,4 @@ func ExampleLimit_Validate() {
 	// Output:
 	// floodgate: invalid limit: Window 500µs must be at least 1ms
 	// true
-}
-
-func ExampleParseRate() {
-	for _, s := range []string{"10/s", "0.5/s", "1/500ms", "100/m"} {
-		n, per, err := floodgate.ParseRate(s)
-		fmt.Println(s, "=", n, "per", per, err)
-	}
-	// Output:
-	// 10/s = 10 per 1s <nil>
-	// 0.5/s = 1 per 2s <nil>
-	// 1/500ms = 1 per 500ms <nil>
-	// 100/m = 100 per 1m0s <nil>
 }

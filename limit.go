@@ -34,7 +34,6 @@ package floodgate
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -130,15 +129,15 @@ func (a *Algorithm) UnmarshalText(b []byte) error {
 // Bounds that keep every store's arithmetic exact. The Redis store computes
 // in Lua, whose numbers are IEEE doubles: integers are exact up to 2^53.
 const (
-	// MinWindow is the shortest window or refill period a Limit accepts.
-	MinWindow = time.Millisecond
-	// MaxWindow is the longest window or refill period a Limit accepts.
-	MaxWindow = 366 * 24 * time.Hour
-	// MaxQuota is the largest quota or capacity a Limit accepts.
-	MaxQuota = 1 << 40
-	// MaxLogQuota is the largest quota of a SlidingWindowLog limit: the log
+	// minWindow is the shortest window or refill period a Limit accepts.
+	minWindow = time.Millisecond
+	// maxWindow is the longest window or refill period a Limit accepts.
+	maxWindow = 366 * 24 * time.Hour
+	// maxQuota is the largest quota or capacity a Limit accepts.
+	maxQuota = 1 << 40
+	// maxLogQuota is the largest quota of a SlidingWindowLog limit: the log
 	// keeps one entry per admitted request, so its memory grows with it.
-	MaxLogQuota = 1 << 20
+	maxLogQuota = 1 << 20
 	// maxExact is the largest integer every store computes exactly.
 	maxExact = 1 << 53
 )
@@ -188,27 +187,11 @@ func PerMinute(n int64) Limit { return NewLimit(SlidingWindowLog, n, time.Minute
 // PerHour returns a sliding-window-log limit of n requests per hour.
 func PerHour(n int64) Limit { return NewLimit(SlidingWindowLog, n, time.Hour) }
 
-// With returns a copy of l using algorithm a: PerMinute(100).With(TokenBucket)
-// is a bucket of capacity 100 refilled at 100 per minute.
-func (l Limit) With(a Algorithm) Limit {
-	l.Algorithm = a
-	return l
-}
-
-// RefillTokens returns the tokens added per Window: Refill, or Quota when
-// Refill is zero.
-func (l Limit) RefillTokens() int64 {
-	if l.Refill == 0 {
-		return l.Quota
-	}
-	return l.Refill
-}
-
 // String describes the limit, such as "100 per 1m0s (sliding_window_log)" or
 // "capacity 100, 10 per 1s (token_bucket)".
 func (l Limit) String() string {
 	if l.Algorithm == TokenBucket {
-		return fmt.Sprintf("capacity %d, %d per %s (%s)", l.Quota, l.RefillTokens(), l.Window, l.Algorithm)
+		return fmt.Sprintf("capacity %d, %d per %s (%s)", l.Quota, fixedpoint.Refill(l.Quota, l.Refill), l.Window, l.Algorithm)
 	}
 	return fmt.Sprintf("%d per %s (%s)", l.Quota, l.Window, l.Algorithm)
 }
@@ -230,9 +213,11 @@ func (e *LimitError) Error() string {
 func (e *LimitError) Is(target error) bool { return target == ErrInvalidLimit }
 
 // Validate reports whether l is usable: a known algorithm, a quota of at
-// least 1, a window of whole microseconds between MinWindow and MaxWindow,
-// and parameters small enough for exact arithmetic in every store. The error
-// is a *LimitError naming the field and the value.
+// least 1 and at most 2^40 (2^20 for a SlidingWindowLog, which keeps one
+// entry per admitted request), a window of whole microseconds from 1ms to
+// 366 days, a refill (TokenBucket) of at most 2^40 tokens, and parameters
+// small enough for exact arithmetic in every store. The error is a
+// *LimitError naming the field and the value.
 func (l Limit) Validate() error {
 	if !l.Algorithm.valid() {
 		return &LimitError{Field: "Algorithm", Value: strconv.Itoa(int(l.Algorithm)), Reason: "is not a known algorithm"}
@@ -243,18 +228,18 @@ func (l Limit) Validate() error {
 	switch {
 	case l.Quota < 1:
 		return badQuota("must be at least 1")
-	case l.Quota > MaxQuota:
-		return badQuota(fmt.Sprintf("must be at most %d", int64(MaxQuota)))
-	case l.Algorithm == SlidingWindowLog && l.Quota > MaxLogQuota:
-		return badQuota(fmt.Sprintf("must be at most %d for sliding_window_log (one entry per request)", MaxLogQuota))
+	case l.Quota > maxQuota:
+		return badQuota(fmt.Sprintf("must be at most %d", int64(maxQuota)))
+	case l.Algorithm == SlidingWindowLog && l.Quota > maxLogQuota:
+		return badQuota(fmt.Sprintf("must be at most %d for sliding_window_log (one entry per request)", maxLogQuota))
 	}
 	badWindow := func(reason string) error {
 		return &LimitError{Field: "Window", Value: l.Window.String(), Reason: reason}
 	}
 	switch {
-	case l.Window < MinWindow:
+	case l.Window < minWindow:
 		return badWindow("must be at least 1ms")
-	case l.Window > MaxWindow:
+	case l.Window > maxWindow:
 		return badWindow("must be at most 366 days")
 	case l.Window%time.Microsecond != 0:
 		return badWindow("must be a whole number of microseconds")
@@ -271,58 +256,13 @@ func (l Limit) Validate() error {
 	switch {
 	case l.Refill < 0:
 		return badRefill("must not be negative")
-	case l.Refill > MaxQuota:
-		return badRefill(fmt.Sprintf("must be at most %d", int64(MaxQuota)))
+	case l.Refill > maxQuota:
+		return badRefill(fmt.Sprintf("must be at most %d", int64(maxQuota)))
 	}
-	if unit := fixedpoint.Unit(l.Window.Microseconds(), l.RefillTokens()); unit > maxExact/l.Quota {
-		return badQuota(fmt.Sprintf("times the refill period (%s per %d tokens) is too large for exact token arithmetic; use a smaller capacity or a faster refill", l.Window, l.RefillTokens()))
+	if unit := fixedpoint.Unit(l.Window.Microseconds(), fixedpoint.Refill(l.Quota, l.Refill)); unit > maxExact/l.Quota {
+		return badQuota(fmt.Sprintf("times the refill period (%s per %d tokens) is too large for exact token arithmetic; use a smaller capacity or a faster refill", l.Window, fixedpoint.Refill(l.Quota, l.Refill)))
 	}
 	return nil
-}
-
-// ParseRate parses a refill rate such as "10/s", "100/m", "5000/h", "0.5/s"
-// or "1/500ms" into a number of tokens per period, both exact integers:
-// "0.5/s" is 1 per 2s and "2.5/m" is 5 per 2m. Units are s, m, h, or any Go duration ("1/7s").
-func ParseRate(s string) (tokens int64, per time.Duration, err error) {
-	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
-	if !ok {
-		return 0, 0, fmt.Errorf("rate %q: want N/unit such as 10/s, 100/m, 5/h or 1/500ms", s)
-	}
-	switch unit {
-	case "s":
-		per = time.Second
-	case "m":
-		per = time.Minute
-	case "h":
-		per = time.Hour
-	default:
-		if per, err = time.ParseDuration(unit); err != nil {
-			return 0, 0, fmt.Errorf("rate %q: unit %q is not s, m, h or a duration such as 500ms", s, unit)
-		}
-	}
-	if per <= 0 {
-		return 0, 0, fmt.Errorf("rate %q: period must be positive", s)
-	}
-	// Scale a decimal count to an integer: 0.5/s is 5 per 10s, then reduced.
-	intPart, frac, _ := strings.Cut(num, ".")
-	digits := intPart + frac
-	if digits == "" || strings.ContainsAny(digits, "+-") {
-		return 0, 0, fmt.Errorf("rate %q: count %q is not a positive number", s, num)
-	}
-	n, perr := strconv.ParseInt(digits, 10, 64)
-	if perr != nil || n <= 0 {
-		return 0, 0, fmt.Errorf("rate %q: count %q is not a positive number", s, num)
-	}
-	scale := int64(1)
-	for range len(frac) {
-		if scale > math.MaxInt64/10 || int64(per) > math.MaxInt64/(scale*10) {
-			return 0, 0, fmt.Errorf("rate %q: count %q has too many decimals", s, num)
-		}
-		scale *= 10
-	}
-	// Undo only the decimal scaling, so "100/m" stays 100 per minute.
-	g := fixedpoint.GCD(n, scale)
-	return n / g, per * time.Duration(scale/g), nil
 }
 
 // Sentinel errors, matched with [errors.Is].

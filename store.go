@@ -2,7 +2,6 @@ package floodgate
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -72,45 +71,9 @@ type Store interface {
 	Reset(ctx context.Context, key string, limit Limit) error
 }
 
-// Clock tells the current time. Stores take one so tests can move time by
-// hand; the zero choice is the system clock.
+// Clock tells the current time. Stores and front ends take one so tests can
+// move time by hand (clocktest.Manual); when none is given they read the
+// system clock.
 type Clock interface {
 	Now() time.Time
-}
-
-// SystemClock is the Clock that reads time.Now.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// ManualClock is a Clock moved by hand, for tests and simulations. The zero
-// value reads the Unix epoch. It is safe for concurrent use.
-type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewManualClock returns a clock reading t.
-func NewManualClock(t time.Time) *ManualClock { return &ManualClock{now: t} }
-
-// Now returns the clock's time.
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Set moves the clock to t.
-func (c *ManualClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-// Advance moves the clock forward by d.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }

@@ -32,10 +32,40 @@ type Rule struct {
 	// (token_bucket).
 	Refill string `yaml:"refill"`
 	// FailureMode is open (the default: admit when the store is
-	// unavailable) or closed (answer 503).
+	// unavailable), closed (answer 503) or local (each instance limits
+	// alone at local_share or 1/instances of the limit).
 	FailureMode decide.FailureMode `yaml:"failure_mode"`
+	// LocalShare is the share of the limit each instance enforces alone
+	// under failure_mode local, above 0 and at most 1 (0.25: a quarter).
+	LocalShare float64 `yaml:"local_share"`
+	// Instances is how many instances share the store: under failure_mode
+	// local each enforces 1/instances of the limit. Set it or local_share.
+	Instances int `yaml:"instances"`
+	// LocalCache, when false, keeps the rule out of the over-limit cache:
+	// every request over the limit asks the store. Absent: true.
+	LocalCache *bool `yaml:"local_cache"`
 	// Shadow decides and reports but never denies.
 	Shadow bool `yaml:"shadow"`
+}
+
+// localShare returns the rule's local share, from local_share or
+// instances, or the key that is wrong.
+func (r Rule) localShare() (float64, *badKey) {
+	switch {
+	case r.LocalShare != 0 && r.Instances != 0:
+		return 0, &badKey{"instances", fmt.Sprint(r.Instances), "cannot be used together with local_share; set one of them"}
+	case r.Instances < 0:
+		return 0, &badKey{"instances", fmt.Sprint(r.Instances), "must be at least 1"}
+	case r.FailureMode != decide.FailLocal && r.LocalShare != 0:
+		return 0, &badKey{"local_share", fmt.Sprint(r.LocalShare), "applies to failure_mode: local only"}
+	case r.FailureMode != decide.FailLocal && r.Instances != 0:
+		return 0, &badKey{"instances", fmt.Sprint(r.Instances), "applies to failure_mode: local only"}
+	case r.FailureMode == decide.FailLocal && r.LocalShare == 0 && r.Instances == 0:
+		return 0, &badKey{"failure_mode", "local", "needs local_share (such as 0.25) or instances (such as 4): the share of the limit each instance enforces alone while the store is unavailable"}
+	case r.Instances != 0:
+		return 1 / float64(r.Instances), nil
+	}
+	return r.LocalShare, nil
 }
 
 // RateLimit returns the floodgate.Limit the rule's fields describe. The
@@ -73,7 +103,7 @@ func (r Rule) limit() (floodgate.Limit, *badKey) {
 	case r.Window != 0:
 		return floodgate.Limit{}, &badKey{"window", r.Window.String(), "does not apply to token_bucket; use capacity and refill"}
 	}
-	n, per, err := floodgate.ParseRate(r.Refill)
+	n, per, err := ParseRate(r.Refill)
 	if err != nil {
 		return floodgate.Limit{}, &badKey{"refill", fmt.Sprintf("%q", r.Refill), "is not a rate such as 10/s, 100/m, 5/h or 1/500ms"}
 	}
@@ -107,7 +137,12 @@ func (c *Config) Policy() (server.Policy, error) {
 			unmapped[i] = true
 			errs = append(errs, lines.Error(yamlfield.Index("rules", i)+"."+bad.key, bad.value, bad.reason))
 		}
-		p.Rules = append(p.Rules, server.Rule{Name: r.Name, Limit: l, Failure: r.FailureMode, Shadow: r.Shadow})
+		share, bad := r.localShare()
+		if bad != nil {
+			errs = append(errs, lines.Error(yamlfield.Index("rules", i)+"."+bad.key, bad.value, bad.reason))
+		}
+		p.Rules = append(p.Rules, server.Rule{Name: r.Name, Limit: l, Failure: r.FailureMode, LocalShare: share,
+			NoCache: r.LocalCache != nil && !*r.LocalCache, Shadow: r.Shadow})
 	}
 	if err := p.Validate(); err != nil {
 		for _, e := range leaves(err) {
@@ -147,6 +182,14 @@ func (c *Config) policyField(ce *server.ConfigError, unmapped map[int]bool) *Fie
 		return c.lines.Error(rule+".name", fmt.Sprintf("%q", r.Name), ce.Reason)
 	case "Failure":
 		return c.lines.Error(rule+".failure_mode", ce.Value, ce.Reason)
+	case "LocalShare":
+		if unmapped[i] {
+			return nil
+		}
+		if r.Instances != 0 {
+			return c.lines.Error(rule+".instances", fmt.Sprint(r.Instances), ce.Reason)
+		}
+		return c.lines.Error(rule+".local_share", ce.Value, ce.Reason)
 	case "Limit":
 		if unmapped[i] {
 			return nil

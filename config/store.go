@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -55,6 +56,26 @@ type Store struct {
 	// concurrent calls into one batch (0 or absent: 20µs; a negative value
 	// such as -1ns turns it off; at most 1ms). See redisstore.Config.
 	FlushDelay time.Duration `yaml:"flush_delay"`
+	// OverLimitCache bounds the server's over-limit cache of denials.
+	OverLimitCache OverLimitCache `yaml:"over_limit_cache"`
+}
+
+// OverLimitCache bounds the engine's cache of denials
+// (decide.CacheOptions), which answers a key over its limit from memory
+// until its retry delay has passed. Rules opt out with local_cache: false.
+type OverLimitCache struct {
+	// Disabled turns the cache off for every rule.
+	Disabled bool `yaml:"disabled"`
+	// MaxEntries bounds the denials held (0 or absent: 65536).
+	MaxEntries int `yaml:"max_entries"`
+	// MaxBytes bounds the memory held, in bytes (0 or absent: 16 MiB).
+	MaxBytes int64 `yaml:"max_bytes"`
+}
+
+// OverLimitCache returns the engine's cache options for the store section.
+func (c *Config) OverLimitCache() decide.CacheOptions {
+	o := c.Store.OverLimitCache
+	return decide.CacheOptions{Disabled: o.Disabled, MaxEntries: o.MaxEntries, MaxBytes: o.MaxBytes}
 }
 
 // Store types.
@@ -167,6 +188,12 @@ func (s *Store) check(lines yamlfield.Lines) []error {
 	}
 	if s.Timeout != 0 && (s.Timeout < time.Millisecond || s.Timeout > time.Minute) {
 		errs = append(errs, lines.Error("store.timeout", s.Timeout.String(), "must be between 1ms and 1m (0 or absent: "+redisstore.DefaultTimeout.String()+")"))
+	}
+	if n := s.OverLimitCache.MaxEntries; n < 0 {
+		errs = append(errs, lines.Error("store.over_limit_cache.max_entries", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
+	}
+	if n := s.OverLimitCache.MaxBytes; n < 0 {
+		errs = append(errs, lines.Error("store.over_limit_cache.max_bytes", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
 	}
 	if s.Password != "" && s.PasswordEnv != "" {
 		errs = append(errs, lines.Error("store.password_env", s.PasswordEnv, "cannot be used together with store.password"))

@@ -17,11 +17,18 @@
 //     Redis round trip, atomic wherever the keys allow); with another store,
 //     one call per check and a refund of what was taken when one denies;
 //   - the deciding check, from which every front end derives its headers;
-//   - the store-key scheme ([StoreKey]) and one deadline ([Options.Timeout]).
+//   - the store-key scheme ([StoreKey]) and one deadline ([Options.Timeout]);
+//   - the local fallback ([FailLocal]): while the store is unavailable, a
+//     check of that mode is decided in this process, in an embedded memory
+//     store, at its share of the limit ([LocalLimit]);
+//   - the over-limit cache ([CacheOptions]): a denial is remembered until
+//     exactly its retry delay has passed, and further requests of at least
+//     its cost for the same key and limit are denied without asking the
+//     store. [Engine.Reset] and [Engine.Refund] clear it.
 //
-// Package decide is the engine room: it imports the root package and the
-// internal helpers (limitcheck, logthrottle) only, never a front end, HTTP
-// or Redis.
+// Package decide is the engine room: it imports the root package, the
+// internal helpers (limitcheck, logthrottle, fixedpoint) and the memory
+// store (its local fallback), never a front end, HTTP or Redis.
 package decide
 
 import (
@@ -29,11 +36,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 	"github.com/floodgate-rl/floodgate/internal/logthrottle"
+	"github.com/floodgate-rl/floodgate/memory"
 )
 
 // Defaults for the zero fields of Options.
@@ -60,6 +69,14 @@ type Check struct {
 	// Failure says what an outage means for this check. A shadow check
 	// always fails open.
 	Failure FailureMode
+	// LocalShare is the share of Limit this instance enforces alone under
+	// FailLocal while the store is unavailable (see [LocalLimit]): 1/N for
+	// N instances. Zero means 1, the whole limit. Front ends check it with
+	// LocalLimit when they load their rules.
+	LocalShare float64
+	// NoCache keeps the check out of the over-limit cache: every request
+	// asks the store.
+	NoCache bool
 	// Shadow checks are decided and reported but never deny, never fail
 	// closed, and are never the deciding check. They are decided only for
 	// requests the enforced checks admit, and consume quota only then.
@@ -109,8 +126,17 @@ type Outcome struct {
 	// RefundErr is the error from giving back this check's cost when the
 	// request was not admitted (the quota stays taken); nil normally.
 	RefundErr error
+	// Local reports that the store was unavailable and the check, of mode
+	// FailLocal, was decided by this instance alone at its share of the
+	// limit: Decision is the local one (its Limit the local quota), Err
+	// the outage.
+	Local bool
+	// Cached reports that Decision is a denial from the over-limit cache:
+	// the store was not asked.
+	Cached bool
 
-	taken bool // the store holds this check's cost, to give back if the request is not admitted
+	taken bool   // the store holds this check's cost, to give back if the request is not admitted
+	epoch uint64 // the key's cache shard epoch before the store was asked
 }
 
 // Result is the decision on a whole request.
@@ -133,6 +159,17 @@ type Result struct {
 
 // Allowed reports whether the request is admitted.
 func (r *Result) Allowed() bool { return r.Verdict == Admitted }
+
+// LocalFallback reports whether an enforced check was decided by the local
+// fallback ([Outcome.Local]): front ends say so in their answer.
+func (r *Result) LocalFallback() bool {
+	for i := range r.Outcomes {
+		if r.Outcomes[i].Local {
+			return true
+		}
+	}
+	return false
+}
 
 // Err returns the error behind an Unavailable, StoreError or Invalid
 // verdict: the deciding check's; nil otherwise. (The Result holds no error
@@ -163,8 +200,15 @@ type Options struct {
 	// LogInterval is the least time between two failure log lines. Zero:
 	// DefaultLogInterval.
 	LogInterval time.Duration
-	// Now tells the time for log throttling. Nil: time.Now.
+	// Now tells the time for log throttling, the over-limit cache and the
+	// local fallback's memory store: the application's clock, which need
+	// not agree with the store's. Nil: time.Now.
 	Now func() time.Time
+	// OverLimitCache bounds the over-limit cache, or turns it off. The
+	// zero value: on, with the default bounds, unless the store is a
+	// *memory.Store, which decides a denial as fast as the cache answers
+	// it: then the cache is always off.
+	OverLimitCache CacheOptions
 }
 
 // Engine decides requests against one store. Create it with New; it is safe
@@ -175,6 +219,11 @@ type Engine struct {
 	timeout     time.Duration
 	unavailable time.Duration
 	warn        *logthrottle.Logger
+	now         func() time.Time
+	start       time.Time            // the engine's creation, the origin of its microseconds
+	system      bool                 // now is time.Now
+	cache       *overLimitCache      // nil: off
+	local       func() *memory.Store // the FailLocal store, made on first use
 }
 
 // New returns an engine deciding with store.
@@ -200,12 +249,28 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	systemClock := opts.Now == nil
+	if systemClock {
+		opts.Now = time.Now
+	}
+	cache, err := newCache(opts.OverLimitCache)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := store.(*memory.Store); ok {
+		cache = nil // it decides a denial as fast as the cache would answer it
+	}
 	e := &Engine{
 		store:       store,
 		timeout:     opts.Timeout,
 		unavailable: opts.UnavailableRetryAfter,
 		warn:        logthrottle.New(opts.Logger, opts.LogInterval, opts.Now),
+		now:         opts.Now,
+		start:       opts.Now(),
+		system:      systemClock,
+		cache:       cache,
 	}
+	e.local = sync.OnceValue(func() *memory.Store { return memory.New(memory.WithClock(clockFunc(opts.Now))) })
 	e.batch, _ = store.(floodgate.BatchStore)
 	return e, nil
 }
@@ -264,6 +329,13 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	if !e.verdictSoFar(checks, r) {
 		return
 	}
+	var now int64
+	if e.cache != nil {
+		now = e.micros()
+		if e.cached(checks, r.Outcomes, now) {
+			enforced = 0 // denied from memory: the store is not asked
+		}
+	}
 	switch {
 	case enforced == 1:
 		for i := range checks {
@@ -276,16 +348,39 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	case enforced > 1:
 		e.allowEach(ctx, checks, r.Outcomes)
 	}
+	outage := anyUnavailable(r.Outcomes)
+	if outage {
+		e.fallback(ctx, checks, r.Outcomes)
+	}
+	if e.cache != nil && enforced > 0 {
+		e.remember(checks, r.Outcomes, now, false)
+	}
 	e.conclude(ctx, checks, r)
 	// Shadow checks are skipped after an outage of an enforced one: they
 	// would wait out the store's timeout a second time.
-	if r.Verdict == Admitted && shadows > 0 && !anyUnavailable(r.Outcomes) {
-		for i := range checks {
-			if c := &checks[i]; c.Shadow && r.Outcomes[i].Err == nil {
-				e.allowOne(ctx, c, &r.Outcomes[i])
-				e.report(ctx, c, &r.Outcomes[i])
-			}
+	if r.Verdict == Admitted && shadows > 0 && !outage {
+		e.decideShadows(ctx, checks, r.Outcomes)
+	}
+}
+
+// decideShadows decides the shadow checks of an admitted request.
+func (e *Engine) decideShadows(ctx context.Context, checks []Check, out []Outcome) {
+	var now int64
+	if e.cache != nil {
+		now = e.micros()
+	}
+	for i := range checks {
+		c, o := &checks[i], &out[i]
+		if !c.Shadow || o.Err != nil {
+			continue
 		}
+		if e.cache == nil || !e.cachedOne(c, o, now) {
+			e.allowOne(ctx, c, o)
+		}
+		e.report(ctx, c, o)
+	}
+	if e.cache != nil {
+		e.remember(checks, out, now, true)
 	}
 }
 
@@ -465,39 +560,14 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
 	}
 }
 
-// refund gives back every cost the store holds for a request that is not
-// admitted, even if the caller has gone away.
-func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
-	var cancel context.CancelFunc
-	for i := range out {
-		o := &out[i]
-		if !o.taken {
-			continue
-		}
-		if cancel == nil {
-			ctx = context.WithoutCancel(ctx)
-			cancel = func() {}
-			if e.timeout > 0 {
-				ctx, cancel = context.WithTimeout(ctx, e.timeout)
-			}
-			defer cancel()
-		}
-		c := &checks[i]
-		if err := e.store.RefundN(ctx, c.Key, c.Limit, c.cost()); err != nil {
-			e.warn.Warn(ctx, "floodgate: refund failed: a request that was not admitted keeps the quota it took",
-				slog.String("rule", c.Rule), slog.String("error", err.Error()))
-			o.taken = false
-			o.RefundErr = fmt.Errorf("rule %q: refund: %w", c.Rule, err)
-			continue
-		}
-		o.giveBack(c.cost())
-	}
-}
-
 // report logs a check's failure, unless the caller went away.
 func (e *Engine) report(ctx context.Context, c *Check, o *Outcome) {
 	switch {
 	case o.Err == nil || o.Verdict == Invalid || errors.Is(o.Err, context.Canceled):
+	case o.Local:
+		e.warn.Warn(ctx, "floodgate: rate-limit store unavailable; this instance decides the rule alone at its local share",
+			slog.String("rule", c.Rule), slog.String("failure_mode", c.Mode().String()),
+			slog.Float64("local_share", c.localShare()), slog.String("error", o.Err.Error()))
 	case o.Verdict == Unavailable:
 		e.warn.Warn(ctx, "floodgate: rate-limit rule cannot decide; applying its failure mode",
 			slog.String("rule", c.Rule), slog.String("failure_mode", c.Mode().String()), slog.String("error", o.Err.Error()))

@@ -89,7 +89,7 @@ func TestAllOrNothing(t *testing.T) {
 				return []decide.Check{
 					{Rule: "big", Key: "k-big", Limit: big},
 					{Rule: "small", Key: "k-small", Limit: small},
-					{Rule: "bucket", Key: "k-bucket", Limit: big.With(floodgate.TokenBucket), Cost: 2},
+					{Rule: "bucket", Key: "k-bucket", Limit: floodgate.NewLimit(floodgate.TokenBucket, 10, time.Minute), Cost: 2},
 				}
 			}
 			ctx := context.Background()
@@ -109,7 +109,7 @@ func TestAllOrNothing(t *testing.T) {
 			if got, want := remaining(t, s, "k-big", big), int64(8); got != want {
 				t.Errorf("big remaining after the denial = %d, want %d", got, want)
 			}
-			if got, want := remaining(t, s, "k-bucket", big.With(floodgate.TokenBucket)), int64(6); got != want {
+			if got, want := remaining(t, s, "k-bucket", floodgate.NewLimit(floodgate.TokenBucket, 10, time.Minute)), int64(6); got != want {
 				t.Errorf("bucket remaining after the denial = %d, want %d", got, want)
 			}
 		})

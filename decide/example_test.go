@@ -3,6 +3,7 @@ package decide_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -41,4 +42,24 @@ func ExampleStoreKey() {
 	// Output:
 	// login|user-42
 	// app:a\|b|c
+}
+
+// LocalLimit is what one of four instances enforces alone while the store
+// is unavailable, under FailLocal with a LocalShare of 1/4.
+func ExampleLocalLimit() {
+	for _, l := range []floodgate.Limit{
+		floodgate.PerMinute(100),
+		floodgate.PerMinute(2),
+		floodgate.NewTokenBucket(100, 10, time.Second),
+	} {
+		local, err := decide.LocalLimit(l, 1.0/4)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(local)
+	}
+	// Output:
+	// 25 per 1m0s (sliding_window_log)
+	// 1 per 1m0s (sliding_window_log)
+	// capacity 25, 10 per 4s (token_bucket)
 }

@@ -19,33 +19,47 @@ const (
 	// for routes where an unlimited client is worse than an outage, such as
 	// login or payment endpoints.
 	FailClosed
+	// FailLocal keeps limiting while the store is unavailable: each
+	// instance decides the check alone, in memory, at its share of the
+	// limit ([Check.LocalShare], [LocalLimit]), under the same store key.
+	// The outcome says so ([Outcome.Local]); when the store answers again,
+	// the next decision is the shared one. A check the front end could not
+	// build (no key, [Check.Err]) has nothing to limit by and fails open.
+	FailLocal
 )
 
-// String returns "open" or "closed".
+// String returns "open", "closed" or "local".
 func (m FailureMode) String() string {
 	switch m {
 	case FailOpen:
 		return "open"
 	case FailClosed:
 		return "closed"
+	case FailLocal:
+		return "local"
 	}
 	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// ParseFailureMode returns the mode named s: "open" or "closed".
+// ParseFailureMode returns the mode named s: "open", "closed" or "local".
 func ParseFailureMode(s string) (FailureMode, error) {
 	switch s {
 	case "open":
 		return FailOpen, nil
 	case "closed":
 		return FailClosed, nil
+	case "local":
+		return FailLocal, nil
 	}
-	return 0, fmt.Errorf("failure mode %q is not open or closed", s)
+	return 0, fmt.Errorf("failure mode %q is not open, closed or local", s)
 }
+
+// Valid reports whether m is one of FailOpen, FailClosed and FailLocal.
+func (m FailureMode) Valid() bool { return m <= FailLocal }
 
 // MarshalText implements [encoding.TextMarshaler].
 func (m FailureMode) MarshalText() ([]byte, error) {
-	if m > FailClosed {
+	if !m.Valid() {
 		return nil, fmt.Errorf("decide: %s is not a failure mode", m)
 	}
 	return []byte(m.String()), nil
@@ -65,10 +79,12 @@ func (m *FailureMode) UnmarshalText(b []byte) error {
 type Verdict uint8
 
 const (
-	// Admitted: within every enforced limit, or a fail-open check could not
-	// be decided.
+	// Admitted: within every enforced limit (for a FailLocal check the
+	// store could not decide, within its local share), or a fail-open check
+	// could not be decided.
 	Admitted Verdict = iota
-	// Denied: over a limit. Nothing was consumed.
+	// Denied: over a limit (or a cached denial's, or a FailLocal check's
+	// local share). Nothing was consumed.
 	Denied
 	// Unavailable: the store could not decide in time and a fail-closed
 	// check needed it.

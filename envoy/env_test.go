@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -86,14 +87,14 @@ func startRules(t testing.TB, store floodgate.Store, exact bool, opts Options, r
 
 // memoryStore returns a memory store on a manual clock at a whole hour (so
 // fixed windows of every unit up to an hour start now).
-func memoryStore() (*memory.Store, *floodgate.ManualClock) {
+func memoryStore() (*memory.Store, *clocktest.Manual) {
 	clock := newTestClock()
 	return memory.New(memory.WithClock(clock)), clock
 }
 
 // newTestClock returns a manual clock at midnight UTC.
-func newTestClock() *floodgate.ManualClock {
-	return floodgate.NewManualClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+func newTestClock() *clocktest.Manual {
+	return clocktest.NewManual(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
 }
 
 // desc builds a descriptor from "key=value" pairs; "key" alone has an empty

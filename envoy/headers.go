@@ -51,7 +51,7 @@ func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3
 				}
 			}
 		}
-		ratelimitheader.Write(h, mode, list.String(), most, d, s.clock.Now())
+		ratelimitheader.Write(h, mode, list.String(), most, d, s.now())
 	}
 	var out []*corev3.HeaderValue
 	for _, k := range ratelimitheader.Order {

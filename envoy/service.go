@@ -46,9 +46,17 @@ type Options struct {
 	// in the reference; a rule file turns them on for its domain with
 	// response_headers: true.
 	ResponseHeaders bool
-	// Clock tells the time for X-RateLimit-Reset (an absolute time) and log
-	// throttling. Nil: the system clock. Decisions take the store's time.
+	// Clock tells the time for X-RateLimit-Reset (an absolute time), log
+	// throttling and the over-limit cache. Nil: the system clock. Decisions
+	// take the store's time.
 	Clock floodgate.Clock
+	// OverLimitCache turns on and bounds the engine's over-limit cache
+	// (decide.Options.OverLimitCache): envoyproxy/ratelimit's
+	// LOCAL_CACHE_SIZE_IN_BYTES is its MaxBytes. The zero value: off, as
+	// in the reference, so that a request denied by one descriptor still
+	// reports every other descriptor's remaining quota; with the cache on,
+	// a request a cached denial answers reports only that descriptor's.
+	OverLimitCache decide.CacheOptions
 }
 
 // logInterval is the least time between two log lines about failures.
@@ -64,7 +72,7 @@ type Service struct {
 	rules   atomic.Pointer[Rules]
 	failure failure // for rules whose file sets none
 	headers bool
-	clock   floodgate.Clock
+	now     func() time.Time // the Clock's Now, or time.Now
 	metrics *metrics
 	warn    *logthrottle.Logger
 }
@@ -80,8 +88,9 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Clock == nil {
-		opts.Clock = floodgate.SystemClock{}
+	now := time.Now
+	if opts.Clock != nil {
+		now = opts.Clock.Now
 	}
 	fail := errorMode
 	if opts.FailureMode != "" {
@@ -95,7 +104,11 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine, err := decide.New(store, decide.Options{Logger: opts.Logger, LogInterval: logInterval, Now: opts.Clock.Now})
+	if opts.OverLimitCache == (decide.CacheOptions{}) {
+		opts.OverLimitCache.Disabled = true
+	}
+	engine, err := decide.New(store, decide.Options{Logger: opts.Logger, LogInterval: logInterval, Now: now,
+		OverLimitCache: opts.OverLimitCache})
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
@@ -104,9 +117,9 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		store:   store,
 		failure: fail,
 		headers: opts.ResponseHeaders,
-		clock:   opts.Clock,
+		now:     now,
 		metrics: m,
-		warn:    logthrottle.New(opts.Logger, logInterval, opts.Clock.Now),
+		warn:    logthrottle.New(opts.Logger, logInterval, now),
 	}
 	s.SetRules(rules)
 	return s, nil
@@ -333,7 +346,7 @@ func (s *Service) failureOf(r *Rule) failure {
 // request that was not admitted: it happens whatever the request's verdict.
 func (s *Service) giveBack(ctx context.Context, d *descriptor) {
 	r := d.rule
-	d.err = s.store.RefundN(ctx, d.key, r.Limit, min(d.cost, r.Limit.Quota))
+	d.err = s.engine.Refund(ctx, d.key, r.Limit, min(d.cost, r.Limit.Quota))
 	if d.err != nil && ctx.Err() == nil {
 		s.metrics.storeErrors.Inc()
 		s.warn.Warn(ctx, "floodgate: giving back is_negative_hits failed; the key keeps the hits it counted",

@@ -56,12 +56,15 @@ func (l *Limiter) writeHeaders(h http.Header, rules []*rule, res *decide.Result)
 			}
 		}
 	}
+	if res.LocalFallback() {
+		h[ratelimitheader.HeaderFallback] = []string{ratelimitheader.FallbackLocal}
+	}
 	var most *ratelimitheader.Policy
 	var d floodgate.Decision
 	if res.Deciding >= 0 {
 		most, d = &rules[res.Deciding].policy, res.Outcomes[res.Deciding].Decision
 	}
-	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.clock.Now())
+	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.now())
 }
 
 // quotaTitle is the title of the quota-exceeded problem type, as the draft

@@ -13,6 +13,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memory"
 )
@@ -25,7 +26,7 @@ var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // handler that counts the requests it serves.
 type env struct {
 	t      *testing.T
-	clock  *floodgate.ManualClock
+	clock  *clocktest.Manual
 	store  *memory.Store
 	lim    *httplimit.Limiter
 	h      http.Handler
@@ -35,7 +36,7 @@ type env struct {
 // newEnv builds an env; cfg.Store and cfg.Clock are filled in unless set.
 func newEnv(t *testing.T, cfg httplimit.Config) *env {
 	t.Helper()
-	e := &env{t: t, clock: floodgate.NewManualClock(epoch)}
+	e := &env{t: t, clock: clocktest.NewManual(epoch)}
 	e.store = memory.New(memory.WithClock(e.clock))
 	if cfg.Store == nil {
 		cfg.Store = e.store

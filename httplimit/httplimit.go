@@ -37,7 +37,9 @@
 // When the store is unavailable or the decision's deadline passes, or a
 // rule's key cannot be found, the rule's [FailureMode] decides: FailOpen
 // lets the request through, FailClosed answers 503 Service Unavailable with
-// Retry-After. Any other store error (a bad script reply) never lets the
+// Retry-After, and FailLocal keeps limiting: this process decides the rule
+// alone, in memory, at [Rule.LocalShare] of its limit, and says so in a
+// Floodgate-Fallback: local header. Any other store error (a bad script reply) never lets the
 // request through: it is answered 500, or by [Config.ErrorHandler]. Every
 // failure is counted ([Limiter.Stats]), reported to [Config.OnStoreError]
 // and logged, at most once per [Config.LogInterval].
@@ -87,6 +89,10 @@ const (
 	// routes where an unlimited client is worse than an outage, such as
 	// login or payment endpoints.
 	FailClosed = decide.FailClosed
+	// FailLocal keeps limiting while the store is unavailable: this
+	// process decides the rule alone, in memory, at Rule.LocalShare of its
+	// limit, and adds Floodgate-Fallback: local to the response.
+	FailLocal = decide.FailLocal
 )
 
 // Rule is one rate limit and the requests it applies to.
@@ -111,6 +117,15 @@ type Rule struct {
 	Key KeyFunc
 	// Failure says what to do when the rule cannot decide.
 	Failure FailureMode
+	// LocalShare is the share of Limit this process enforces alone under
+	// FailLocal while the store is unavailable: above 0 and at most 1, 1/N
+	// when N processes share the store (see decide.LocalLimit). Zero: the
+	// whole limit.
+	LocalShare float64
+	// NoCache keeps the rule out of the over-limit cache, which otherwise
+	// answers a key over its limit from memory until the store's retry
+	// delay has passed: every denied request then asks the store.
+	NoCache bool
 	// Shadow makes the rule decide and report (Stats.ShadowDenied,
 	// Config.OnShadowDeny) but never deny: for trying a limit out on real
 	// traffic. A shadow rule that cannot decide always fails open, and it
@@ -201,9 +216,13 @@ type Config struct {
 	// LogInterval is the least time between two failure log lines. Zero:
 	// DefaultLogInterval.
 	LogInterval time.Duration
-	// Clock tells the time for X-RateLimit-Reset (an absolute time) and log
-	// throttling. Nil: the system clock. Decisions take the store's time.
+	// Clock tells the time for X-RateLimit-Reset (an absolute time), log
+	// throttling, the over-limit cache and the local fallback. Nil: the
+	// system clock. Decisions take the store's time.
 	Clock floodgate.Clock
+	// OverLimitCache bounds the over-limit cache, or turns it off
+	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
+	OverLimitCache decide.CacheOptions
 }
 
 // ErrKey marks a key function's failure, as passed to OnStoreError.
@@ -238,6 +257,12 @@ type Stats struct {
 	StoreErrors uint64
 	// KeyErrors counts key functions that returned an error.
 	KeyErrors uint64
+	// LocalFallback counts requests a FailLocal rule decided in this
+	// process because the store was unavailable.
+	LocalFallback uint64
+	// CacheHits counts rule checks denied from the over-limit cache,
+	// without asking the store.
+	CacheHits uint64
 }
 
 // Limiter is the middleware. Create it with New; it is safe for concurrent
@@ -251,13 +276,14 @@ type Limiter struct {
 	onError      func(http.ResponseWriter, *http.Request, error)
 	onStoreError func(*http.Request, string, error)
 	onShadowDeny func(*http.Request, string, floodgate.Decision)
-	clock        floodgate.Clock
+	now          func() time.Time // the Clock's Now, or time.Now
 
 	denied    atomic.Uint64
 	shadowed  atomic.Uint64
 	unavail   atomic.Uint64
 	storeErrs atomic.Uint64
 	keyErrs   atomic.Uint64
+	local     atomic.Uint64
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
@@ -288,10 +314,10 @@ func New(cfg Config) (*Limiter, error) {
 		onError:      cfg.ErrorHandler,
 		onStoreError: cfg.OnStoreError,
 		onShadowDeny: cfg.OnShadowDeny,
-		clock:        cfg.Clock,
+		now:          time.Now,
 	}
-	if l.clock == nil {
-		l.clock = floodgate.SystemClock{}
+	if cfg.Clock != nil {
+		l.now = cfg.Clock.Now
 	}
 	logger, every := cfg.Logger, cfg.LogInterval
 	if logger == nil {
@@ -305,7 +331,8 @@ func New(cfg Config) (*Limiter, error) {
 		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
 		Logger:                logger,
 		LogInterval:           every,
-		Now:                   l.clock.Now,
+		Now:                   l.now,
+		OverLimitCache:        cfg.OverLimitCache,
 	})
 	if err != nil {
 		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
@@ -330,11 +357,13 @@ func New(cfg Config) (*Limiter, error) {
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	return Stats{
-		Denied:       l.denied.Load(),
-		ShadowDenied: l.shadowed.Load(),
-		Unavailable:  l.unavail.Load(),
-		StoreErrors:  l.storeErrs.Load(),
-		KeyErrors:    l.keyErrs.Load(),
+		Denied:        l.denied.Load(),
+		ShadowDenied:  l.shadowed.Load(),
+		Unavailable:   l.unavail.Load(),
+		StoreErrors:   l.storeErrs.Load(),
+		KeyErrors:     l.keyErrs.Load(),
+		LocalFallback: l.local.Load(),
+		CacheHits:     l.engine.CacheStats().Hits,
 	}
 }
 
@@ -387,7 +416,10 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		rules = append(rules, ru)
 	}
 	res := l.engine.DecideInto(r.Context(), checks, outcomesBuf[:])
-	l.count(r, rules, &res)
+	l.count(r, checks, rules, &res)
+	if res.LocalFallback() {
+		l.local.Add(1)
+	}
 	switch res.Verdict {
 	case decide.Admitted:
 		l.writeHeaders(w.Header(), rules, &res)
@@ -416,21 +448,22 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // count updates the counters and calls the hooks for a request's outcomes.
-func (l *Limiter) count(r *http.Request, rules []*rule, res *decide.Result) {
+func (l *Limiter) count(r *http.Request, checks []decide.Check, rules []*rule, res *decide.Result) {
+	gone := r.Context().Err() != nil
 	for i := range res.Outcomes {
 		o, ru := &res.Outcomes[i], rules[i]
-		switch {
-		case errors.Is(o.Err, ErrKey):
+		switch res.Event(checks, i, gone) {
+		case decide.KeyFailed:
 			l.keyErrs.Add(1)
 			if l.onStoreError != nil {
 				l.onStoreError(r, ru.name, o.Err)
 			}
-		case o.Err != nil && o.Verdict != decide.Invalid && r.Context().Err() == nil:
+		case decide.StoreFailed:
 			l.storeErrs.Add(1)
 			if l.onStoreError != nil {
 				l.onStoreError(r, ru.name, fmt.Errorf("httplimit: rule %q: store: %w", ru.name, o.Err))
 			}
-		case ru.shadow && o.Decided && o.Verdict == decide.Denied:
+		case decide.ShadowDenied:
 			l.shadowed.Add(1)
 			if l.onShadowDeny != nil {
 				l.onShadowDeny(r, ru.name, o.Decision)
@@ -479,8 +512,13 @@ func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, erro
 	if err := r.Limit.Validate(); err != nil {
 		return rule{}, &ConfigError{Field: field("Limit"), Value: r.Limit.String(), Reason: "is invalid", Err: err}
 	}
-	if r.Failure > FailClosed {
-		return rule{}, &ConfigError{Field: field("Failure"), Value: r.Failure.String(), Reason: "must be FailOpen or FailClosed"}
+	if !r.Failure.Valid() {
+		return rule{}, &ConfigError{Field: field("Failure"), Value: r.Failure.String(), Reason: "must be FailOpen, FailClosed or FailLocal"}
+	}
+	if r.LocalShare != 0 {
+		if _, err := decide.LocalLimit(r.Limit, r.LocalShare); err != nil {
+			return rule{}, &ConfigError{Field: field("LocalShare"), Value: fmt.Sprint(r.LocalShare), Reason: "is not a usable share of the limit", Err: err}
+		}
 	}
 	cr := rule{
 		name:   r.Name,
@@ -488,7 +526,8 @@ func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, erro
 		key:    r.Key,
 		shadow: r.Shadow,
 		keys:   decide.NewKeySpace(keyPrefix, r.Name),
-		check:  decide.Check{Rule: r.Name, Limit: r.Limit, Failure: r.Failure, Shadow: r.Shadow},
+		check: decide.Check{Rule: r.Name, Limit: r.Limit, Failure: r.Failure, LocalShare: r.LocalShare,
+			NoCache: r.NoCache, Shadow: r.Shadow},
 	}
 	for j, m := range r.Methods {
 		if m == "" || strings.IndexFunc(m, func(c rune) bool { return !isTchar(c) }) >= 0 {

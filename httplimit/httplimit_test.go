@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/httplimit"
 )
 
@@ -379,14 +380,18 @@ func testRefundConcurrent(t *testing.T, newStore func(t *testing.T, c floodgate.
 	const requests, narrow, wide = 200, 10, 1000
 	for _, alg := range floodgate.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
-			wideLimit := floodgate.NewLimit(alg, wide, time.Minute)
-			midLimit := floodgate.NewLimit(alg, wide, time.Hour)
+			// Long windows: on Redis a key's TTL runs in real time while
+			// the test's clock stands still, and a token bucket of 1000 per
+			// minute would expire 60ms per token taken, refilling in the
+			// middle of the count.
+			wideLimit := floodgate.NewLimit(alg, wide, 24*time.Hour)
+			midLimit := floodgate.NewLimit(alg, wide, 48*time.Hour)
 			cfg := httplimit.Config{Rules: []httplimit.Rule{
 				{Name: "wide", Limit: wideLimit},
 				{Name: "mid", Limit: midLimit, Key: httplimit.Header("X-API-Key")},
-				{Name: "narrow", Limit: floodgate.NewLimit(alg, narrow, time.Minute), Key: constKey("all")},
+				{Name: "narrow", Limit: floodgate.NewLimit(alg, narrow, 24*time.Hour), Key: constKey("all")},
 			}}
-			clock := floodgate.NewManualClock(epoch)
+			clock := clocktest.NewManual(epoch)
 			var store floodgate.Store
 			if newStore != nil {
 				store = newStore(t, clock)

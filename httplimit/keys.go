@@ -1,12 +1,11 @@
 package httplimit
 
 import (
-	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/internal/keypart"
 )
 
 // KeyFunc returns the key a rule counts a request under. An empty key with
@@ -52,24 +51,7 @@ func Header(name string) KeyFunc {
 // requests without it (nil, or an empty string), and any other type is an
 // error.
 func ContextValue(key any) KeyFunc {
-	return func(r *http.Request) (string, error) {
-		switch v := r.Context().Value(key).(type) {
-		case nil:
-			return "", nil
-		case string:
-			return v, nil
-		case int:
-			return strconv.Itoa(v), nil
-		case int64:
-			return strconv.FormatInt(v, 10), nil
-		case uint64:
-			return strconv.FormatUint(v, 10), nil
-		case fmt.Stringer:
-			return v.String(), nil
-		default:
-			return "", fmt.Errorf("context value %v is a %T, not a string, integer or fmt.Stringer", key, v)
-		}
-	}
+	return func(r *http.Request) (string, error) { return keypart.FromValue(key, r.Context().Value(key)) }
 }
 
 // Combine keys requests by all of fns together, such as the API key and the
@@ -84,15 +66,7 @@ func Combine(fns ...KeyFunc) KeyFunc {
 			if err != nil || k == "" {
 				return "", err
 			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			for j := 0; j < len(k); j++ {
-				if c := k[j]; c == '|' || c == '\\' {
-					b.WriteByte('\\')
-				}
-				b.WriteByte(k[j])
-			}
+			keypart.Join(&b, i, k)
 		}
 		return b.String(), nil
 	}

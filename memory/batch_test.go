@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/internal/algorithm"
 )
 
@@ -34,7 +35,7 @@ func TestLockAllUnlocksOnDead(t *testing.T) {
 // the same keys, is all or nothing like a small one.
 func TestBatchLarge(t *testing.T) {
 	ctx := context.Background()
-	s := New(WithClock(floodgate.NewManualClock(time.Unix(1_900_000_000, 0))))
+	s := New(WithClock(clocktest.NewManual(time.Unix(1_900_000_000, 0))))
 	limits := []floodgate.Limit{
 		floodgate.NewLimit(floodgate.SlidingWindowLog, 10, time.Minute),
 		floodgate.NewTokenBucket(10, 1, time.Second),
@@ -80,7 +81,7 @@ func TestBatchWithSweeps(t *testing.T) {
 		sharedQuota, groupQuota, ownQuota     = 40, 6, 2
 	)
 	ctx := context.Background()
-	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_900_000_000, 0))
 	s := New(WithClock(clock), WithEvictionGrace(0))
 	shared := floodgate.NewLimit(floodgate.FixedWindow, sharedQuota, time.Second)
 	group := floodgate.NewTokenBucket(groupQuota, groupQuota, time.Second)

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
 func TestMaxKeysEvictsLeastRecentlyDecided(t *testing.T) {
 	ctx := context.Background()
-	clock := floodgate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := clocktest.NewManual(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	const maxKeys = 256 * 32 // 32 a shard
 	s := memory.New(memory.WithMaxKeys(maxKeys), memory.WithClock(clock))
 	limit := floodgate.PerHour(3)
@@ -55,7 +56,7 @@ func TestMaxKeysInBatches(t *testing.T) {
 	for i := range 5000 {
 		items := []floodgate.BatchItem{
 			{Key: "a-" + strconv.Itoa(i), Limit: limit, Cost: 1},
-			{Key: "b-" + strconv.Itoa(i), Limit: limit.With(floodgate.TokenBucket), Cost: 1},
+			{Key: "b-" + strconv.Itoa(i), Limit: floodgate.NewTokenBucket(10, 10, time.Minute), Cost: 1},
 		}
 		results := make([]floodgate.BatchResult, 2)
 		s.AllowBatch(ctx, items, results)
@@ -83,7 +84,7 @@ func TestNoCapByDefault(t *testing.T) {
 
 func TestSweepGivesKeysBackWhileIdle(t *testing.T) {
 	ctx := context.Background()
-	clock := floodgate.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := clocktest.NewManual(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := memory.New(memory.WithClock(clock), memory.WithEvictionGrace(time.Minute))
 	for i := range 50_000 {
 		_, _ = s.Allow(ctx, "k"+strconv.Itoa(i), floodgate.PerSecond(5))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/internal/algorithm"
 )
 
@@ -20,7 +21,7 @@ func TestEvictionBoundsMemory(t *testing.T) {
 		t.Skip("a million keys")
 	}
 	ctx := context.Background()
-	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_900_000_000, 0))
 	const waves, perWave = 10, 100_000
 	for _, alg := range floodgate.Algorithms() {
 		s := New(WithClock(clock))
@@ -49,7 +50,7 @@ func TestEvictionBoundsMemory(t *testing.T) {
 // quota.
 func TestClockBackwards(t *testing.T) {
 	ctx := context.Background()
-	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_900_000_000, 0))
 	s := New(WithClock(clock))
 	for _, alg := range floodgate.Algorithms() {
 		limit := floodgate.NewLimit(alg, 3, time.Minute)
@@ -103,7 +104,7 @@ func TestReplenishedKeysAreReused(t *testing.T) {
 		t.Skip("200k keys")
 	}
 	ctx := context.Background()
-	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_900_000_000, 0))
 	s := New(WithClock(clock))
 	limit := floodgate.NewTokenBucket(1, 1, time.Millisecond)
 	keys := func(prefix string) []string {
@@ -145,7 +146,7 @@ func TestEvictionGrace(t *testing.T) {
 	const perWave = 100_000
 	limit := floodgate.NewTokenBucket(1, 1, time.Millisecond)
 	for _, grace := range []time.Duration{0, time.Hour} {
-		clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+		clock := clocktest.NewManual(time.Unix(1_900_000_000, 0))
 		s := New(WithClock(clock), WithEvictionGrace(grace))
 		if s.grace != grace.Microseconds() {
 			t.Fatalf("WithEvictionGrace(%s): grace %dµs", grace, s.grace)
@@ -177,7 +178,7 @@ func TestEvictionGrace(t *testing.T) {
 // writes nothing, not even the expiry, under whichever limit.
 func TestChangedLimitSeesWhatRedisKeeps(t *testing.T) {
 	ctx := context.Background()
-	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_900_000_000, 0))
 	s := New(WithClock(clock))
 	mustAllow := func(key string, l floodgate.Limit, n int64, want bool) floodgate.Decision {
 		t.Helper()
@@ -249,7 +250,7 @@ func sweepTables[S any](shards *[shardCount]table[S], now, grace int64) {
 // batches and limits changed on the same keys (quota and window).
 func TestEvictionNeverChangesDecisions(t *testing.T) {
 	ctx := context.Background()
-	clock := floodgate.NewManualClock(time.Unix(1_900_000_000, 0))
+	clock := clocktest.NewManual(time.Unix(1_900_000_000, 0))
 	swept, kept := New(WithClock(clock), WithEvictionGrace(0)), New(WithClock(clock))
 	r := rand.New(rand.NewPCG(1, 2))
 	windows := []time.Duration{time.Millisecond, 10 * time.Millisecond, time.Second}

@@ -104,8 +104,8 @@ type batchGroup struct {
 func (g *batchGroup) add(i int, key string, it floodgate.BatchItem) {
 	l := it.Limit
 	refill := ""
-	if l.Algorithm == floodgate.TokenBucket && l.RefillTokens() != l.Quota {
-		refill = strconv.FormatInt(l.RefillTokens(), 10)
+	if l.Algorithm == floodgate.TokenBucket && l.Refill != 0 && l.Refill != l.Quota {
+		refill = strconv.FormatInt(l.Refill, 10)
 	}
 	g.items = append(g.items, i)
 	g.keys = append(g.keys, key)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/storetest"
@@ -123,7 +124,7 @@ func slotted(name string, n int) []string {
 // with items on one slot and on several.
 func TestBatch(t *testing.T) {
 	onBackends(t, func(t *testing.T, client rueidis.Client) {
-		clock := floodgate.NewManualClock(storetest.Epoch.Add(time.Hour + 123*time.Microsecond))
+		clock := clocktest.NewManual(storetest.Epoch.Add(time.Hour + 123*time.Microsecond))
 		s := testStore(t, client, clock)
 		mem := memory.New(memory.WithClock(clock))
 		ctx := t.Context()
@@ -290,7 +291,7 @@ func TestBatchRandom(t *testing.T) {
 	t.Logf("seed %d", seed)
 	onBackends(t, func(t *testing.T, client rueidis.Client) {
 		r := rand.New(rand.NewPCG(seed, 2))
-		clock := floodgate.NewManualClock(storetest.Epoch.Add(time.Duration(r.Int64N(int64(time.Hour)))))
+		clock := clocktest.NewManual(storetest.Epoch.Add(time.Duration(r.Int64N(int64(time.Hour)))))
 		s := testStore(t, client, clock)
 		mem := memory.New(memory.WithClock(clock))
 		ctx := t.Context()
@@ -336,7 +337,7 @@ func TestBatchRandom(t *testing.T) {
 // quota is admitted.
 func TestBatchConcurrent(t *testing.T) {
 	onBackends(t, func(t *testing.T, client rueidis.Client) {
-		clock := floodgate.NewManualClock(storetest.Epoch.Add(time.Hour))
+		clock := clocktest.NewManual(storetest.Epoch.Add(time.Hour))
 		s := testStore(t, client, clock)
 		ctx := t.Context()
 		const (
@@ -419,7 +420,7 @@ func TestBatchConcurrent(t *testing.T) {
 func TestBatchOOM(t *testing.T) {
 	server := redistest.Spawn(t)
 	client := newClient(t, server.Addr)
-	clock := floodgate.NewManualClock(storetest.Epoch.Add(time.Hour))
+	clock := clocktest.NewManual(storetest.Epoch.Add(time.Hour))
 	s := testStore(t, client, clock)
 	ctx := t.Context()
 	tb := floodgate.NewTokenBucket(5, 1, time.Hour)
@@ -476,7 +477,7 @@ func TestBatchHung(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	items := []floodgate.BatchItem{bi("a", floodgate.PerMinute(5), 1), bi("b", floodgate.PerMinute(5).With(floodgate.TokenBucket), 1)}
+	items := []floodgate.BatchItem{bi("a", floodgate.PerMinute(5), 1), bi("b", floodgate.NewLimit(floodgate.TokenBucket, 5, time.Minute), 1)}
 	got := make([]floodgate.BatchResult, len(items))
 	s.AllowBatch(t.Context(), items, got)
 	server.Stop(t)

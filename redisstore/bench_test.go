@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -144,6 +145,23 @@ func redisCPU(tb testing.TB, client rueidis.Client) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
+// benchRTTEnv names the round trip BenchmarkBatch adds for its delayed
+// backend.
+const benchRTTEnv = "FLOODGATE_BENCH_RTT"
+
+// benchRTT returns $FLOODGATE_BENCH_RTT, or 0 when it is unset.
+func benchRTT(tb testing.TB) time.Duration {
+	v := os.Getenv(benchRTTEnv)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		tb.Fatalf("%s=%q: want a positive duration such as 200us", benchRTTEnv, v)
+	}
+	return d
+}
+
 // BenchmarkBatch compares, on the harness's standalone server and cluster,
 // a request of three checks decided as one AllowBatch ("batch3"), the same
 // three checks as three AllowN in sequence ("seq3"), and a request of one
@@ -164,6 +182,11 @@ func redisCPU(tb testing.TB, client rueidis.Client) time.Duration {
 // and batch3/one-p50, the ratio of the two p50s. Run it with:
 //
 //	go test -run '^$' -bench Batch -benchtime 20000x ./redisstore/
+//
+// With FLOODGATE_BENCH_RTT set to a duration (such as 200us), the
+// "standalone-delayed" backend also runs: the standalone server behind
+// redistest.DelayProxy, which adds about that round trip, as a network
+// between the service and Redis would; loopback's is far shorter than any.
 func BenchmarkBatch(b *testing.B) {
 	backends := []struct {
 		name  string
@@ -172,6 +195,13 @@ func BenchmarkBatch(b *testing.B) {
 		tags  []bool // whether the identities share a hash tag
 	}{
 		{"standalone", ModeStandalone, func(tb testing.TB) []string { return []string{redistest.StandaloneAddr(tb)} }, []bool{false}},
+		{"standalone-delayed", ModeStandalone, func(tb testing.TB) []string {
+			rtt := benchRTT(tb)
+			if rtt == 0 {
+				tb.Skip("set " + benchRTTEnv + " (such as 200us) to add a network round trip")
+			}
+			return []string{redistest.DelayProxy(tb, redistest.StandaloneAddr(tb), rtt/2)}
+		}, []bool{false}},
 		{"cluster", ModeCluster, redistest.ClusterAddrs, []bool{false, true}},
 	}
 	log := floodgate.NewLimit(floodgate.SlidingWindowLog, 100, time.Minute)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/storetest"
@@ -133,7 +134,7 @@ func resetAfter(t *testing.T, client rueidis.Client, key string, l floodgate.Lim
 	var us int64
 	switch l.Algorithm {
 	case floodgate.TokenBucket:
-		unit, per := fixedpoint.Unit(w, l.RefillTokens()), fixedpoint.PerMicro(w, l.RefillTokens())
+		unit, per := fixedpoint.Unit(w, fixedpoint.Refill(l.Quota, l.Refill)), fixedpoint.PerMicro(w, fixedpoint.Refill(l.Quota, l.Refill))
 		us = (l.Quota*unit - f(0) + per - 1) / per
 	case floodgate.FixedWindow:
 		us = f(0) + w - now
@@ -149,7 +150,7 @@ func resetAfter(t *testing.T, client rueidis.Client, key string, l floodgate.Lim
 
 func runDifferential(t *testing.T, client rueidis.Client, r *rand.Rand, steps int) {
 	start := storetest.Epoch.Add(time.Duration(r.Int64N(int64(time.Hour))))
-	clock := floodgate.NewManualClock(start)
+	clock := clocktest.NewManual(start)
 	mem := memory.New(memory.WithClock(clock))
 	red := testStore(t, client, clock)
 	ls := randomLimits(r)

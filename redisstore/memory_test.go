@@ -8,6 +8,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
@@ -30,7 +31,7 @@ func memoryUsage(t testing.TB, client rueidis.Client, key string) (int64, string
 // docs/PERFORMANCE.md.
 func TestMemoryUsage(t *testing.T) {
 	client := newClient(t, redistest.StandaloneAddr(t))
-	clock := floodgate.NewManualClock(storetest.Epoch.Add(time.Hour + 123456*time.Microsecond))
+	clock := clocktest.NewManual(storetest.Epoch.Add(time.Hour + 123456*time.Microsecond))
 	s := testStore(t, client, clock)
 	ctx := t.Context()
 

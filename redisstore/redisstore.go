@@ -467,8 +467,8 @@ func scriptArgs(op string, limit floodgate.Limit, n int64, now string) []string 
 	args[4] = now
 	// The script's refill defaults to the capacity: leaving it out then
 	// saves Redis parsing a number.
-	if limit.Algorithm == floodgate.TokenBucket && limit.RefillTokens() != limit.Quota {
-		args = append(args, strconv.FormatInt(limit.RefillTokens(), 10))
+	if limit.Algorithm == floodgate.TokenBucket && limit.Refill != 0 && limit.Refill != limit.Quota {
+		args = append(args, strconv.FormatInt(limit.Refill, 10))
 	}
 	return args
 }

@@ -105,7 +105,7 @@ func TestScriptsContract(t *testing.T) {
 	// once, and its denial undoes the bucket's second take, so a third
 	// batch sees the bucket as the second did.
 	keys := []string{Key(prefix, "contract", floodgate.TokenBucket), Key(prefix, "contract", floodgate.FixedWindow)}
-	tb, fw := floodgate.NewLimit(floodgate.TokenBucket, 2, time.Minute), floodgate.PerMinute(1).With(floodgate.FixedWindow)
+	tb, fw := floodgate.NewLimit(floodgate.TokenBucket, 2, time.Minute), floodgate.NewLimit(floodgate.FixedWindow, 1, time.Minute)
 	for i, want := range []struct {
 		remaining int64
 		allowed   bool

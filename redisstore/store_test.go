@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
@@ -138,7 +139,7 @@ func TestServerTime(t *testing.T) {
 // denied request neither changes the state nor refreshes the expiry.
 func TestExpiry(t *testing.T) {
 	onBackends(t, func(t *testing.T, client rueidis.Client) {
-		clock := floodgate.NewManualClock(storetest.Epoch.Add(20*time.Second + 300*time.Microsecond))
+		clock := clocktest.NewManual(storetest.Epoch.Add(20*time.Second + 300*time.Microsecond))
 		s := testStore(t, client, clock)
 		ctx := t.Context()
 		cases := []struct {
@@ -198,7 +199,7 @@ func TestExpiry(t *testing.T) {
 // TestLargeCost: a log request of a large cost adds its entries in chunks.
 func TestLargeCost(t *testing.T) {
 	onBackends(t, func(t *testing.T, client rueidis.Client) {
-		clock := floodgate.NewManualClock(storetest.Epoch)
+		clock := clocktest.NewManual(storetest.Epoch)
 		s := testStore(t, client, clock)
 		l := floodgate.NewLimit(floodgate.SlidingWindowLog, 20000, time.Minute)
 		ctx := t.Context()

@@ -216,3 +216,36 @@ func TestHugeKeysAreBounded(t *testing.T) {
 		t.Fatalf("the store holds %d bytes of keys for %d keys of 15 KB; want them hashed (under 128 bytes each)", got, n)
 	}
 }
+
+func TestStoreAPIAccess(t *testing.T) {
+	srv, err := server.New(memory.New(), server.Policy{}, server.Options{StoreAPI: &server.StoreAPI{},
+		Tokens: tokensOf(t, "remote decide "+decideToken+"\nops admin "+adminToken)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler()
+	const body = `{"key":"a","limit":{"algorithm":"fixed_window","quota":2,"window_us":60000000},"cost":1}`
+	cases := []struct {
+		name, token, ct string
+		status          int
+	}{
+		{"no token", "", "application/json", 401},
+		{"admin token", adminToken, "application/json", 403},
+		{"decide token", decideToken, "application/json", 200},
+		{"decide token, text/plain", decideToken, "text/plain", 415},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/v1/store/allow", strings.NewReader(body))
+			r.Header.Set("Content-Type", c.ct)
+			if c.token != "" {
+				r.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != c.status {
+				t.Fatalf("%d %s, want %d", w.Code, w.Body, c.status)
+			}
+		})
+	}
+}

@@ -31,7 +31,7 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}
-	p.writeHeaders(w.Header(), rl, &res, s.clock.Now())
+	p.writeHeaders(w.Header(), rl, &res, s.now())
 	if res.Allowed() {
 		w.WriteHeader(http.StatusOK)
 		return

@@ -20,6 +20,7 @@ type metrics struct {
 	inFlight     prometheus.Gauge
 	shed         *prometheus.CounterVec
 	authFailures *prometheus.CounterVec
+	cacheHits    *prometheus.CounterVec
 }
 
 // Decision outcomes, the "outcome" label of floodgate_decisions_total.
@@ -32,7 +33,7 @@ const (
 	outcomeError        = "error"
 )
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, engine *decide.Engine) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
@@ -49,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"rule"}),
 		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_failure_mode_activations_total",
-			Help: "Requests decided by a rule's failure mode because the store was unavailable (or not asked, over max_in_flight), by rule and mode (open, closed).",
+			Help: "Requests decided by a rule's failure mode because the store was unavailable (or not asked, over max_in_flight), by rule and mode (open, closed, local).",
 		}, []string{"rule", "mode"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_config_reloads_total",
@@ -67,8 +68,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "floodgate_http_auth_failures_total",
 			Help: "API requests refused for their bearer token, by reason (missing, invalid, forbidden).",
 		}, []string{"reason"}),
+		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_overlimit_cache_hits_total",
+			Help: "Requests denied from the over-limit cache, without asking the store, by rule.",
+		}, []string{"rule"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.storeErrors, m.failureMode, m.reloads, m.inFlight, m.shed, m.authFailures} {
+	cacheEntries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "floodgate_overlimit_cache_entries",
+		Help: "Denials the over-limit cache holds.",
+	}, func() float64 { return float64(engine.CacheStats().Entries) })
+	cacheBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "floodgate_overlimit_cache_bytes",
+		Help: "Memory the over-limit cache holds, as it estimates it.",
+	}, func() float64 { return float64(engine.CacheStats().Bytes) })
+	cacheEvictions := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "floodgate_overlimit_cache_evictions_total",
+		Help: "Denials the over-limit cache dropped before their retry delay, to stay within its bounds.",
+	}, func() float64 { return float64(engine.CacheStats().Evictions) })
+	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.storeErrors, m.failureMode, m.reloads,
+		m.inFlight, m.shed, m.authFailures, m.cacheHits, cacheEntries, cacheBytes, cacheEvictions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -80,6 +98,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // store failure with the failure mode it met.
 func (m *metrics) count(c *decide.Check, res *decide.Result) {
 	o := &res.Outcomes[0]
+	if o.Cached {
+		m.cacheHits.WithLabelValues(c.Rule).Inc()
+	}
+	if o.Local {
+		m.storeErrors.WithLabelValues(c.Rule).Inc()
+		m.failureMode.WithLabelValues(c.Rule, decide.FailLocal.String()).Inc()
+	}
 	var outcome string
 	switch o.Verdict {
 	case decide.Admitted:

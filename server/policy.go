@@ -33,6 +33,14 @@ type Rule struct {
 	Limit floodgate.Limit
 	// Failure says what an outage of the store means for the rule.
 	Failure decide.FailureMode
+	// LocalShare is the share of Limit each instance enforces alone under
+	// decide.FailLocal while the store is unavailable: above 0 and at most
+	// 1, 1/N for N instances (see decide.LocalLimit). Zero: the whole
+	// limit.
+	LocalShare float64
+	// NoCache keeps the rule out of the engine's over-limit cache: every
+	// request over the limit asks the store.
+	NoCache bool
 	// Shadow makes the rule decide and report but never deny; a shadow rule
 	// never appears in rate-limit headers or Retry-After.
 	Shadow bool
@@ -100,8 +108,13 @@ func (p *Policy) Validate() error {
 		if err := r.Limit.Validate(); err != nil {
 			bad(field("Limit"), r.Limit.String(), "is invalid: "+err.Error(), err)
 		}
-		if r.Failure > decide.FailClosed {
-			bad(field("Failure"), r.Failure.String(), "must be FailOpen or FailClosed", nil)
+		if !r.Failure.Valid() {
+			bad(field("Failure"), r.Failure.String(), "must be FailOpen, FailClosed or FailLocal", nil)
+		}
+		if r.LocalShare != 0 {
+			if _, err := decide.LocalLimit(r.Limit, r.LocalShare); err != nil && r.Limit.Validate() == nil {
+				bad(field("LocalShare"), strconv.FormatFloat(r.LocalShare, 'g', -1, 64), "is not a usable share of the limit: "+err.Error(), err)
+			}
 		}
 	}
 	if p.Headers > httplimit.HeadersNone {
@@ -173,5 +186,5 @@ func newPolicy(p Policy) (*policy, error) {
 // check` and `floodgate bench --rule` do.
 func (rl *rule) check(key string, cost int64) decide.Check {
 	return decide.Check{Rule: rl.Name, Key: rl.keys.Key(key), Limit: rl.Limit, Cost: cost,
-		Failure: rl.Failure, Shadow: rl.Shadow}
+		Failure: rl.Failure, LocalShare: rl.LocalShare, NoCache: rl.NoCache, Shadow: rl.Shadow}
 }

@@ -19,6 +19,7 @@ import (
 //	GET  /healthz           the process is up                       open
 //	GET  /readyz            the store answers                       open
 //	GET  /metrics           Prometheus metrics                      scope metrics
+//	POST /v1/store/...      the store API, when Options.StoreAPI is set  scope decide
 //
 // The scopes apply when authentication is on (Options.Tokens). POST bodies
 // must be sent as application/json (415 otherwise), so that no web page can
@@ -53,6 +54,17 @@ func (s *Server) handler(withMetrics bool) http.Handler {
 		mux.Handle("GET /metrics", s.guard(route{name: "metrics", scope: ScopeMetrics}, func(w http.ResponseWriter, r *http.Request, _ error) {
 			metrics.ServeHTTP(w, r)
 		}))
+	}
+	if a := s.storeAPI; a != nil {
+		a.register(mux, func(name string, h http.HandlerFunc) http.Handler {
+			return s.guard(route{name: name, scope: ScopeDecide, json: true, limited: true}, func(w http.ResponseWriter, r *http.Request, shed error) {
+				if shed != nil {
+					a.overloaded(w)
+					return
+				}
+				h(w, r)
+			})
+		})
 	}
 	for pattern, h := range s.routes {
 		mux.Handle(pattern, s.guard(route{name: pattern, scope: ScopeDecide, json: true, limited: true}, func(w http.ResponseWriter, r *http.Request, shed error) {

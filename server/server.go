@@ -27,6 +27,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -68,22 +69,30 @@ type Options struct {
 	// UnavailableRetryAfter is the Retry-After of a 503 from a fail-closed
 	// rule. Zero: decide.DefaultUnavailableRetryAfter.
 	UnavailableRetryAfter time.Duration
-	// Clock tells the time for X-RateLimit-Reset and log throttling. Nil:
-	// the system clock. Decisions take the store's time.
+	// Clock tells the time for X-RateLimit-Reset, log throttling, the
+	// over-limit cache and the local fallback. Nil: the system clock.
+	// Decisions take the store's time.
 	Clock floodgate.Clock
+	// OverLimitCache bounds the engine's over-limit cache, or turns it off
+	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
+	OverLimitCache decide.CacheOptions
+	// StoreAPI, if not nil, serves the store API (POST /v1/store/...) for
+	// remote stores; see [StoreAPI]. Nil: off.
+	StoreAPI *StoreAPI
 }
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
 type Server struct {
 	engine   *decide.Engine
 	store    floodgate.Store
-	clock    floodgate.Clock
+	now      func() time.Time // the Clock's Now, or time.Now
 	registry *prometheus.Registry
 	metrics  *metrics
 	policy   atomic.Pointer[policy]
 	inFlight chan struct{}
 	routes   map[string]http.Handler
 	tokens   atomic.Pointer[Tokens]
+	storeAPI *storeAPI // nil: off
 }
 
 // New returns a server deciding with store under p. The error names the
@@ -98,8 +107,9 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
-	if opts.Clock == nil {
-		opts.Clock = floodgate.SystemClock{}
+	now := time.Now
+	if opts.Clock != nil {
+		now = opts.Clock.Now
 	}
 	if store == nil {
 		return nil, &ConfigError{Field: "store", Value: "<nil>", Reason: "is required"}
@@ -108,7 +118,8 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		Timeout:               opts.Timeout,
 		UnavailableRetryAfter: opts.UnavailableRetryAfter,
 		Logger:                opts.Logger,
-		Now:                   opts.Clock.Now,
+		Now:                   now,
+		OverLimitCache:        opts.OverLimitCache,
 	})
 	if err != nil {
 		return nil, err
@@ -117,18 +128,23 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(opts.Registry)
+	m, err := newMetrics(opts.Registry, engine)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
 		engine:   engine,
 		store:    store,
-		clock:    opts.Clock,
+		now:      now,
 		registry: opts.Registry,
 		metrics:  m,
 		inFlight: make(chan struct{}, opts.MaxInFlight),
 		routes:   opts.Routes,
+	}
+	if opts.StoreAPI != nil {
+		if s.storeAPI, err = newStoreAPI(opts.StoreAPI, store, m, engine.UnavailableRetryAfter()); err != nil {
+			return nil, err
+		}
 	}
 	s.policy.Store(pol)
 	s.SetTokens(opts.Tokens)
@@ -175,6 +191,10 @@ type CheckResponse struct {
 	// StoreUnavailable is set when the store could not decide and the
 	// rule's fail-open mode admitted the request.
 	StoreUnavailable bool `json:"store_unavailable,omitempty"`
+	// LocalFallback is set when the store could not decide and this
+	// instance decided alone, at the rule's local share (failure mode
+	// local): Limit is the local limit.
+	LocalFallback bool `json:"local_fallback,omitempty"`
 }
 
 // NewCheckResponse is the POST /v1/check answer for a one-rule result of
@@ -189,6 +209,7 @@ func NewCheckResponse(r Rule, res *decide.Result) CheckResponse {
 		Shadow:           r.Shadow,
 		ShadowDenied:     r.Shadow && o.Decided && o.Verdict == decide.Denied,
 		StoreUnavailable: o.Verdict == decide.Unavailable,
+		LocalFallback:    o.Local,
 	}
 	if o.Decided {
 		d := o.Decision
@@ -277,7 +298,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 		return
 	}
 	resp := NewCheckResponse(rl.Rule, &res)
-	p.writeHeaders(w.Header(), rl, &res, s.clock.Now())
+	p.writeHeaders(w.Header(), rl, &res, s.now())
 	status := http.StatusOK
 	if !res.Allowed() {
 		status = http.StatusTooManyRequests
@@ -333,6 +354,9 @@ func (p *policy) writeHeaders(h http.Header, rl *rule, res *decide.Result, now t
 	if rl.Shadow {
 		return
 	}
+	if res.LocalFallback() {
+		h[ratelimitheader.HeaderFallback] = []string{ratelimitheader.FallbackLocal}
+	}
 	var most *ratelimitheader.Policy
 	var d floodgate.Decision
 	if res.Deciding >= 0 {
@@ -366,7 +390,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request, shed error)
 		return
 	}
 	start := time.Now()
-	err := s.store.Reset(r.Context(), rl.keys.Key(*req.Key), rl.Limit)
+	err := s.engine.Reset(r.Context(), rl.keys.Key(*req.Key), rl.Limit)
 	s.metrics.storeLatency.WithLabelValues("reset").Observe(time.Since(start).Seconds())
 	if err != nil {
 		status := http.StatusInternalServerError
@@ -388,8 +412,10 @@ type RuleInfo struct {
 	WindowMs    int64  `json:"window_ms"`
 	Refill      int64  `json:"refill,omitempty"`
 	FailureMode string `json:"failure_mode"`
-	Shadow      bool   `json:"shadow"`
-	Description string `json:"description"`
+	// LocalShare is the rule's local share under failure mode local.
+	LocalShare  float64 `json:"local_share,omitempty"`
+	Shadow      bool    `json:"shadow"`
+	Description string  `json:"description"`
 }
 
 func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request, _ error) {
@@ -401,10 +427,11 @@ func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request, _ error) {
 		info := RuleInfo{
 			Name: rl.Name, Algorithm: rl.Limit.Algorithm.String(), Limit: rl.Limit.Quota,
 			WindowMs: rl.Limit.Window.Milliseconds(), FailureMode: rl.Failure.String(), Shadow: rl.Shadow,
+			LocalShare:  rl.LocalShare,
 			Description: rl.Description,
 		}
 		if rl.Limit.Algorithm == floodgate.TokenBucket {
-			info.Refill = rl.Limit.RefillTokens()
+			info.Refill = fixedpoint.Refill(rl.Limit.Quota, rl.Limit.Refill)
 		}
 		out.Rules = append(out.Rules, info)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/memory"
@@ -50,7 +51,7 @@ type fixture struct {
 	t     *testing.T
 	srv   *server.Server
 	h     http.Handler
-	clock *floodgate.ManualClock
+	clock *clocktest.Manual
 }
 
 func newFixture(t *testing.T, yaml string, store func(floodgate.Clock) floodgate.Store) *fixture {
@@ -73,7 +74,7 @@ func policyOf(t testing.TB, yaml string) server.Policy {
 
 func newPolicyFixture(t *testing.T, p server.Policy, store func(floodgate.Clock) floodgate.Store) *fixture {
 	t.Helper()
-	clock := floodgate.NewManualClock(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC))
+	clock := clocktest.NewManual(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC))
 	if store == nil {
 		store = func(c floodgate.Clock) floodgate.Store { return memory.New(memory.WithClock(c)) }
 	}

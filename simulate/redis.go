@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
@@ -75,7 +76,7 @@ func NewRedisBackend(ctx context.Context, o RedisOptions) (*Backend, error) {
 		client.Close()
 		return nil, fmt.Errorf("simulate: %s is not a Redis Cluster node", o.Addrs[0])
 	}
-	clock := floodgate.NewManualClock(time.Unix(0, 0))
+	clock := clocktest.NewManual(time.Unix(0, 0))
 	s, err := redisstore.NewFromClient(client, redisstore.Config{KeyPrefix: o.KeyPrefix, Timeout: o.Timeout, Clock: clock})
 	if err != nil {
 		client.Close()

@@ -4,7 +4,7 @@
 // figures in docs/ALGORITHMS.md.
 //
 // Nothing sleeps: before each request the simulation sets a
-// floodgate.ManualClock that the store reads, so a simulated hour takes
+// clocktest.Manual that the store reads, so a simulated hour takes
 // milliseconds on the memory store. Randomness comes from a PCG generator
 // seeded by Config.Seed (and the pattern's name), so a report is the same
 // for the same Config on every run and every store.
@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -138,7 +139,7 @@ type Backend struct {
 	// Store decides the requests. It must read time from Clock.
 	Store floodgate.Store
 	// Clock is set to each request's virtual time before it is sent.
-	Clock *floodgate.ManualClock
+	Clock *clocktest.Manual
 	// MemoryUsage, if not nil, returns the bytes the store spends on key
 	// under limit's algorithm; nil leaves Result.MemoryPerKey zero.
 	MemoryUsage func(ctx context.Context, key string, limit floodgate.Limit) (int64, error)
@@ -156,7 +157,7 @@ func (b *Backend) Close() {
 // NewMemoryBackend returns a Backend on a fresh memory store reading a
 // manual clock, with memory measured by (*memory.Store).MemoryUsage.
 func NewMemoryBackend() *Backend {
-	clock := floodgate.NewManualClock(time.Unix(0, 0))
+	clock := clocktest.NewManual(time.Unix(0, 0))
 	s := memory.New(memory.WithClock(clock))
 	return &Backend{
 		Name:  "memory",

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 )
 
 // RunBatch runs the batch part of the suite (the cases Run adds for a
@@ -16,7 +17,7 @@ import (
 // not implement floodgate.BatchStore.
 func RunBatch(t *testing.T, newStore NewStore) {
 	t.Helper()
-	if s := newStore(t, floodgate.NewManualClock(Epoch)); !isBatchStore(s) {
+	if s := newStore(t, clocktest.NewManual(Epoch)); !isBatchStore(s) {
 		t.Fatalf("%T does not implement floodgate.BatchStore", s)
 	}
 	runBatch(t, newStore)

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 )
 
 // NewStore returns a store that reads time from clock.
@@ -45,13 +46,13 @@ type env struct {
 	t     *testing.T
 	ctx   context.Context
 	store floodgate.Store
-	clock *floodgate.ManualClock
+	clock *clocktest.Manual
 	ns    string
 }
 
 func newEnv(t *testing.T, newStore NewStore) *env {
 	t.Helper()
-	clock := floodgate.NewManualClock(Epoch)
+	clock := clocktest.NewManual(Epoch)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return &env{t: t, ctx: t.Context(), store: newStore(t, clock), clock: clock, ns: t.Name() + "/" + hex.EncodeToString(b[:]) + "/"}
@@ -124,7 +125,7 @@ func Run(t *testing.T, newStore NewStore) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newStore) })
 	}
-	if isBatchStore(newStore(t, floodgate.NewManualClock(Epoch))) {
+	if isBatchStore(newStore(t, clocktest.NewManual(Epoch))) {
 		t.Run("Batch", func(t *testing.T) { runBatch(t, newStore) })
 	}
 }

@@ -61,7 +61,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	res := engine.Decide(ctx, []decide.Check{{Rule: rule.Name, Key: decide.StoreKey("", rule.Name, *key),
-		Limit: rule.Limit, Cost: *cost, Failure: rule.Failure, Shadow: rule.Shadow}})
+		Limit: rule.Limit, Cost: *cost, Failure: rule.Failure, LocalShare: rule.LocalShare, Shadow: rule.Shadow}})
 	o := res.Outcomes[0]
 	switch res.Verdict {
 	case decide.Unavailable:

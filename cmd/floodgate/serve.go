@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/server"
@@ -26,11 +28,13 @@ import (
 const shutdownGrace = 10 * time.Second
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--grpc-listen ADDR] [--envoy-config DIR] [--log-format text|json]", stderr)
+	fs := newFlagSet("serve", "serve [--config FILE] [--listen ADDR] [--grpc-listen ADDR] [--envoy-config DIR] [--store-api] [--log-format text|json]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file`; none runs the built-in example policy on the memory store")
 	listen := fs.String("listen", "", "HTTP listen `address`, overriding the config's listen (default "+config.DefaultListen+")")
 	logFormat := fs.String("log-format", "", "log format, text or json, overriding the config's log.format")
 	grpcListen := fs.String("grpc-listen", "", "Envoy rate-limit gRPC listen `address`, overriding the config's grpc_listen (default "+config.DefaultGRPCListen+"); given alone, serves with no rules")
+	storeAPI := fs.Bool("store-api", false, "serve the store API (POST /v1/store/...) for remote stores (package remotestore); off by default: whoever can call it can spend or reset any key in its namespace")
+	storeAPIClientClock := fs.Bool("store-api-client-clock", false, "with --store-api: decide store API calls at the time each client sends, one call at a time (for tests and simulations only)")
 	envoyConfig := fs.String("envoy-config", "", "`folder` of envoyproxy/ratelimit rule files, overriding the config's envoy_config; starts the gRPC service")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -57,7 +61,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(cfg.Store)
+	var storeOpts *server.StoreAPI
+	var clock floodgate.Clock
+	switch {
+	case *storeAPIClientClock && !*storeAPI:
+		return errors.New("--store-api-client-clock needs --store-api")
+	case *storeAPIClientClock:
+		manual := clocktest.NewManual(time.Now())
+		storeOpts, clock = &server.StoreAPI{Clock: manual}, manual
+	case *storeAPI:
+		storeOpts = &server.StoreAPI{}
+	}
+	store, closeStore, err := openStoreClock(cfg.Store, clock)
 	if err != nil {
 		return err
 	}
@@ -79,7 +94,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer rls.stop()
 	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(),
-		MaxInFlight: cfg.MaxInFlight, Tokens: tokens})
+		MaxInFlight: cfg.MaxInFlight, Tokens: tokens, OverLimitCache: cfg.OverLimitCache(), StoreAPI: storeOpts})
 	if err != nil {
 		return err
 	}
@@ -112,6 +127,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		rls.banner(w)
 		if ops != nil {
 			fmt.Fprintf(w, "metrics and probes on http://%s (/metrics, /healthz, /readyz; no token)\n", opsLn.Addr())
+		}
+		if storeOpts != nil {
+			fmt.Fprintf(w, "store API on POST /v1/store/{allow,batch,refund,reset}, keys under %q\n", server.DefaultStoreNamespace)
 		}
 		if tokens != nil {
 			fmt.Fprintf(w, "authentication on: %d tokens (%s); send Authorization: Bearer TOKEN\n", tokens.Len(), strings.Join(tokens.Names(), ", "))
@@ -215,7 +233,7 @@ func restartSettings(running, next *config.Config) []string {
 		a.PasswordValue() != b.PasswordValue() || a.TLS != b.TLS || a.DB != b.DB || a.Timeout != b.Timeout ||
 		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay || a.TLSCAFile != b.TLSCAFile ||
 		a.TLSCertFile != b.TLSCertFile || a.TLSKeyFile != b.TLSKeyFile || a.TLSServerName != b.TLSServerName ||
-		a.MaxKeys != b.MaxKeys {
+		a.MaxKeys != b.MaxKeys || a.OverLimitCache != b.OverLimitCache {
 		changed = append(changed, "store")
 	}
 	if running.TLS != next.TLS {

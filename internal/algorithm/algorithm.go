@@ -55,12 +55,12 @@ func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecon
 
 // bucketUnit returns the fixed-point units in one token of bucket l.
 func bucketUnit(l floodgate.Limit) int64 {
-	return fixedpoint.Unit(l.Window.Microseconds(), l.RefillTokens())
+	return fixedpoint.Unit(l.Window.Microseconds(), fixedpoint.Refill(l.Quota, l.Refill))
 }
 
 // bucketPerMicro returns the units bucket l adds per microsecond.
 func bucketPerMicro(l floodgate.Limit) int64 {
-	return fixedpoint.PerMicro(l.Window.Microseconds(), l.RefillTokens())
+	return fixedpoint.PerMicro(l.Window.Microseconds(), fixedpoint.Refill(l.Quota, l.Refill))
 }
 
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.

@@ -25,3 +25,12 @@ func GCD(a, b int64) int64 {
 	}
 	return a
 }
+
+// Refill returns the tokens a token bucket of the given quota (capacity)
+// and Limit.Refill adds per window: refill, or the quota when refill is 0.
+func Refill(quota, refill int64) int64 {
+	if refill == 0 {
+		return quota
+	}
+	return refill
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 )
 
 // Mode selects the rate-limit headers. Whatever the mode, a denied request
@@ -63,7 +64,15 @@ const (
 	HeaderRemaining  = "X-Ratelimit-Remaining"
 	HeaderReset      = "X-Ratelimit-Reset"
 	HeaderRetryAfter = "Retry-After"
+	// HeaderFallback, with the value FallbackLocal, says that the store
+	// was unavailable and this instance decided alone, at its local share
+	// of the limit (a FailLocal rule): the other headers describe that
+	// local limit.
+	HeaderFallback = "Floodgate-Fallback"
 )
+
+// FallbackLocal is HeaderFallback's value.
+const FallbackLocal = "local"
 
 // Order lists the headers in the order front ends that emit a list (Envoy's
 // response_headers_to_add) send them.
@@ -111,7 +120,7 @@ func Window(l floodgate.Limit) int64 {
 	}
 	// ceil(Quota * Window / Refill), exact where it fits in 64 bits.
 	us := uint64(l.Window.Microseconds())
-	div := uint64(l.RefillTokens()) * 1e6
+	div := uint64(fixedpoint.Refill(l.Quota, l.Refill)) * 1e6
 	if hi, lo := bits.Mul64(uint64(l.Quota), us); hi == 0 {
 		return int64((lo + div - 1) / div) // lo < 2^64 - div: the quota is below 2^41
 	}

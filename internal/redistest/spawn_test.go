@@ -1,8 +1,13 @@
 package redistest
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
 )
 
 func TestSpawnStopContKill(t *testing.T) {
@@ -73,5 +78,30 @@ func TestSpawnCluster(t *testing.T) {
 	}
 	if err := c.NodeForSlot(0).Do(t, "SET", key, "1").Error(); err == nil || !strings.HasPrefix(err.Error(), "MOVED 12182") {
 		t.Fatalf("SET on another node = %v, want MOVED 12182", err)
+	}
+}
+
+func TestDelayProxy(t *testing.T) {
+	s := Spawn(t)
+	const oneWay = 2 * time.Millisecond
+	addr := DelayProxy(t, s.Addr, oneWay)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		start := time.Now()
+		if err := c.Do(ctx, c.B().Set().Key("k").Value(strconv.Itoa(i)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		// A lower bound only: the proxy holds each way at least oneWay.
+		if rtt := time.Since(start); rtt < 2*oneWay {
+			t.Fatalf("round trip through the proxy took %s, want at least %s", rtt, 2*oneWay)
+		}
+	}
+	if got, err := c.Do(ctx, c.B().Get().Key("k").Build()).ToString(); err != nil || got != "2" {
+		t.Fatalf("GET k = %q, %v; want 2", got, err)
 	}
 }

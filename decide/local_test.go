@@ -1,0 +1,232 @@
+package decide_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/memory"
+)
+
+// switchable is a store that is unavailable while down is set, as a Redis
+// store is during an outage.
+type switchable struct {
+	floodgate.BatchStore
+	down atomic.Bool
+}
+
+var errDown = fmt.Errorf("redisstore: %w: connection refused", floodgate.ErrStoreUnavailable)
+
+func (s *switchable) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	if s.down.Load() {
+		return floodgate.Decision{}, errDown
+	}
+	return s.BatchStore.AllowN(ctx, key, l, n)
+}
+
+func (s *switchable) AllowBatch(ctx context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
+	if s.down.Load() {
+		for i := range items {
+			results[i] = floodgate.BatchResult{Err: errDown}
+		}
+		return
+	}
+	s.BatchStore.AllowBatch(ctx, items, results)
+}
+
+func (s *switchable) RefundN(ctx context.Context, key string, l floodgate.Limit, n int64) error {
+	if s.down.Load() {
+		return errDown
+	}
+	return s.BatchStore.RefundN(ctx, key, l, n)
+}
+
+func (s *switchable) Reset(ctx context.Context, key string, l floodgate.Limit) error {
+	if s.down.Load() {
+		return errDown
+	}
+	return s.BatchStore.Reset(ctx, key, l)
+}
+
+func TestLocalLimit(t *testing.T) {
+	bucket := floodgate.NewTokenBucket(100, 10, time.Second)
+	for _, tc := range []struct {
+		name  string
+		limit floodgate.Limit
+		share float64
+		want  floodgate.Limit
+		err   string
+	}{
+		{"window quarter", floodgate.PerMinute(100), 0.25, floodgate.PerMinute(25), ""},
+		{"window third", floodgate.PerMinute(300), 1.0 / 3, floodgate.PerMinute(100), ""},
+		{"window rounds down", floodgate.PerMinute(10), 1.0 / 3, floodgate.PerMinute(3), ""},
+		{"window never 0", floodgate.PerMinute(2), 0.25, floodgate.PerMinute(1), ""},
+		{"whole", floodgate.PerMinute(7), 1, floodgate.PerMinute(7), ""},
+		{"counter", floodgate.NewLimit(floodgate.SlidingWindowCounter, 40, time.Second), 0.5, floodgate.NewLimit(floodgate.SlidingWindowCounter, 20, time.Second), ""},
+		{"fixed", floodgate.NewLimit(floodgate.FixedWindow, 9, time.Hour), 1.0 / 3, floodgate.NewLimit(floodgate.FixedWindow, 3, time.Hour), ""},
+		{"bucket whole refill", bucket, 0.5, floodgate.NewTokenBucket(50, 5, time.Second), ""},
+		{"bucket fractional refill", bucket, 0.25, floodgate.NewTokenBucket(25, 10, 4*time.Second), ""},
+		{"bucket third", bucket, 1.0 / 3, floodgate.NewTokenBucket(33, 10, 3*time.Second), ""},
+		{"bucket refill 0 means quota", floodgate.NewLimit(floodgate.TokenBucket, 8, time.Second), 0.25, floodgate.NewTokenBucket(2, 2, time.Second), ""},
+		{"bucket stretched too far", floodgate.NewTokenBucket(10, 1, 200*24*time.Hour), 0.25, floodgate.Limit{}, "must be at most 366 days"},
+		{"share 0", floodgate.PerMinute(10), 0, floodgate.Limit{}, "above 0"},
+		{"share above 1", floodgate.PerMinute(10), 1.5, floodgate.Limit{}, "at most 1"},
+		{"share NaN", floodgate.PerMinute(10), nan(), floodgate.Limit{}, "above 0"},
+		{"invalid limit", floodgate.Limit{}, 0.5, floodgate.Limit{}, "invalid limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decide.LocalLimit(tc.limit, tc.share)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("LocalLimit(%s, %v) = %s, %v; want an error containing %q", tc.limit, tc.share, got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("LocalLimit(%s, %v) = %s (%+v), %v; want %s", tc.limit, tc.share, got, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func nan() float64 { return math.NaN() }
+
+// TestFallbackShare: while the store is down, a FailLocal check admits
+// exactly its local share, says so, and keeps the outage's error; when the
+// store is back, decisions are shared again.
+func TestFallbackShare(t *testing.T) {
+	for _, tc := range cacheLimits {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktest.NewManual(epoch)
+			s := &switchable{BatchStore: memory.New(memory.WithClock(clock))}
+			var logs bytes.Buffer
+			e, err := decide.New(s, decide.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			const share = 0.5
+			local, err := decide.LocalLimit(tc.limit, share)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := []decide.Check{{Rule: "r", Key: "k", Limit: tc.limit, Cost: 1, Failure: decide.FailLocal, LocalShare: share}}
+			s.down.Store(true)
+			admitted := int64(0)
+			for range 2 * tc.limit.Quota {
+				r := e.Decide(ctx, check)
+				o := r.Outcomes[0]
+				if !o.Local || !r.LocalFallback() || !o.Decided || !errors.Is(o.Err, floodgate.ErrStoreUnavailable) || o.Decision.Limit != local.Quota {
+					t.Fatalf("during the outage: %+v, want a local decision under %s with the outage's error", o, local)
+				}
+				if r.Allowed() {
+					admitted++
+				} else if r.Verdict != decide.Denied || r.RetryAfter <= 0 {
+					t.Fatalf("during the outage: %v retry %v", r.Verdict, r.RetryAfter)
+				}
+			}
+			if admitted != local.Quota {
+				t.Errorf("admitted %d during the outage, want the local quota %d", admitted, local.Quota)
+			}
+			if n := strings.Count(logs.String(), "decides the rule alone"); n != 1 {
+				t.Errorf("%d log lines about the fallback, want 1 (throttled):\n%s", n, logs.String())
+			}
+			s.down.Store(false)
+			r := e.Decide(ctx, check)
+			if o := r.Outcomes[0]; !r.Allowed() || o.Local || o.Err != nil || o.Decision.Limit != tc.limit.Quota {
+				t.Fatalf("after the outage: %v %+v, want the shared decision", r.Verdict, o)
+			}
+		})
+	}
+}
+
+// TestFallbackAllOrNothing: checks decided locally are all or nothing, with
+// each other and with the store's; a cost the local share can never pay is
+// denied until the store is back; a check with no key fails open.
+func TestFallbackAllOrNothing(t *testing.T) {
+	s := &switchable{BatchStore: memory.New()}
+	e := newEngine(t, s)
+	ctx := context.Background()
+	small := decide.Check{Rule: "small", Key: "s", Limit: floodgate.PerMinute(4), Failure: decide.FailLocal, LocalShare: 0.5}
+	big := decide.Check{Rule: "big", Key: "b", Limit: floodgate.PerMinute(10), Failure: decide.FailLocal, LocalShare: 0.5}
+	s.down.Store(true)
+	admitted := 0
+	for range 5 {
+		if r := e.Decide(ctx, []decide.Check{big, small}); r.Allowed() {
+			admitted++
+		} else if r.Verdict != decide.Denied || r.Deciding != 1 {
+			t.Fatalf("%v deciding %d, want denied by small", r.Verdict, r.Deciding)
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("admitted %d with both rules, want small's local 2", admitted)
+	}
+	admitted = 0
+	for range 5 {
+		if r := e.Decide(ctx, []decide.Check{big}); r.Allowed() {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Errorf("big alone then admitted %d, want 5-2 = 3 (nothing taken by the denied requests)", admitted)
+	}
+	costly := big
+	costly.Key, costly.Cost = "c", 6
+	if r := e.Decide(ctx, []decide.Check{costly}); r.Verdict != decide.Denied || !r.Outcomes[0].Local || r.RetryAfter != decide.DefaultUnavailableRetryAfter {
+		t.Errorf("cost 6 over a local 5: %v local %v retry %v, want denied locally for %v", r.Verdict, r.Outcomes[0].Local, r.RetryAfter, decide.DefaultUnavailableRetryAfter)
+	}
+	noKey := small
+	noKey.Err = errors.New("no API key")
+	if r := e.Decide(ctx, []decide.Check{noKey}); !r.Allowed() || r.Outcomes[0].Local {
+		t.Errorf("a FailLocal check with no key: %v local %v, want admitted (open)", r.Verdict, r.Outcomes[0].Local)
+	}
+	s.down.Store(false)
+	if r := e.Decide(ctx, []decide.Check{small}); !r.Allowed() || r.Outcomes[0].Decision.Remaining != 3 {
+		t.Errorf("after the outage: %v remaining %d, want the shared 4-1", r.Verdict, r.Outcomes[0].Decision.Remaining)
+	}
+}
+
+// TestFallbackReset: a cached denial keeps answering during an outage, and
+// a Reset through the engine clears it and the local state too.
+func TestFallbackReset(t *testing.T) {
+	s := &switchable{BatchStore: memory.New()}
+	e := newEngine(t, s)
+	ctx := context.Background()
+	l := floodgate.PerMinute(2)
+	check := []decide.Check{{Rule: "r", Key: "k", Limit: l, Failure: decide.FailLocal}}
+	for range 2 {
+		e.Decide(ctx, check)
+	}
+	if r := e.Decide(ctx, check); r.Verdict != decide.Denied || r.Outcomes[0].Local {
+		t.Fatalf("over the shared limit: %v", r.Verdict)
+	}
+	s.down.Store(true)
+	if r := e.Decide(ctx, check); r.Verdict != decide.Denied || !r.Outcomes[0].Cached {
+		t.Fatalf("a cached denial during the outage: %v cached %v", r.Verdict, r.Outcomes[0].Cached)
+	}
+	if err := e.Reset(ctx, "k", l); !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("Reset during the outage = %v, want the store's error", err)
+	}
+	for i := range 3 {
+		r := e.Decide(ctx, check)
+		if want := i < 2; r.Allowed() != want || !r.Outcomes[0].Local {
+			t.Fatalf("local request %d after the reset: %v local %v", i, r.Verdict, r.Outcomes[0].Local)
+		}
+	}
+	if err := e.Reset(ctx, "k", l); !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatal(err)
+	}
+	if r := e.Decide(ctx, check); !r.Allowed() {
+		t.Errorf("after a second reset: %v, want the local state cleared", r.Verdict)
+	}
+}

@@ -1,0 +1,573 @@
+// Package grpclimit is floodgate's gRPC server interceptors: rate-limit
+// rules applied to unary calls and streams before they reach a handler, over
+// any [floodgate.Store].
+//
+//	lim, err := grpclimit.New(grpclimit.Config{
+//		Store: memory.New(),
+//		Rules: []grpclimit.Rule{
+//			{Name: "per-peer", Limit: floodgate.PerMinute(600)},
+//			{Name: "per-tenant", Limit: floodgate.PerHour(10000), Key: grpclimit.Metadata("x-tenant")},
+//			{Name: "search", Limit: floodgate.PerSecond(5), Methods: []string{"/shop.Catalog/Search"}},
+//		},
+//	})
+//	...
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(lim.Unary), grpc.ChainStreamInterceptor(lim.Stream))
+//
+// # Rules
+//
+// Each [Rule] names a limit, the methods it applies to (full method names
+// or whole services) and how to key a call: the peer's address by default
+// (with the x-forwarded-for metadata believed only from trusted proxies, and
+// IPv6 grouped by prefix, as package clientip does for HTTP), a metadata
+// value, the verified client certificate's identity, an identity an
+// authentication interceptor put in the context, or a combination. A call passes only if every rule that applies allows it;
+// the rules are decided together by the decide engine every front end
+// shares, all or nothing. A stream is checked when it starts, and a rule
+// with a MessageCost counts the messages the server receives on it
+// instead, each checked as it arrives. The health and reflection services
+// are skipped unless Config.Skip says otherwise.
+//
+// # Answers
+//
+// A denied call ends with codes.ResourceExhausted and two details: a
+// google.rpc.RetryInfo whose retry_delay is the exact time until a retry of
+// the same call would be admitted, and a google.rpc.QuotaFailure naming the
+// rule. When a fail-closed rule cannot decide (the store is unavailable),
+// the call ends with codes.Unavailable and a RetryInfo; a store error that
+// is not an outage ends it with codes.Internal, never admitting it. Every
+// decided call carries the rate-limit metadata: ratelimit-policy,
+// ratelimit, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset
+// (and retry-after on a denial), with the values of the HTTP middleware's
+// headers; in the response header of an admitted call, in the trailer of a
+// rejected one.
+//
+// It is an adapter room: it imports the root package, the decide engine,
+// clientip, the internal helpers and grpc, never a store or another front
+// end.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+)
+
+// FailureMode says what a rule does when it cannot decide: the store is
+// unavailable or the decision's deadline passed, or its key function
+// failed. It is decide.FailureMode, the vocabulary every front end shares.
+type FailureMode = decide.FailureMode
+
+const (
+	// FailOpen lets the call through as if the rule did not exist (the
+	// zero value).
+	FailOpen = decide.FailOpen
+	// FailClosed ends the call with codes.Unavailable and a RetryInfo.
+	FailClosed = decide.FailClosed
+)
+
+// HeaderMode selects the rate-limit metadata, as httplimit.HeaderMode
+// selects the headers: the IETF ratelimit and ratelimit-policy, the
+// x-ratelimit-* ones, both (the zero value) or none. A denied call gets
+// retry-after whatever the mode.
+type HeaderMode = ratelimitheader.Mode
+
+// The header modes.
+const (
+	HeadersBoth   = ratelimitheader.Both
+	HeadersIETF   = ratelimitheader.IETF
+	HeadersLegacy = ratelimitheader.Legacy
+	HeadersNone   = ratelimitheader.None
+)
+
+// Rule is one rate limit and the calls it applies to.
+type Rule struct {
+	// Name identifies the rule in metadata, status details, logs and store
+	// keys. Required, unique within a Config, printable ASCII.
+	Name string
+	// Limit is the rate limit, as a valid [floodgate.Limit].
+	Limit floodgate.Limit
+	// Methods lists the calls the rule applies to: full method names
+	// ("/shop.Catalog/Search") or whole services ("/shop.Catalog/*").
+	// Empty: every call.
+	Methods []string
+	// Key returns the key the rule counts a call under. Nil: the peer's
+	// address, from Config.ClientIP. See [KeyFunc].
+	Key KeyFunc
+	// MessageCost, if positive, makes the rule count the messages the
+	// server receives on a stream, each of this cost, checked as it
+	// arrives, instead of the stream's start; a unary call's one request
+	// message is checked before the handler runs. Zero: the rule counts
+	// calls, each of cost 1. At most the limit's quota.
+	MessageCost int64
+	// Failure says what to do when the rule cannot decide.
+	Failure FailureMode
+	// Shadow makes the rule decide and report (Config.OnShadowDeny,
+	// Stats.ShadowDenied) but never deny. A shadow rule that cannot decide
+	// fails open, and it never appears in the metadata.
+	Shadow bool
+}
+
+// Config configures a Limiter. Store and Rules are required; every other
+// zero field has a documented default.
+type Config struct {
+	// Store decides the limits; required.
+	Store floodgate.Store
+	// Rules are the limits, checked in order; at least one.
+	Rules []Rule
+	// ClientIP finds the peer's address for rules keyed by it. Nil: a
+	// clientip.Resolver zero value, which trusts no proxy (the key is the
+	// connection's peer) and groups IPv6 by /64.
+	ClientIP *clientip.Extractor
+	// KeyPrefix is put before every store key, so several Limiters (or
+	// applications) can share one store: store keys are
+	// decide.StoreKey(KeyPrefix, rule name, key). It must not hold '{' or
+	// '}'.
+	KeyPrefix string
+	// Headers selects the rate-limit metadata; the zero value sends both
+	// the IETF and the x-ratelimit-* fields.
+	Headers HeaderMode
+	// Timeout, if positive, bounds each call's decision
+	// (decide.Options.Timeout); passing it is an outage. Zero: the store's
+	// own per-call timeout is the one budget.
+	Timeout time.Duration
+	// UnavailableRetryAfter is the RetryInfo delay of a call that a
+	// fail-closed rule could not decide. Zero:
+	// decide.DefaultUnavailableRetryAfter.
+	UnavailableRetryAfter time.Duration
+	// Skip, if set, exempts the calls for which it returns true: they pass
+	// with no rule checked and no metadata added. Nil: [SkipHealthAndReflection].
+	Skip func(ctx context.Context, fullMethod string) bool
+	// OnStoreError, if set, is called for every failure: a store call that
+	// failed or timed out, a refund that failed, or a key function's error
+	// (err matches ErrKey). It must be quick and safe for concurrent use.
+	OnStoreError func(ctx context.Context, rule string, err error)
+	// OnShadowDeny, if set, is called when a shadow rule would have denied
+	// a call. Same constraints as OnStoreError.
+	OnShadowDeny func(ctx context.Context, rule string, d floodgate.Decision)
+	// Logger receives a warning about failures, at most one line per
+	// LogInterval. Nil: slog.Default().
+	Logger *slog.Logger
+	// LogInterval is the least time between two failure log lines. Zero:
+	// decide.DefaultLogInterval.
+	LogInterval time.Duration
+	// Clock tells the time for x-ratelimit-reset and log throttling. Nil:
+	// the system clock. Decisions take the store's time.
+	Clock floodgate.Clock
+}
+
+// SkipHealthAndReflection reports whether fullMethod belongs to the gRPC
+// health service (grpc.health.v1.Health) or to server reflection
+// (grpc.reflection.v1 and v1alpha): the calls a Limiter skips when
+// Config.Skip is nil.
+func SkipHealthAndReflection(_ context.Context, fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.v1.ServerReflection/") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.v1alpha.ServerReflection/")
+}
+
+// ErrKey marks a key function's failure, as passed to OnStoreError.
+var ErrKey = errors.New("grpclimit: no key for the call")
+
+// ConfigError reports a bad Config field, naming the field and its value.
+type ConfigError struct {
+	Field  string // such as "Rules[1].Methods[0]"
+	Value  string // the bad value, formatted
+	Reason string
+	Err    error // the underlying error, if any
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("grpclimit: %s %s %s", e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Stats counts what a Limiter has done since it was created.
+type Stats struct {
+	// Denied counts calls and stream messages ended with ResourceExhausted.
+	Denied uint64
+	// ShadowDenied counts shadow-rule decisions that would have denied.
+	ShadowDenied uint64
+	// Unavailable counts calls ended with Unavailable by a fail-closed rule.
+	Unavailable uint64
+	// StoreErrors counts store calls that failed or timed out, refunds
+	// included.
+	StoreErrors uint64
+	// KeyErrors counts key functions that returned an error.
+	KeyErrors uint64
+}
+
+// Limiter holds the interceptors. Create it with New; it is safe for
+// concurrent use and holds no goroutines or resources.
+type Limiter struct {
+	engine       *decide.Engine
+	rules        []rule
+	headers      HeaderMode
+	skip         func(context.Context, string) bool
+	onStoreError func(context.Context, string, error)
+	onShadowDeny func(context.Context, string, floodgate.Decision)
+	now          func() time.Time // the Clock's Now, or time.Now
+	anyMessages  bool             // a rule counts stream messages
+
+	denied    atomic.Uint64
+	shadowed  atomic.Uint64
+	unavail   atomic.Uint64
+	storeErrs atomic.Uint64
+	keyErrs   atomic.Uint64
+}
+
+// rule is a Rule checked and prepared for serving.
+type rule struct {
+	name     string
+	limit    floodgate.Limit
+	exact    []string // full method names
+	services []string // "/pkg.Service/" prefixes
+	key      KeyFunc
+	shadow   bool
+	messages bool // counts stream messages
+	keys     decide.KeySpace
+	check    decide.Check // the engine's check, but for its Key
+	policy   ratelimitheader.Policy
+	quota    *anypb.Any // the QuotaFailure detail of a denial
+}
+
+// New checks cfg and returns its Limiter. The error is a *ConfigError naming
+// the bad field.
+func New(cfg Config) (*Limiter, error) {
+	if cfg.Store == nil {
+		return nil, &ConfigError{Field: "Store", Value: "<nil>", Reason: "is required"}
+	}
+	if len(cfg.Rules) == 0 {
+		return nil, &ConfigError{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"}
+	}
+	if cfg.Headers > HeadersNone {
+		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
+	}
+	if cfg.UnavailableRetryAfter < 0 {
+		return nil, &ConfigError{Field: "UnavailableRetryAfter", Value: cfg.UnavailableRetryAfter.String(), Reason: "must not be negative"}
+	}
+	if cfg.Timeout < 0 {
+		return nil, &ConfigError{Field: "Timeout", Value: cfg.Timeout.String(), Reason: "must not be negative (0: the store's own timeout)"}
+	}
+	if cfg.LogInterval < 0 {
+		return nil, &ConfigError{Field: "LogInterval", Value: cfg.LogInterval.String(), Reason: "must not be negative"}
+	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		return nil, &ConfigError{Field: "KeyPrefix", Value: fmt.Sprintf("%q", cfg.KeyPrefix), Reason: "must not hold '{' or '}': it would give every key one Redis Cluster hash tag"}
+	}
+	l := &Limiter{
+		headers:      cfg.Headers,
+		skip:         cfg.Skip,
+		onStoreError: cfg.OnStoreError,
+		onShadowDeny: cfg.OnShadowDeny,
+		now:          time.Now,
+	}
+	if cfg.Clock != nil {
+		l.now = cfg.Clock.Now
+	}
+	if l.skip == nil {
+		l.skip = SkipHealthAndReflection
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	engine, err := decide.New(cfg.Store, decide.Options{
+		Timeout:               cfg.Timeout,
+		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
+		Logger:                logger,
+		LogInterval:           cfg.LogInterval,
+		Now:                   l.now,
+	})
+	if err != nil {
+		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
+	}
+	l.engine = engine
+	peerKey := PeerAddress(cfg.ClientIP)
+	seen := map[string]bool{}
+	for i, r := range cfg.Rules {
+		cr, err := compileRule(i, r, cfg.KeyPrefix, peerKey)
+		if err != nil {
+			return nil, err
+		}
+		if seen[r.Name] {
+			return nil, &ConfigError{Field: fmt.Sprintf("Rules[%d].Name", i), Value: fmt.Sprintf("%q", r.Name), Reason: "is used by an earlier rule"}
+		}
+		seen[r.Name] = true
+		l.anyMessages = l.anyMessages || cr.messages
+		l.rules = append(l.rules, cr)
+	}
+	return l, nil
+}
+
+func compileRule(i int, r Rule, keyPrefix string, peerKey KeyFunc) (rule, error) {
+	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
+	if r.Name == "" {
+		return rule{}, &ConfigError{Field: field("Name"), Value: `""`, Reason: "is required"}
+	}
+	for j := 0; j < len(r.Name); j++ {
+		if c := r.Name[j]; c < 0x20 || c > 0x7e {
+			return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "must be printable ASCII"}
+		}
+	}
+	if err := r.Limit.Validate(); err != nil {
+		return rule{}, &ConfigError{Field: field("Limit"), Value: r.Limit.String(), Reason: "is invalid", Err: err}
+	}
+	if r.Failure > FailClosed {
+		return rule{}, &ConfigError{Field: field("Failure"), Value: r.Failure.String(), Reason: "must be FailOpen or FailClosed"}
+	}
+	if r.MessageCost < 0 || r.MessageCost > r.Limit.Quota {
+		return rule{}, &ConfigError{Field: field("MessageCost"), Value: fmt.Sprint(r.MessageCost), Reason: fmt.Sprintf("must be between 0 (count calls) and the limit's quota %d", r.Limit.Quota)}
+	}
+	cost := int64(1)
+	if r.MessageCost > 0 {
+		cost = r.MessageCost
+	}
+	cr := rule{
+		name:     r.Name,
+		limit:    r.Limit,
+		key:      r.Key,
+		shadow:   r.Shadow,
+		messages: r.MessageCost > 0,
+		keys:     decide.NewKeySpace(keyPrefix, r.Name),
+		check:    decide.Check{Rule: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, Shadow: r.Shadow},
+	}
+	for j, m := range r.Methods {
+		svc, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
+		if !strings.HasPrefix(m, "/") || !ok || svc == "" || method == "" || strings.Contains(method, "/") ||
+			strings.Contains(method, "*") && method != "*" || strings.Contains(svc, "*") {
+			return rule{}, &ConfigError{Field: field(fmt.Sprintf("Methods[%d]", j)), Value: fmt.Sprintf("%q", m),
+				Reason: `is not a full method name ("/pkg.Service/Method") or a service ("/pkg.Service/*")`}
+		}
+		if method == "*" {
+			cr.services = append(cr.services, "/"+svc+"/")
+		} else {
+			cr.exact = append(cr.exact, m)
+		}
+	}
+	if cr.key == nil {
+		cr.key = peerKey
+	}
+	var err error
+	if cr.policy, err = ratelimitheader.ForLimit(r.Name, r.Limit); err != nil {
+		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be serialized", Err: err}
+	}
+	if cr.quota, err = quotaFailure(r.Name, r.Limit); err != nil {
+		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be marshalled into a QuotaFailure", Err: err}
+	}
+	return cr, nil
+}
+
+// matches reports whether the rule applies to fullMethod.
+func (ru *rule) matches(fullMethod string) bool {
+	if ru.exact == nil && ru.services == nil {
+		return true
+	}
+	for _, m := range ru.exact {
+		if m == fullMethod {
+			return true
+		}
+	}
+	for _, s := range ru.services {
+		if strings.HasPrefix(fullMethod, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Stats returns the Limiter's counters.
+func (l *Limiter) Stats() Stats {
+	return Stats{
+		Denied:       l.denied.Load(),
+		ShadowDenied: l.shadowed.Load(),
+		Unavailable:  l.unavail.Load(),
+		StoreErrors:  l.storeErrs.Load(),
+		KeyErrors:    l.keyErrs.Load(),
+	}
+}
+
+// Unary is the unary server interceptor: pass it to
+// grpc.ChainUnaryInterceptor (or grpc.UnaryInterceptor). A call over a
+// limit ends with the limit's status before the handler runs.
+func (l *Limiter) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if l.skip(ctx, info.FullMethod) {
+		return handler(ctx, req)
+	}
+	md, err := l.decide(ctx, info.FullMethod, phaseUnary)
+	if err != nil {
+		if md != nil {
+			_ = grpc.SetTrailer(ctx, md)
+		}
+		return nil, err
+	}
+	if md != nil {
+		_ = grpc.SetHeader(ctx, md)
+	}
+	return handler(ctx, req)
+}
+
+// Stream is the stream server interceptor: pass it to
+// grpc.ChainStreamInterceptor (or grpc.StreamInterceptor). A stream over a
+// limit ends with the limit's status before the handler runs; with rules
+// that count messages, a received message over a limit makes RecvMsg
+// return the status, which the handler should return.
+func (l *Limiter) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx := ss.Context()
+	if l.skip(ctx, info.FullMethod) {
+		return handler(srv, ss)
+	}
+	md, err := l.decide(ctx, info.FullMethod, phaseStart)
+	if err != nil {
+		if md != nil {
+			ss.SetTrailer(md)
+		}
+		return err
+	}
+	if md != nil {
+		_ = ss.SetHeader(md)
+	}
+	if l.anyMessages {
+		ss = &countedStream{ServerStream: ss, l: l, method: info.FullMethod}
+	}
+	return handler(srv, ss)
+}
+
+// countedStream checks every message the server receives against the rules
+// that count messages.
+type countedStream struct {
+	grpc.ServerStream
+	l      *Limiter
+	method string
+}
+
+// RecvMsg receives a message and checks it; over a limit, it returns the
+// limit's status and sets the rate-limit trailer.
+func (s *countedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	md, err := s.l.decide(s.Context(), s.method, phaseMessage)
+	if err != nil && md != nil {
+		s.SetTrailer(md)
+	}
+	return err
+}
+
+// phase is the moment a call is checked at.
+type phase uint8
+
+const (
+	phaseUnary   phase = iota // a unary call: every rule, message counters with their cost
+	phaseStart                // a stream's start: the rules that count calls
+	phaseMessage              // a received stream message: the rules that count messages
+)
+
+// applies reports whether the rule is checked at phase p.
+func (ru *rule) applies(p phase) bool {
+	switch p {
+	case phaseStart:
+		return !ru.messages
+	case phaseMessage:
+		return ru.messages
+	}
+	return true
+}
+
+// maxInline is the number of rules a call can match before decide's buffers
+// leave the stack.
+const maxInline = 8
+
+// decide applies the rules that match fullMethod at phase p through the
+// engine. It returns the rate-limit metadata to send (nil for none) and,
+// when the call must not go on, its status error.
+func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md metadata.MD, err error) {
+	var (
+		checksBuf   [maxInline]decide.Check
+		rulesBuf    [maxInline]*rule
+		outcomesBuf [maxInline]decide.Outcome
+	)
+	checks, rules := checksBuf[:0], rulesBuf[:0]
+	for i := range l.rules {
+		ru := &l.rules[i]
+		if !ru.applies(p) || !ru.matches(fullMethod) {
+			continue
+		}
+		c := ru.check
+		key, err := ru.key(ctx, fullMethod)
+		switch {
+		case err != nil:
+			c.Err = fmt.Errorf("%w: %w", ErrKey, err)
+		case key == "":
+			continue // the rule does not apply to this call
+		default:
+			c.Key = ru.keys.Key(key)
+		}
+		checks = append(checks, c)
+		rules = append(rules, ru)
+	}
+	if len(checks) == 0 {
+		return nil, nil
+	}
+	res := l.engine.DecideInto(ctx, checks, outcomesBuf[:])
+	l.count(ctx, checks, rules, &res)
+	switch res.Verdict {
+	case decide.Admitted:
+		return l.metadata(rules, &res), nil
+	case decide.Denied:
+		l.denied.Add(1)
+		ru := rules[res.Deciding]
+		return l.metadata(rules, &res), denied(ru, res.Outcomes[res.Deciding].Decision)
+	case decide.Unavailable:
+		l.unavail.Add(1)
+		return retryAfterMD(res.RetryAfter), unavailable(rules[res.Deciding].name, res.RetryAfter)
+	default: // StoreError, or Invalid, which validated rules cannot be
+		return nil, storeFailed(res.Err())
+	}
+}
+
+// count updates the counters and calls the hooks for a request's outcomes.
+func (l *Limiter) count(ctx context.Context, checks []decide.Check, rules []*rule, res *decide.Result) {
+	gone := ctx.Err() != nil
+	for i := range res.Outcomes {
+		o, ru := &res.Outcomes[i], rules[i]
+		switch res.Event(checks, i, gone) {
+		case decide.KeyFailed:
+			l.keyErrs.Add(1)
+			if l.onStoreError != nil {
+				l.onStoreError(ctx, ru.name, o.Err)
+			}
+		case decide.StoreFailed:
+			l.storeErrs.Add(1)
+			if l.onStoreError != nil {
+				l.onStoreError(ctx, ru.name, fmt.Errorf("grpclimit: rule %q: store: %w", ru.name, o.Err))
+			}
+		case decide.ShadowDenied:
+			l.shadowed.Add(1)
+			if l.onShadowDeny != nil {
+				l.onShadowDeny(ctx, ru.name, o.Decision)
+			}
+		}
+		if o.RefundErr != nil {
+			l.storeErrs.Add(1)
+			if l.onStoreError != nil {
+				l.onStoreError(ctx, ru.name, fmt.Errorf("grpclimit: %w", o.RefundErr))
+			}
+		}
+	}
+}

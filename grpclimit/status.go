@@ -1,0 +1,132 @@
+package grpclimit
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+)
+
+// The rate-limit metadata keys: the HTTP header names in lower case, as
+// gRPC metadata keys are.
+const (
+	MetadataPolicy     = "ratelimit-policy"
+	MetadataRateLimit  = "ratelimit"
+	MetadataLimit      = "x-ratelimit-limit"
+	MetadataRemaining  = "x-ratelimit-remaining"
+	MetadataReset      = "x-ratelimit-reset"
+	MetadataRetryAfter = "retry-after"
+	// MetadataPushback is grpc-go's retry pushback: a client whose retry
+	// policy retries the status waits this many milliseconds, the retry
+	// delay rounded up, instead of its own backoff.
+	MetadataPushback = "grpc-retry-pushback-ms"
+)
+
+// metadataKeys maps the encoder's canonical header names to metadata keys.
+var metadataKeys = map[string]string{
+	ratelimitheader.HeaderPolicy:     MetadataPolicy,
+	ratelimitheader.HeaderRateLimit:  MetadataRateLimit,
+	ratelimitheader.HeaderLimit:      MetadataLimit,
+	ratelimitheader.HeaderRemaining:  MetadataRemaining,
+	ratelimitheader.HeaderReset:      MetadataReset,
+	ratelimitheader.HeaderRetryAfter: MetadataRetryAfter,
+}
+
+// metadata returns the rate-limit metadata of a decided call, encoded by
+// the one encoder every front end shares: the ratelimit-policy of every
+// non-shadow rule that applied, the others for the deciding rule, and
+// retry-after when it denied. Nil when there is nothing to send.
+func (l *Limiter) metadata(rules []*rule, res *decide.Result) metadata.MD {
+	var list ratelimitheader.List
+	if l.headers != HeadersNone && l.headers != HeadersLegacy {
+		for _, ru := range rules {
+			if !ru.shadow {
+				list.Add(&ru.policy)
+			}
+		}
+	}
+	var most *ratelimitheader.Policy
+	var d floodgate.Decision
+	if res.Deciding >= 0 && !rules[res.Deciding].shadow {
+		most, d = &rules[res.Deciding].policy, res.Outcomes[res.Deciding].Decision
+	}
+	h := make(http.Header, len(ratelimitheader.Order)+1)
+	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.now())
+	if len(h) == 0 {
+		return nil
+	}
+	// The same map, its keys renamed to the metadata's lower case.
+	md := metadata.MD(h)
+	for _, k := range ratelimitheader.Order {
+		if v, ok := h[k]; ok {
+			delete(h, k)
+			md[metadataKeys[k]] = v
+		}
+	}
+	if !d.Allowed && most != nil {
+		md[MetadataPushback] = []string{pushback(d.RetryAfter)}
+	}
+	return md
+}
+
+// pushback formats a retry delay as grpc-retry-pushback-ms: whole
+// milliseconds, rounded up, so a client that waits them is never early.
+func pushback(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Millisecond-1)/time.Millisecond), 10)
+}
+
+// retryAfterMD is the metadata of a call a fail-closed rule could not
+// decide: retry-after only, as the HTTP front ends send with their 503.
+func retryAfterMD(d time.Duration) metadata.MD {
+	return metadata.MD{MetadataRetryAfter: {ratelimitheader.RetryAfter(d)}, MetadataPushback: {pushback(d)}}
+}
+
+// quotaFailure returns a rule's QuotaFailure detail, marshalled once when
+// the rule is loaded.
+func quotaFailure(name string, l floodgate.Limit) (*anypb.Any, error) {
+	return anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+		Subject:     "rule:" + name,
+		Description: fmt.Sprintf("the call exceeds the quota of rule %q: %s", name, l),
+		QuotaId:     name,
+		QuotaValue:  l.Quota,
+	}}})
+}
+
+// denied is the status of a call over ru's limit: ResourceExhausted with a
+// RetryInfo of the exact delay and a QuotaFailure naming the rule.
+func denied(ru *rule, d floodgate.Decision) error {
+	msg := "rate limit exceeded: rule " + strconv.Quote(ru.name) + "; retry after " + d.RetryAfter.String()
+	retry, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
+	if err != nil { // cannot happen: a RetryInfo marshals
+		return status.Error(codes.ResourceExhausted, msg)
+	}
+	return status.FromProto(&spb.Status{Code: int32(codes.ResourceExhausted), Message: msg, Details: []*anypb.Any{retry, ru.quota}}).Err()
+}
+
+// unavailable is the status of a call that the fail-closed rule named rule
+// could not decide: Unavailable with a RetryInfo.
+func unavailable(rule string, retry time.Duration) error {
+	st := status.New(codes.Unavailable, fmt.Sprintf("the rate-limit store cannot decide and rule %q fails closed; retry after %s", rule, retry))
+	if withRetry, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
+		st = withRetry
+	}
+	return st.Err()
+}
+
+// storeFailed is the status of a call a store error kept from being
+// decided: Internal, never admitted.
+func storeFailed(err error) error {
+	return status.Error(codes.Internal, fmt.Sprintf("the rate-limit store failed; the call was not let through: %v", err))
+}
