@@ -1,6 +1,7 @@
 # floodgate's developer and CI entry points. `make test` is what .ci/run runs.
 #
 #   make test       go vet, then the whole suite (-race) against the Redis harness
+#                   and real nginx and Caddy (installed by scripts/proxies.sh)
 #   make bench      floodgate against its peers (bench/cmd/peerbench): rewrites the
 #                   "Peers" block of docs/PERFORMANCE.md and its charts in docs/img
 #                   (a few minutes; PEERBENCHFLAGS=-long for steadier figures)
@@ -13,6 +14,8 @@
 # test and bench start the harness, run with its addresses in the environment
 # (FLOODGATE_REQUIRE_REDIS=1: a missing Redis fails instead of skipping), and
 # stop it afterwards whatever the outcome, keeping the go test exit status.
+# test also installs nginx and Caddy when missing and sets
+# FLOODGATE_REQUIRE_PROXIES=1, so docs/PROXIES.md's recipes cannot be skipped.
 # A harness that was already up and healthy before they started is left
 # running: it belongs to whoever started it (`make redis-down` stops it).
 
@@ -47,7 +50,8 @@ endef
 all: test
 
 test: vet
-	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./...)
+	scripts/proxies.sh ensure
+	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./...)
 
 # bench runs in the bench module (peer libraries never enter floodgate's
 # go.mod); -docs and -img are relative to it.

@@ -14,7 +14,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -116,15 +119,43 @@ func Parse(data []byte, source string) (*Config, error) {
 		return nil, fmt.Errorf("%s: the file is empty", source)
 	}
 	c := &Config{Source: source}
-	lines, err := yamlfield.Decode(&root, c)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
+	lines, decodeErr := yamlfield.Decode(&root, c)
 	c.lines = lines
-	if err := c.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
+	// Validate what did decode too, so that one type error does not hide
+	// the file's other errors; a field that did not decode is reported
+	// once, by its type error.
+	errs := leaves(decodeErr)
+	if decodeErr == nil {
+		errs = nil
+	}
+	failed := map[string]bool{}
+	for _, e := range errs {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			failed[fe.Path] = true
+		}
+	}
+	for _, e := range leaves(c.validate()) {
+		var fe *FieldError
+		if e == nil || errors.As(e, &fe) && underAny(fe.Path, failed) {
+			continue
+		}
+		errs = append(errs, e)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", source, errors.Join(byLine(errs)...))
 	}
 	return c, nil
+}
+
+// underAny reports whether path is one of paths or inside one.
+func underAny(path string, paths map[string]bool) bool {
+	for p := range paths {
+		if path == p || strings.HasPrefix(path, p+".") || strings.HasPrefix(path, p+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 // Load reads and validates the configuration file at path.
@@ -176,6 +207,11 @@ func (c *Config) validate() error {
 	if c.Store.Type == "" {
 		c.Store.Type = StoreMemory
 	}
+	for _, f := range []struct{ path, value string }{{"listen", c.Listen}, {"grpc_listen", c.GRPCListen}} {
+		if err := CheckListen(f.value); err != nil {
+			errs = append(errs, c.lines.Error(f.path, f.value, err.Error()))
+		}
+	}
 	errs = append(errs, c.Store.check(c.lines)...)
 	errs = append(errs, c.checkServe()...)
 	if _, err := c.RedisConfig(); err != nil {
@@ -184,12 +220,11 @@ func (c *Config) validate() error {
 	if _, err := c.Policy(); err != nil {
 		errs = append(errs, err)
 	}
-	switch c.Log.Format {
-	case "":
+	if c.Log.Format == "" {
 		c.Log.Format = "text"
-	case "text", "json":
-	default:
-		errs = append(errs, c.lines.Error("log.format", c.Log.Format, "is not text or json"))
+	}
+	if err := CheckLogFormat(c.Log.Format); err != nil {
+		errs = append(errs, c.lines.Error("log.format", c.Log.Format, err.Error()))
 	}
 	switch c.Log.Level {
 	case "":
@@ -199,4 +234,87 @@ func (c *Config) validate() error {
 		errs = append(errs, c.lines.Error("log.level", c.Log.Level, "is not debug, info, warn or error"))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckListen checks a listen address as net.Listen("tcp", addr) reads it,
+// without listening: host:port with a port from 0 to 65535 (or a service
+// name) and a host that is empty (every interface), an IP address or a
+// name. The error says what is wrong and how to write it.
+func CheckListen(addr string) error {
+	const how = "; write host:port, such as 127.0.0.1:8080 or :8080"
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return fmt.Errorf("is not a listen address: %s%s", ae.Err, how)
+		}
+		return fmt.Errorf("is not a listen address%s", how)
+	}
+	if port == "" {
+		return fmt.Errorf("has no port%s", how)
+	}
+	if n, err := strconv.ParseUint(port, 10, 64); err == nil {
+		if n > 65535 {
+			return fmt.Errorf("has port %s, over 65535", port)
+		}
+	} else if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("has port %q, which is not a number from 0 to 65535%s", port, strings.TrimPrefix(how, ";"))
+	}
+	if host != "" && net.ParseIP(host) == nil && !validHostname(host) {
+		return fmt.Errorf("has host %q, which is not an IP address or a host name%s", host, how)
+	}
+	return nil
+}
+
+// validHostname reports whether h is a DNS name: dot-separated labels of
+// letters, digits and hyphens.
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// CheckLogFormat checks a log format: text or json.
+func CheckLogFormat(format string) error {
+	if format != "text" && format != "json" {
+		return errors.New("is not text or json")
+	}
+	return nil
+}
+
+// Where names the place of path in the file, for an error found outside
+// this package: "floodgate.yaml: line 3" (or the nearest enclosing path's
+// line, or just the source).
+func (c *Config) Where(path string) string {
+	if n := c.lines.Line(path); n > 0 {
+		return fmt.Sprintf("%s: line %d: %s", c.Source, n, path)
+	}
+	return fmt.Sprintf("%s: %s", c.Source, path)
+}
+
+// Warnings lists settings that are valid but probably mistakes, each
+// naming its line: a trusted_proxies entry that trusts every address (so
+// any client can pick its own key with X-Forwarded-For).
+func (c *Config) Warnings() []string {
+	var out []string
+	for i, cidr := range c.ClientIP.TrustedProxies {
+		pfx, err := netip.ParsePrefix(strings.TrimSpace(cidr))
+		if err != nil || pfx.Bits() != 0 {
+			continue
+		}
+		path := yamlfield.Index("client_ip.trusted_proxies", i)
+		out = append(out, c.Source+": "+c.lines.Error(path, cidr, "trusts every address: any client can then choose its own key with X-Forwarded-For or Forwarded, and spend another client's quota; list only your proxies' addresses").Error())
+	}
+	return out
 }

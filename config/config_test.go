@@ -172,6 +172,15 @@ func TestParseErrors(t *testing.T) {
 		{"not a mapping", "rules:\n  - just-a-string\n", []string{"line 2"}},
 		{"empty", "", []string{"empty"}},
 		{"two errors reported", "rules:\n  - name: a\n    algorithm: nope\n  - name: b\n    algorithm: nope2\n", []string{"nope", "nope2"}},
+		{"fractional limit", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 3.5\n    window: 1m\n", []string{"line 4", "rules[0].limit", `"3.5" is not a whole number`}},
+		{"bare number window", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 3\n    window: 60\n", []string{"line 5", "rules[0].window", "a duration such as 60s or 1m"}},
+		{"days window", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 3\n    window: 1d\n", []string{"line 5", "rules[0].window", "write 24h"}},
+		{"word limit", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: five\n    window: 1m\n", []string{"line 4", `"five" is not a whole number`}},
+		{"listen without port", "listen: not-an-address\n", []string{"line 1", "listen", "not-an-address", "host:port"}},
+		{"listen port too high", "listen: 127.0.0.1:99999\n", []string{"line 1", "listen", "99999", "65535"}},
+		{"listen bad host", "listen: \"exa mple:80\"\n", []string{"line 1", "listen", "host"}},
+		{"grpc_listen bad port", "grpc_listen: \"127.0.0.1:http-ish\"\n", []string{"line 1", "grpc_listen", "port"}},
+		{"bad log level", "log:\n  level: loud\n", []string{"line 2", "log.level", "loud"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -211,4 +220,122 @@ func TestPasswordFromEnv(t *testing.T) {
 	if strings.Contains(c.Store.String(), "s3cret") {
 		t.Fatal("Store.String leaks the password")
 	}
+}
+
+// TestEveryErrorTogether: a type error does not hide the file's other
+// errors, and a field that did not decode is reported once, by its type
+// error, not again as the zero value it was left at.
+func TestEveryErrorTogether(t *testing.T) {
+	src := `listen: 127.0.0.1:99999
+rules:
+  - name: a
+    algorithm: fixed_window
+    limit: five
+    window: 60
+  - name: b
+    algorithm: fixed_window
+    limit: 3.5
+    window: 1d
+  - name: c
+    algorithm: nope
+store:
+  type: memcached
+`
+	_, err := Parse([]byte(src), "f.yaml")
+	if err == nil {
+		t.Fatal("Parse accepted a file full of errors")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"line 1: listen", "line 5: rules[0].limit", "line 6: rules[0].window", "line 9: rules[1].limit",
+		"line 10: rules[1].window", "line 12: rules[2].algorithm", "line 14: store.type",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error lacks %q:\n%s", want, msg)
+		}
+	}
+	if n := strings.Count(msg, "rules[0].limit"); n != 1 {
+		t.Errorf("rules[0].limit reported %d times:\n%s", n, msg)
+	}
+	if strings.Contains(msg, "must be at least") {
+		t.Errorf("a field that did not decode is reported again as its zero value:\n%s", msg)
+	}
+	// In line order.
+	if i, j := strings.Index(msg, "line 1:"), strings.Index(msg, "line 14:"); i > j {
+		t.Errorf("errors out of line order:\n%s", msg)
+	}
+}
+
+func TestCheckListen(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:8080", true}, {":8080", true}, {"[::1]:0", true}, {"localhost:http", true}, {"my-host.example:443", true},
+		{"0.0.0.0:65535", true},
+		{"not-an-address", false}, {"127.0.0.1:99999", false}, {"127.0.0.1:", false}, {"127.0.0.1:-1", false},
+		{"::1:80", false}, {"exa mple:80", false}, {"", false}, {"host:no-such-service-name", false},
+	} {
+		if err := CheckListen(c.addr); (err == nil) != c.ok {
+			t.Errorf("CheckListen(%q) = %v, want ok %v", c.addr, err, c.ok)
+		}
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want []string
+	}{
+		{"client_ip:\n  trusted_proxies: [10.0.0.0/8]\n", nil},
+		{"client_ip:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - 0.0.0.0/0\n", []string{"f.yaml: line 4: client_ip.trusted_proxies[1]: 0.0.0.0/0 trusts every address"}},
+		{"client_ip:\n  trusted_proxies: [\"::/0\"]\n", []string{"client_ip.trusted_proxies[0]: ::/0 trusts every address"}},
+		{Example, nil},
+	} {
+		cfg, err := Parse([]byte(c.yaml), "f.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cfg.Warnings()
+		if len(got) != len(c.want) {
+			t.Errorf("%q: warnings %q, want %q", c.yaml, got, c.want)
+			continue
+		}
+		for i := range got {
+			if !strings.Contains(got[i], c.want[i]) {
+				t.Errorf("%q: warning %q lacks %q", c.yaml, got[i], c.want[i])
+			}
+		}
+	}
+}
+
+// FuzzParse: any file is either a config that validates (its policy
+// builds) or an error naming the file, never a panic.
+func FuzzParse(f *testing.F) {
+	f.Add(Example)
+	f.Add("listen: 127.0.0.1:99999\nrules:\n  - name: a\n    algorithm: fixed_window\n    limit: 3.5\n    window: 1d\n")
+	f.Add("store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  timeout: 5ms\n  tls: true\n")
+	f.Add("rules:\n  - &r {name: a, algorithm: token_bucket, capacity: 3, refill: 1/s}\n  - *r\n")
+	f.Add("client_ip:\n  trusted_proxies: [0.0.0.0/0]\n  ipv6_prefix: 48\nheaders: ietf\nlog: {level: debug, format: json}\n")
+	f.Add("{}")
+	f.Add("[1, 2]")
+	f.Fuzz(func(t *testing.T, src string) {
+		cfg, err := Parse([]byte(src), "f.yaml")
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f.yaml: ") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		if _, err := cfg.Policy(); err != nil {
+			t.Fatalf("a config that validated has no policy: %v\n%s", err, src)
+		}
+		if _, err := cfg.RedisConfig(); err != nil {
+			t.Fatalf("a config that validated has no store config: %v\n%s", err, src)
+		}
+		if err := CheckListen(cfg.Listen); err != nil {
+			t.Fatalf("a config that validated listens on %q: %v", cfg.Listen, err)
+		}
+		_ = cfg.Warnings()
+	})
 }

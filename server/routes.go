@@ -13,6 +13,9 @@ import (
 // Handler returns the HTTP API with its probes and metrics:
 //
 //	POST /v1/check          one decision: {"rule","key","cost"}     scope decide
+//	                        (names exact and once each, keys UTF-8 text:
+//	                        invalid UTF-8 and lone surrogate escapes are
+//	                        answered 400, never folded into U+FFFD)
 //	POST /v1/reset          clear one key under one rule: {"rule","key"}  scope admin
 //	GET  /v1/rules          the active rules                        scope admin
 //	*    /v1/forward-auth   forward auth keyed on the client's address (any method)  scope decide

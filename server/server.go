@@ -152,22 +152,28 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 }
 
 // Reload replaces the policy with p; requests in flight finish under the
-// one they started with. If p is invalid, the policy in force stays. Either
-// way the reload is counted in floodgate_config_reloads_total.
+// one they started with. If p is invalid, the policy in force stays. The
+// caller counts the attempt with CountReload, once, whatever else it
+// reloads with it.
 func (s *Server) Reload(p Policy) error {
 	pol, err := newPolicy(p)
 	if err != nil {
-		s.ReloadFailed()
 		return err
 	}
 	s.policy.Store(pol)
-	s.metrics.reloads.WithLabelValues("ok").Inc()
 	return nil
 }
 
-// ReloadFailed counts a reload that failed before it reached Reload, such
-// as a configuration file that does not parse.
-func (s *Server) ReloadFailed() { s.metrics.reloads.WithLabelValues("error").Inc() }
+// CountReload counts one reload attempt in floodgate_config_reloads_total,
+// by result: ok, or error when any part of it failed (a file that does not
+// parse, a policy Reload rejects, rules of another service).
+func (s *Server) CountReload(ok bool) {
+	result := "error"
+	if ok {
+		result = "ok"
+	}
+	s.metrics.reloads.WithLabelValues(result).Inc()
+}
 
 // checkRequest is the body of POST /v1/check and POST /v1/reset.
 type checkRequest struct {
@@ -189,12 +195,30 @@ type CheckResponse struct {
 	Shadow       bool `json:"shadow,omitempty"`
 	ShadowDenied bool `json:"shadow_denied,omitempty"`
 	// StoreUnavailable is set when the store could not decide and the
-	// rule's fail-open mode admitted the request.
+	// rule's fail-open mode admitted the request. Remaining, RetryAfterMs
+	// and ResetAfterMs are then unknown: zero here, left out of the JSON.
 	StoreUnavailable bool `json:"store_unavailable,omitempty"`
 	// LocalFallback is set when the store could not decide and this
 	// instance decided alone, at the rule's local share (failure mode
 	// local): Limit is the local limit.
 	LocalFallback bool `json:"local_fallback,omitempty"`
+}
+
+// MarshalJSON leaves out of a fail-open answer (StoreUnavailable) the
+// figures the store did not give: remaining, retry_after_ms and
+// reset_after_ms.
+func (r CheckResponse) MarshalJSON() ([]byte, error) {
+	type plain CheckResponse
+	if !r.StoreUnavailable {
+		return json.Marshal(plain(r))
+	}
+	return json.Marshal(struct {
+		Allowed          bool   `json:"allowed"`
+		Limit            int64  `json:"limit"`
+		Rule             string `json:"rule"`
+		Shadow           bool   `json:"shadow,omitempty"`
+		StoreUnavailable bool   `json:"store_unavailable"`
+	}{r.Allowed, r.Limit, r.Rule, r.Shadow, true})
 }
 
 // NewCheckResponse is the POST /v1/check answer for a one-rule result of
@@ -225,22 +249,21 @@ func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// decodeBody reads a JSON body strictly; on failure it has answered.
+// decodeBody reads a JSON body strictly (see decodeStrict); on failure it
+// has answered.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			problem.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", MaxBodyBytes))
 		} else {
-			problem.Error(w, http.StatusBadRequest, "the body is not valid JSON of the expected shape: "+err.Error())
+			problem.Error(w, http.StatusBadRequest, "the body could not be read: "+err.Error())
 		}
 		return false
 	}
-	if dec.More() {
-		problem.Error(w, http.StatusBadRequest, "the body has data after the JSON object")
+	if err := decodeStrict(body, v); err != nil {
+		problem.Error(w, http.StatusBadRequest, err.Error())
 		return false
 	}
 	return true

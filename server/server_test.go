@@ -48,13 +48,13 @@ forward_auth:
 `
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *server.Server
 	h     http.Handler
 	clock *clocktest.Manual
 }
 
-func newFixture(t *testing.T, yaml string, store func(floodgate.Clock) floodgate.Store) *fixture {
+func newFixture(t testing.TB, yaml string, store func(floodgate.Clock) floodgate.Store) *fixture {
 	t.Helper()
 	return newPolicyFixture(t, policyOf(t, yaml), store)
 }
@@ -72,7 +72,7 @@ func policyOf(t testing.TB, yaml string) server.Policy {
 	return p
 }
 
-func newPolicyFixture(t *testing.T, p server.Policy, store func(floodgate.Clock) floodgate.Store) *fixture {
+func newPolicyFixture(t testing.TB, p server.Policy, store func(floodgate.Clock) floodgate.Store) *fixture {
 	t.Helper()
 	clock := clocktest.NewManual(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC))
 	if store == nil {
@@ -656,12 +656,16 @@ func TestReloadErrorCounted(t *testing.T) {
 	if err := f.srv.Reload(server.Policy{Rules: []server.Rule{{Name: "bad"}}}); err == nil {
 		t.Fatal("Reload accepted a rule with no limit")
 	}
-	f.srv.ReloadFailed()
+	f.srv.CountReload(false)
+	f.srv.CountReload(false)
+	f.srv.CountReload(true)
 	if rec := f.do("POST", "/v1/check", `{"rule":"login","key":"k"}`); rec.Code != 200 {
 		t.Fatalf("after a failed reload: %d", rec.Code)
 	}
 	body := f.do("GET", "/metrics", "").Body.String()
-	if want := `floodgate_config_reloads_total{result="error"} 2`; !strings.Contains(body, want) {
-		t.Errorf("metrics lack %q", want)
+	for _, want := range []string{`floodgate_config_reloads_total{result="error"} 2`, `floodgate_config_reloads_total{result="ok"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

@@ -104,9 +104,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if fs.NArg() > 0 {
-		return benchUsageError(stderr, fs.Usage, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
 	if err := o.validate(set); err != nil {
 		return benchUsageError(stderr, fs.Usage, err)
 	}

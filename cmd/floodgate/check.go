@@ -8,9 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -18,87 +22,139 @@ import (
 // its limit, so shell scripts can branch on it.
 var errDenied = errors.New("denied")
 
+// runCheck decides one request: here, against the config's store, or by
+// asking a running floodgate serve (--url).
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check", "check [--config FILE] --rule NAME --key KEY [--cost N]", stderr)
+	fs := newFlagSet("check", "check [--config FILE | --url URL [--token-file FILE]] --rule NAME --key KEY [--cost N] [--json]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file` naming the store and rules (default: the built-in example on the memory store)")
+	url := fs.String("url", "", "base `URL` of a running floodgate serve to ask (POST /v1/check), such as http://127.0.0.1:8080, instead of deciding here")
+	tokenFile := fs.String("token-file", "", "`file` holding a bearer token to send with --url")
 	ruleName := fs.String("rule", "", "rule `name` to decide against")
-	key := fs.String("key", "", "the `key` to limit (any bytes)")
+	key := fs.String("key", "", "the `key` to limit (any valid UTF-8)")
 	cost := fs.Int64("cost", 1, "request `cost`")
-	asJSON := fs.Bool("json", false, "print the decision as JSON")
+	asJSON := fs.Bool("json", false, "print the decision as JSON (the body of POST /v1/check)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *ruleName == "" {
-		fmt.Fprintln(stderr, "floodgate check: --rule is required")
+	usageErr := func(msg string) error {
+		fmt.Fprintln(stderr, "floodgate check: "+msg)
 		fs.Usage()
 		return errUsage
+	}
+	switch {
+	case *ruleName == "":
+		return usageErr("--rule is required")
+	case *cfgPath != "" && *url != "":
+		return usageErr("--config and --url exclude each other: --url asks a server that has its own config")
+	case *tokenFile != "" && *url == "":
+		return usageErr("--token-file applies to --url only")
+	case !utf8.ValidString(*key):
+		return usageErr("--key is not valid UTF-8; the server accepts only UTF-8 keys, so no such key is ever counted")
 	}
 	if *cost < 1 {
 		return fmt.Errorf("--cost %d must be at least 1", *cost)
 	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
-	policy, err := cfg.Policy()
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(policy.Rules, func(r server.Rule) bool { return r.Name == *ruleName })
-	if i < 0 {
-		return fmt.Errorf("no rule named %q in %s", *ruleName, cfg.Source)
-	}
-	rule := policy.Rules[i]
-	store, closeStore, err := openStore(cfg.Store)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	// The engine decides as the server does: the same store key, failure
-	// mode, shadow mode and error policy.
-	engine, err := decide.New(store, decide.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return err
-	}
-	res := engine.Decide(ctx, []decide.Check{{Rule: rule.Name, Key: decide.StoreKey("", rule.Name, *key),
-		Limit: rule.Limit, Cost: *cost, Failure: rule.Failure, LocalShare: rule.LocalShare, Shadow: rule.Shadow}})
-	o := res.Outcomes[0]
-	switch res.Verdict {
-	case decide.Unavailable:
-		return fmt.Errorf("store unavailable, and rule %q fails closed: the server would answer 503: %w", rule.Name, res.Err())
-	case decide.StoreError:
-		return fmt.Errorf("store error for rule %q: the server would answer 500, whatever the failure mode: %w", rule.Name, res.Err())
-	case decide.Invalid:
-		return res.Err()
-	}
-	d := o.Decision
-	if *asJSON {
-		b, _ := json.Marshal(server.NewCheckResponse(rule, &res))
-		fmt.Fprintln(stdout, string(b))
-	} else {
-		verdict := "allowed"
-		switch {
-		case !res.Allowed():
-			verdict = "denied"
-		case o.Verdict == decide.Unavailable:
-			fmt.Fprintf(stdout, "allowed: store unavailable, and rule %s (%s) fails open: %v\n", rule.Name, rule.Limit, o.Err)
-			return nil
-		case o.Verdict == decide.Denied:
-			verdict = "allowed (shadow rule: would have denied)"
+	var resp server.CheckResponse
+	var raw []byte
+	if *url != "" {
+		var err error
+		if resp, raw, err = askServer(ctx, *url, *tokenFile, *ruleName, *key, *cost); err != nil {
+			return err
 		}
-		fmt.Fprintf(stdout, "%s: rule %s (%s), key %q, cost %d: remaining %d, retry after %s, reset after %s\n",
-			verdict, rule.Name, rule.Limit, *key, *cost, d.Remaining, d.RetryAfter, d.ResetAfter)
+	} else {
+		cfg, err := loadConfig(*cfgPath)
+		if err != nil {
+			return err
+		}
+		if cfg.Store.Type == config.StoreMemory {
+			fmt.Fprintf(stderr, "floodgate check: note: the memory store lives in this process only, so this check decides alone, "+
+				"against a fresh store, and never sees what a server counted; use --url to ask a running floodgate serve, "+
+				"or a config with a Redis store\n")
+		}
+		if resp, err = decideHere(ctx, cfg, *ruleName, *key, *cost); err != nil {
+			return err
+		}
+		raw, _ = json.Marshal(resp)
 	}
-	if !res.Allowed() {
+	if *asJSON {
+		fmt.Fprintln(stdout, strings.TrimSpace(string(raw)))
+	} else {
+		printCheck(stdout, resp, *key, *cost)
+	}
+	if !resp.Allowed {
 		return errDenied
 	}
 	return nil
 }
 
+// decideHere decides one request against cfg's store through the engine,
+// as the server does: the same store key, failure mode, shadow mode and
+// error policy.
+func decideHere(ctx context.Context, cfg *config.Config, ruleName, key string, cost int64) (server.CheckResponse, error) {
+	policy, err := cfg.Policy()
+	if err != nil {
+		return server.CheckResponse{}, err
+	}
+	i := slices.IndexFunc(policy.Rules, func(r server.Rule) bool { return r.Name == ruleName })
+	if i < 0 {
+		return server.CheckResponse{}, fmt.Errorf("no rule named %q in %s", ruleName, cfg.Source)
+	}
+	rule := policy.Rules[i]
+	store, closeStore, err := openStore(cfg.Store)
+	if err != nil {
+		return server.CheckResponse{}, err
+	}
+	defer closeStore()
+	engine, err := decide.New(store, decide.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return server.CheckResponse{}, err
+	}
+	res := engine.Decide(ctx, []decide.Check{{Rule: rule.Name, Key: decide.StoreKey("", rule.Name, key),
+		Limit: rule.Limit, Cost: cost, Failure: rule.Failure, LocalShare: rule.LocalShare, Shadow: rule.Shadow}})
+	switch res.Verdict {
+	case decide.Unavailable:
+		return server.CheckResponse{}, fmt.Errorf("store unavailable, and rule %q fails closed: the server would answer 503: %w", rule.Name, res.Err())
+	case decide.StoreError:
+		return server.CheckResponse{}, fmt.Errorf("store error for rule %q: the server would answer 500, whatever the failure mode: %w", rule.Name, res.Err())
+	case decide.Invalid:
+		return server.CheckResponse{}, res.Err()
+	}
+	return server.NewCheckResponse(rule, &res), nil
+}
+
+// printCheck prints a decision in a line.
+func printCheck(w io.Writer, r server.CheckResponse, key string, cost int64) {
+	verdict := "allowed"
+	switch {
+	case !r.Allowed:
+		verdict = "denied"
+	case r.StoreUnavailable:
+		fmt.Fprintf(w, "allowed: store unavailable, and rule %s fails open (limit %d; remaining unknown)\n", r.Rule, r.Limit)
+		return
+	case r.ShadowDenied:
+		verdict = "allowed (shadow rule: would have denied)"
+	}
+	if r.LocalFallback {
+		verdict += " (store unavailable: decided alone at the rule's local share)"
+	}
+	fmt.Fprintf(w, "%s: rule %s (limit %d), key %q, cost %d: remaining %d, retry after %s, reset after %s\n",
+		verdict, r.Rule, r.Limit, key, cost, r.Remaining,
+		time.Duration(r.RetryAfterMs)*time.Millisecond, time.Duration(r.ResetAfterMs)*time.Millisecond)
+}
+
+// runConfig validates a config file as serve would read it, lints a folder
+// of Envoy rule files, or prints the built-in example.
 func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	const synopsis = "config validate FILE | config example"
+	const synopsis = "config validate [--connect] FILE | config validate-envoy DIR | config example"
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
-		fmt.Fprintf(stderr, "Usage: floodgate %s\n\n  validate FILE  check a config file; errors name the line, field and value\n  example        print the built-in example config\n", synopsis)
+		fmt.Fprintf(stderr, "Usage: floodgate %s\n\n"+
+			"  validate [--connect] FILE\n"+
+			"                       check a config file with every check serve makes before it starts\n"+
+			"                       (rules, store settings, listen addresses, the envoy_config folder);\n"+
+			"                       errors name the line, field and value; --connect also connects to\n"+
+			"                       the store\n"+
+			"  validate-envoy DIR   check a folder of envoyproxy/ratelimit rule files alone\n"+
+			"  example              print the built-in example config\n", synopsis)
 		if len(args) == 0 {
 			return errUsage
 		}
@@ -106,21 +162,47 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch args[0] {
 	case "validate":
-		fs := newFlagSet("config validate", "config validate FILE", stderr)
-		if err := parseFlags(fs, args[1:]); err != nil {
+		fs := newFlagSet("config validate", "config validate [--connect] FILE", stderr)
+		connect := fs.Bool("connect", false, "connect to the store too, as serve does when it starts (a Redis store must then be reachable)")
+		if err := parseFlagsArgs(fs, args[1:], 1, 1); err != nil {
 			return err
 		}
-		if fs.NArg() != 1 {
-			fs.Usage()
-			return errUsage
-		}
-		cfg, err := config.Load(fs.Arg(0))
+		plan, err := planServe(fs.Arg(0), serveOverrides{})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s: ok (%d rules, store %s)\n", fs.Arg(0), len(cfg.Rules), cfg.Store.String())
+		if *connect {
+			_, closeStore, err := openStore(plan.cfg.Store)
+			if err != nil {
+				return err
+			}
+			closeStore()
+		}
+		for _, w := range plan.warnings {
+			fmt.Fprintln(stderr, "warning: "+w)
+		}
+		envoyRules := ""
+		if plan.rules != nil {
+			envoyRules = fmt.Sprintf(", envoy rules for %d domains", len(plan.rules.Domains()))
+		}
+		fmt.Fprintf(stdout, "%s: ok (%d rules, store %s%s)\n", fs.Arg(0), len(plan.policy.Rules), plan.cfg.Store.String(), envoyRules)
+		return nil
+	case "validate-envoy":
+		fs := newFlagSet("config validate-envoy", "config validate-envoy DIR", stderr)
+		if err := parseFlagsArgs(fs, args[1:], 1, 1); err != nil {
+			return err
+		}
+		rules, err := envoy.LoadDir(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: ok (%d files, domains: %s)\n", fs.Arg(0), len(rules.Sources()), strings.Join(rules.Domains(), ", "))
 		return nil
 	case "example":
+		fs := newFlagSet("config example", "config example", stderr)
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
 		_, err := io.WriteString(stdout, config.Example)
 		return err
 	}

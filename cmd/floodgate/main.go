@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -24,7 +25,7 @@ func main() {
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) && !errors.Is(err, errDenied) {
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "floodgate") {
+			if !strings.HasPrefix(msg, "floodgate:") && !strings.HasPrefix(msg, "floodgate ") {
 				msg = "floodgate: " + msg
 			}
 			fmt.Fprintln(os.Stderr, msg)
@@ -113,13 +114,46 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args, mapping a bad flag to errUsage (already printed).
+// parseFlags parses args of a command that takes no positional argument,
+// mapping a bad flag or an unexpected argument to errUsage (already
+// printed).
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	return parseFlagsArgs(fs, args, 0, 0)
+}
+
+// parseFlagsArgs parses args of a command that takes between least and most
+// positional arguments, mapping a bad flag or a wrong number of arguments to
+// errUsage (already printed). Flags after the first argument are not
+// parsed (the flag package stops there), so an argument before them is
+// reported, never silently followed by ignored flags.
+func parseFlagsArgs(fs *flag.FlagSet, args []string, least, most int) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return errUsage
 	}
+	switch n := fs.NArg(); {
+	case n > most:
+		extra := fs.Arg(most)
+		hint := ""
+		rest := fs.Args()[most+1:]
+		switch {
+		case most == 0 && fs.Lookup("config") != nil && (strings.HasSuffix(extra, ".yaml") || strings.HasSuffix(extra, ".yml")):
+			hint = fmt.Sprintf("; did you mean --config %s?", extra)
+		case slices.ContainsFunc(rest, func(a string) bool { return strings.HasPrefix(a, "-") }):
+			hint = "; the flags after it were not read: flags go before any argument"
+		}
+		fmt.Fprintf(stderr(fs), "%s: unexpected argument %q%s\n", fs.Name(), extra, hint)
+		fs.Usage()
+		return errUsage
+	case n < least:
+		fmt.Fprintf(stderr(fs), "%s: missing argument\n", fs.Name())
+		fs.Usage()
+		return errUsage
+	}
 	return nil
 }
+
+// stderr is where fs reports.
+func stderr(fs *flag.FlagSet) io.Writer { return fs.Output() }

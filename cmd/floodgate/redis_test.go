@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -216,5 +217,28 @@ func TestCheckStoreErrorNeverAdmits(t *testing.T) {
 		if err == nil || errors.Is(err, errDenied) || !strings.Contains(err.Error(), "store error") {
 			t.Fatalf("check on a broken key: err %v, output %q; want a store error", err, out.String())
 		}
+	}
+}
+
+// TestConfigValidateConnect: --connect connects to the store as serve does
+// at start, so an unreachable Redis fails validate too; without it,
+// validate checks the file alone.
+func TestConfigValidateConnect(t *testing.T) {
+	up := serveConfig(t, "redis", []string{redistest.StandaloneAddr(t)})
+	if out, stderr, code := cli(t, "config", "validate", "--connect", up); code != 0 || !strings.Contains(out, "ok") {
+		t.Fatalf("a reachable Redis: exit %d %s %s", code, out, stderr)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	down := serveConfig(t, "redis", []string{closed})
+	if _, stderr, code := cli(t, "config", "validate", "--connect", down); code != 1 || !strings.Contains(stderr, closed) {
+		t.Errorf("an unreachable Redis with --connect: exit %d %s", code, stderr)
+	}
+	if out, stderr, code := cli(t, "config", "validate", down); code != 0 || !strings.Contains(out, "ok") {
+		t.Errorf("an unreachable Redis without --connect: exit %d %s %s", code, out, stderr)
 	}
 }

@@ -14,11 +14,14 @@ import (
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
+// runScripts prints one script as it is (its SHA1 is the one --list
+// shows), every script under a "-- ==== NAME ====" banner, or writes them
+// into a folder.
 func runScripts(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("scripts", "scripts [--out DIR] [--list] [NAME]", stderr)
 	out := fs.String("out", "", "write the .lua files into `dir` (created if missing) instead of printing them")
 	list := fs.Bool("list", false, "list the scripts with their SHA1 (the EVALSHA digest)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlagsArgs(fs, args, 0, 1); err != nil {
 		return err
 	}
 	scripts := redisstore.Scripts()
@@ -27,10 +30,6 @@ func runScripts(_ context.Context, args []string, stdout, stderr io.Writer) erro
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	if fs.NArg() > 1 {
-		fs.Usage()
-		return errUsage
-	}
 	if fs.NArg() == 1 {
 		want := strings.TrimSuffix(fs.Arg(0), ".lua") + ".lua"
 		if _, ok := scripts[want]; !ok {
@@ -56,6 +55,11 @@ func runScripts(_ context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			fmt.Fprintln(stdout, path)
 		}
+	case fs.NArg() == 1:
+		// One script exactly as embedded, so that the saved file's SHA1
+		// is the one --list prints and EVALSHA uses.
+		_, err := io.WriteString(stdout, scripts[names[0]])
+		return err
 	default:
 		for i, n := range names {
 			if i > 0 {

@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,33 +34,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The binary the black-box tests run, built once.
-var (
-	binaryOnce sync.Once
-	binaryPath string
-	binaryErr  error
-)
-
-func floodgateBinary(t *testing.T) string {
-	t.Helper()
-	binaryOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "floodgate-bin-")
-		if err != nil {
-			binaryErr = err
-			return
-		}
-		binaryPath = filepath.Join(dir, "floodgate")
-		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
-		if err != nil {
-			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binaryErr != nil {
-		t.Fatal(binaryErr)
-	}
-	return binaryPath
-}
-
 // process is a running floodgate binary.
 type process struct {
 	cmd    *exec.Cmd
@@ -73,7 +45,7 @@ type process struct {
 // last line; it is stopped with SIGTERM at the test's end.
 func startBinary(t *testing.T, env []string, args ...string) (*process, string) {
 	t.Helper()
-	cmd := exec.Command(floodgateBinary(t), append([]string{"serve"}, args...)...)
+	cmd := exec.Command(binary(t), append([]string{"serve"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &process{cmd: cmd, stderr: &syncBuffer{}, lines: make(chan string, 64)}
 	cmd.Stderr = p.stderr

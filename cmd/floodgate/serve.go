@@ -40,26 +40,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	over := serveOverrides{listen: *listen, grpcListen: *grpcListen, envoyConfig: *envoyConfig, logFormat: *logFormat}
-	cfg, err := loadConfig(*cfgPath)
+	plan, err := planServe(*cfgPath, over)
 	if err != nil {
 		return err
 	}
-	over.apply(cfg)
-	policy, err := cfg.Policy()
+	cfg, policy := plan.cfg, plan.policy
+	logger, level, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
 	}
-	logger, err := newLogger(cfg.Log, stderr)
-	if err != nil {
-		return err
-	}
-	tokens, err := cfg.Auth.Tokens()
-	if err != nil {
-		return err
-	}
-	tlsSrv, err := cfg.TLS.Server()
-	if err != nil {
-		return err
+	for _, w := range plan.warnings {
+		logger.Warn(w)
 	}
 	var storeOpts *server.StoreAPI
 	var clock floodgate.Clock
@@ -71,6 +62,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		storeOpts, clock = &server.StoreAPI{Clock: manual}, manual
 	case *storeAPI:
 		storeOpts = &server.StoreAPI{}
+	}
+	tokens, err := cfg.Auth.Tokens()
+	if err != nil {
+		return err
+	}
+	tlsSrv, err := cfg.TLS.Server()
+	if err != nil {
+		return err
 	}
 	store, closeStore, err := openStoreClock(cfg.Store, clock)
 	if err != nil {
@@ -87,8 +86,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	sec := newSecrets(cfg.Auth, tlsSrv, tokens, logger)
-	rls, err := startRLS(cfg, store, logger, reg, *envoyConfig, *grpcListen,
-		rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue()})
+	rls, err := startRLS(plan, store, logger, reg, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue()})
 	if err != nil {
 		return err
 	}
@@ -149,7 +147,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case err := <-served:
 			return fmt.Errorf("http server: %w", err)
 		case <-hup:
-			if next := reload(srv, *cfgPath, cfg, over, logger); next != nil {
+			if next := reload(srv, rls, *cfgPath, cfg, over, logger, level); next != nil {
 				cfg = next
 			}
 			sec.reload(cfg.Auth)
@@ -172,33 +170,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 }
 
-// serveOverrides are serve's flags that override the config file's values.
-type serveOverrides struct {
-	listen, grpcListen, envoyConfig, logFormat string
-}
-
-// apply sets the overridden values on cfg, as they are in force.
-func (o serveOverrides) apply(cfg *config.Config) {
-	if o.listen != "" {
-		cfg.Listen = o.listen
-	}
-	if o.grpcListen != "" {
-		cfg.GRPCListen = o.grpcListen
-	}
-	if o.envoyConfig != "" {
-		cfg.EnvoyConfig = o.envoyConfig
-	}
-	if o.logFormat != "" {
-		cfg.Log.Format = o.logFormat
-	}
-}
-
-// reload re-reads the config file on SIGHUP and returns it, as in force,
-// once the server runs its policy. A bad file keeps the running policy,
-// logs why and returns nil.
-func reload(srv *server.Server, path string, running *config.Config, over serveOverrides, logger *slog.Logger) *config.Config {
+// reload re-reads the config file (and the Envoy rule folder, if the
+// Envoy service runs with one) on SIGHUP, and returns the config as in
+// force once the server runs its policy. A bad file keeps the running
+// config, logs why and returns nil. Each attempt is counted once in
+// floodgate_config_reloads_total, as ok only if every part reloaded. The
+// log level applies at once; what a reload cannot apply is logged as
+// taking effect on restart only.
+func reload(srv *server.Server, rls *rlsServer, path string, running *config.Config, over serveOverrides, logger *slog.Logger, level *slog.LevelVar) *config.Config {
+	rulesOK := rls.reload()
 	if path == "" {
-		logger.Warn("SIGHUP ignored: running the built-in policy, no --config file to reload")
+		logger.Warn("SIGHUP: no --config file to reload; running the built-in policy")
+		srv.CountReload(rulesOK)
 		return nil
 	}
 	cfg, err := config.Load(path)
@@ -206,16 +189,24 @@ func reload(srv *server.Server, path string, running *config.Config, over serveO
 	if err == nil {
 		policy, err = cfg.Policy()
 	}
+	if err == nil {
+		err = srv.Reload(policy)
+	}
 	if err != nil {
-		srv.ReloadFailed()
+		srv.CountReload(false)
 		logger.Error("reload failed; keeping the running config", "config", path, "err", err)
 		return nil
 	}
-	if err := srv.Reload(policy); err != nil {
-		logger.Error("reload failed; keeping the running config", "config", path, "err", err)
-		return nil
-	}
+	srv.CountReload(rulesOK)
 	over.apply(cfg)
+	for _, w := range cfg.Warnings() {
+		logger.Warn(w)
+	}
+	if cfg.Log.Level != running.Log.Level {
+		// Said before it applies, so that it shows when the level rises.
+		logger.Info("log level changed", "from", running.Log.Level, "to", cfg.Log.Level)
+		_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated by config.Load
+	}
 	logger.Info("config reloaded", "config", path, "rules", len(policy.Rules))
 	if changed := restartSettings(running, cfg); len(changed) > 0 {
 		logger.Warn("settings changed that take effect on restart only", "changed", strings.Join(changed, ","))
@@ -231,9 +222,9 @@ func restartSettings(running, next *config.Config) []string {
 	a, b := running.Store, next.Store
 	if a.Type != b.Type || !slices.Equal(a.Addrs, b.Addrs) || a.MasterName != b.MasterName || a.Username != b.Username ||
 		a.PasswordValue() != b.PasswordValue() || a.TLS != b.TLS || a.DB != b.DB || a.Timeout != b.Timeout ||
-		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay || a.TLSCAFile != b.TLSCAFile ||
-		a.TLSCertFile != b.TLSCertFile || a.TLSKeyFile != b.TLSKeyFile || a.TLSServerName != b.TLSServerName ||
-		a.MaxKeys != b.MaxKeys || a.OverLimitCache != b.OverLimitCache {
+		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay || a.OverLimitCache != b.OverLimitCache ||
+		a.TLSCAFile != b.TLSCAFile || a.TLSCertFile != b.TLSCertFile || a.TLSKeyFile != b.TLSKeyFile ||
+		a.TLSServerName != b.TLSServerName || a.MaxKeys != b.MaxKeys {
 		changed = append(changed, "store")
 	}
 	if running.TLS != next.TLS {
@@ -250,7 +241,7 @@ func restartSettings(running, next *config.Config) []string {
 		{"metrics_listen", running.MetricsListen, next.MetricsListen},
 		{"grpc_listen", running.GRPCListen, next.GRPCListen},
 		{"envoy_config", running.EnvoyConfig, next.EnvoyConfig},
-		{"log", running.Log.Format + " " + running.Log.Level, next.Log.Format + " " + next.Log.Level},
+		{"log.format", running.Log.Format, next.Log.Format},
 	} {
 		if f.a != f.b {
 			changed = append(changed, f.name)
@@ -266,19 +257,21 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path)
 }
 
-func newLogger(c config.Log, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
+// newLogger returns the logger c describes, with the level variable a
+// reload sets.
+func newLogger(c config.Log, w io.Writer) (*slog.Logger, *slog.LevelVar, error) {
+	level := new(slog.LevelVar)
 	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
-		return nil, fmt.Errorf("log.level: %w", err)
+		return nil, nil, fmt.Errorf("log.level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch c.Format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), level, nil
 	case "text", "":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), level, nil
 	}
-	return nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
+	return nil, nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
 }
 
 // printBanner prints what serve serves; extra prints more lines before the

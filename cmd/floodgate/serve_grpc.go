@@ -6,18 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
 	"github.com/floodgate-rl/floodgate/server"
@@ -33,56 +29,33 @@ type rlsServer struct {
 	grpc   *grpc.Server
 	health *health.Server
 	logger *slog.Logger
-	hup    chan os.Signal
-	done   chan struct{}
 	once   sync.Once
 }
 
-// startRLS starts the Envoy rate-limit service when there is something to
-// serve: an envoy_config folder (the config key, or --envoy-config, which
-// overrides it), or an explicit --grpc-listen, which serves with no rules
-// (every answer OK, as for unknown domains) so a gateway can be wired up
-// before its rules are written. Otherwise it returns nil and no error. The
-// rules are read from the folder now and again on SIGHUP; a bad folder at
-// start is an error, and on SIGHUP keeps the rules in force.
-func startRLS(cfg *config.Config, store floodgate.Store, logger *slog.Logger, reg prometheus.Registerer, envoyDir, grpcListen string, nw rlsNet) (*rlsServer, error) {
-	dir, addr := cfg.EnvoyConfig, cfg.GRPCListen
-	if envoyDir != "" {
-		dir = envoyDir
-	}
-	if grpcListen != "" {
-		addr = grpcListen
-	}
-	if dir == "" && grpcListen == "" {
+// startRLS starts the Envoy rate-limit service when the plan has it (an
+// envoy_config folder, or an explicit --grpc-listen, which serves with no
+// rules: every answer OK, as for unknown domains, so a gateway can be wired
+// up before its rules are written), with the rules the plan read.
+// Otherwise it returns nil and no error.
+func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg prometheus.Registerer, nw rlsNet) (*rlsServer, error) {
+	if !plan.rls {
 		return nil, nil
 	}
-	var rules *envoy.Rules
-	if dir != "" {
-		var err error
-		if rules, err = envoy.LoadDir(dir); err != nil {
-			return nil, err
-		}
-	}
-	svc, err := envoy.New(store, rules, envoy.Options{Logger: logger, Registerer: reg})
+	svc, err := envoy.New(store, plan.rules, envoy.Options{Logger: logger, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
-	ln, err := listenCapped("grpc_listen", addr, nw.maxConns, reg)
+	ln, err := listenCapped("grpc_listen", plan.cfg.GRPCListen, nw.maxConns, reg)
 	if err != nil {
 		return nil, err
 	}
 	g, h := envoy.NewGRPCServer(svc, grpcOptions(nw.tls, nw.tokens)...)
-	r := &rlsServer{addr: ln.Addr().String(), dir: dir, svc: svc, grpc: g, health: h, logger: logger, done: make(chan struct{})}
+	r := &rlsServer{addr: ln.Addr().String(), dir: plan.cfg.EnvoyConfig, svc: svc, grpc: g, health: h, logger: logger}
 	go func() {
 		if err := g.Serve(ln); err != nil {
 			logger.Error("envoy rate-limit gRPC server stopped", "err", err)
 		}
 	}()
-	if r.dir != "" {
-		r.hup = make(chan os.Signal, 1)
-		signal.Notify(r.hup, syscall.SIGHUP)
-		go r.reloadOnHUP()
-	}
 	logger.Info("serving envoy rate-limit service", "grpc_listen", r.addr, "envoy_config", r.dir, "domains", strings.Join(svc.Rules().Domains(), ","))
 	return r, nil
 }
@@ -103,22 +76,21 @@ func (r *rlsServer) address() string {
 	return r.addr
 }
 
-// reloadOnHUP re-reads the rule folder on each SIGHUP until stop.
-func (r *rlsServer) reloadOnHUP() {
-	for {
-		select {
-		case <-r.done:
-			return
-		case <-r.hup:
-			rules, err := envoy.LoadDir(r.dir)
-			if err != nil {
-				r.logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
-				continue
-			}
-			r.svc.SetRules(rules)
-			r.logger.Info("envoy rules reloaded", "envoy_config", r.dir, "domains", strings.Join(rules.Domains(), ","))
-		}
+// reload re-reads the rule folder, keeping the rules in force if it is
+// bad, and reports whether it reloaded (true too when there is no folder
+// to reload).
+func (r *rlsServer) reload() bool {
+	if r == nil || r.dir == "" {
+		return true
 	}
+	rules, err := envoy.LoadDir(r.dir)
+	if err != nil {
+		r.logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
+		return false
+	}
+	r.svc.SetRules(rules)
+	r.logger.Info("envoy rules reloaded", "envoy_config", r.dir, "domains", strings.Join(rules.Domains(), ","))
+	return true
 }
 
 // routes returns the HTTP routes the Envoy service adds to the API: /json.
@@ -150,10 +122,6 @@ func (r *rlsServer) stop() {
 		return
 	}
 	r.once.Do(func() {
-		close(r.done)
-		if r.hup != nil {
-			signal.Stop(r.hup)
-		}
 		r.health.Shutdown()
 		stopped := make(chan struct{})
 		go func() { r.grpc.GracefulStop(); close(stopped) }()

@@ -28,11 +28,6 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "floodgate simulate: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return errUsage
-	}
 	// Zero means "the default" in simulate.Config; on the command line it is
 	// a mistake.
 	switch {

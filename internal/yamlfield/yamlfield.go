@@ -347,9 +347,15 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
 		return // an empty value keeps the zero value
 	}
 	if !walked(v.Type()) {
-		if err := n.Decode(v.Addr().Interface()); err != nil {
-			decode := func(n *yaml.Node) error { return n.Decode(reflect.New(v.Type()).Interface()) }
-			d.errs.Add(&Error{Line: n.Line, Path: path, Value: Describe(n), Reason: reason(v.Type(), err), Fix: unquoteFix(n, decode)})
+		decode := func(n *yaml.Node) error { return decodeScalar(n, reflect.New(v.Type()).Elem()) }
+		if err := decodeScalar(n, v); err != nil {
+			e := &Error{Line: n.Line, Path: path, Value: Describe(n), Reason: reason(v.Type(), err), Fix: unquoteFix(n, decode)}
+			if e.Fix == "" && v.Type() == durationType {
+				if fix := DurationFix(n); fix != "" {
+					e.Reason, e.Fix = "is not a duration", fix
+				}
+			}
+			d.errs.Add(e)
 		}
 		return
 	}
@@ -370,6 +376,51 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
 		d.lines[e.Path] = e.Key.Line
 		d.value(e.Value, e.Path, v.Field(index[e.Key.Value]))
 	}
+}
+
+// errNotWhole is a number with a fraction (or an exponent) where a whole
+// number is wanted: yaml would truncate 3.5 to 3 without a word.
+var errNotWhole = &yaml.TypeError{Errors: []string{"not a whole number"}}
+
+// decodeScalar decodes n into v as yaml does, but for integers, which must
+// be written as integers: 3.5 and 1e3 are errors, not 3 and 1000.
+func decodeScalar(n *yaml.Node, v reflect.Value) error {
+	if k := v.Kind(); k >= reflect.Int && k <= reflect.Uint64 && v.Type() != durationType && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" {
+		return errNotWhole
+	}
+	return n.Decode(v.Addr().Interface())
+}
+
+// DurationFix returns the Fix for a scalar that is not a duration but
+// looks like one in other terms: a bare number ("60": "write a duration
+// such as 60s or 1m") or days and weeks, which durations lack ("1d":
+// "write 24h"); "" otherwise.
+func DurationFix(n *yaml.Node) string {
+	if n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	v := strings.TrimSpace(n.Value)
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
+		s := strconv.FormatFloat(f, 'f', -1, 64)
+		if f == float64(int64(f)) && int64(f)%60 == 0 {
+			return fmt.Sprintf("write a duration such as %ss or %dm", s, int64(f)/60)
+		}
+		return fmt.Sprintf("write a duration such as %ss or %sms", s, strconv.FormatFloat(f*1000, 'f', -1, 64))
+	}
+	for _, u := range []struct {
+		suffix string
+		hours  float64
+		name   string
+	}{{"d", 24, "days"}, {"w", 24 * 7, "weeks"}} {
+		num, ok := strings.CutSuffix(v, u.suffix)
+		if !ok {
+			continue
+		}
+		if f, err := strconv.ParseFloat(num, 64); err == nil && f > 0 {
+			return fmt.Sprintf("write %sh (a duration has no unit for %s)", strconv.FormatFloat(f*u.hours, 'f', -1, 64), u.name)
+		}
+	}
+	return ""
 }
 
 // reason says why a value did not decode into a t.

@@ -75,6 +75,15 @@ func TestDecodeErrors(t *testing.T) {
 		{"items:\n  - name: a\n    count: \"5\"\n", `line 3: items[0].count: "5" is not a whole number; write it without quotes`},
 		{"items:\n  - name: a\n    count: five\n", `line 3: items[0].count: "five" is not a whole number`},
 		{"items:\n  - name: [x]\n", "line 2: items[0].name: a list is not a string"},
+		{"items:\n  - count: 3.5\n", `line 2: items[0].count: "3.5" is not a whole number`},
+		{"items:\n  - count: 1e3\n", `line 2: items[0].count: "1e3" is not a whole number`},
+		{"items:\n  - count: 3.0\n", `line 2: items[0].count: "3.0" is not a whole number`},
+		{"items:\n  - window: 60\n", `line 2: items[0].window: "60" is not a duration; write a duration such as 60s or 1m`},
+		{"items:\n  - window: 90\n", `"90" is not a duration; write a duration such as 90s or 90000ms`},
+		{"items:\n  - window: 0.5\n", `"0.5" is not a duration; write a duration such as 0.5s or 500ms`},
+		{"items:\n  - window: 1d\n", `line 2: items[0].window: "1d" is not a duration; write 24h (a duration has no unit for days)`},
+		{"items:\n  - window: 2w\n", `"2w" is not a duration; write 336h (a duration has no unit for weeks)`},
+		{"items:\n  - window: 1 minute\n", `"1 minute" is not a duration such as 500ms, 1m or 1h`},
 	}
 	for _, c := range cases {
 		_, _, err := decode(t, c.src)

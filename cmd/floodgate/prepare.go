@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoy"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// servePlan is everything `floodgate serve` checks before it opens a
+// socket: the config with serve's flags applied, the policy, the listen
+// addresses and the Envoy rules. `floodgate config validate` builds the
+// same plan, so it accepts exactly the files serve accepts.
+type servePlan struct {
+	cfg    *config.Config
+	policy server.Policy
+	// rls says whether the Envoy rate-limit service runs: an envoy_config
+	// folder, or an explicit --grpc-listen (which serves with no rules).
+	rls bool
+	// rules are the Envoy rules read from cfg.EnvoyConfig; nil without one.
+	rules *envoy.Rules
+	// warnings are settings that work but are probably mistakes.
+	warnings []string
+}
+
+// serveOverrides are serve's flags that override the config file's values.
+type serveOverrides struct {
+	listen, grpcListen, envoyConfig, logFormat string
+}
+
+// apply sets the overridden values on cfg, as they are in force.
+func (o serveOverrides) apply(cfg *config.Config) {
+	if o.listen != "" {
+		cfg.Listen = o.listen
+	}
+	if o.grpcListen != "" {
+		cfg.GRPCListen = o.grpcListen
+	}
+	if o.envoyConfig != "" {
+		cfg.EnvoyConfig = o.envoyConfig
+	}
+	if o.logFormat != "" {
+		cfg.Log.Format = o.logFormat
+	}
+}
+
+// planServe loads the config at path (the built-in one if path is empty),
+// applies serve's flags and checks everything serve checks before it
+// starts, reporting every problem it finds together.
+func planServe(path string, over serveOverrides) (*servePlan, error) {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	over.apply(cfg)
+	p := &servePlan{cfg: cfg, warnings: cfg.Warnings()}
+	var errs []error
+	if p.policy, err = cfg.Policy(); err != nil {
+		errs = append(errs, err)
+	}
+	// The file's own values were checked by config.Load; a flag's value is
+	// checked here, naming the flag.
+	for _, f := range []struct{ flag, value string }{
+		{"--listen", over.listen}, {"--grpc-listen", over.grpcListen}, {"--log-format", over.logFormat},
+	} {
+		if f.value == "" {
+			continue
+		}
+		check := config.CheckListen
+		if f.flag == "--log-format" {
+			check = config.CheckLogFormat
+		}
+		if err := check(f.value); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", f.flag, f.value, err))
+		}
+	}
+	p.rls = cfg.EnvoyConfig != "" || over.grpcListen != ""
+	if cfg.EnvoyConfig != "" {
+		if p.rules, err = envoy.LoadDir(cfg.EnvoyConfig); err != nil {
+			where := "--envoy-config " + cfg.EnvoyConfig
+			if over.envoyConfig == "" {
+				where = cfg.Where("envoy_config") + ": " + cfg.EnvoyConfig
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return p, nil
+}

@@ -1,0 +1,267 @@
+package docstest
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// object is one Kubernetes object, as parsed YAML.
+type object = map[string]any
+
+// dig follows keys (strings for mappings, ints for lists) into v.
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+// kubeObjects parses every file in deploy/kubernetes by kind.
+func kubeObjects(t *testing.T) map[string]object {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root(t), "deploy", "kubernetes", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no files in deploy/kubernetes: %v", err)
+	}
+	byKind := map[string]object{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(data)))
+		for {
+			var o object
+			if err := dec.Decode(&o); err != nil {
+				if err.Error() == "EOF" {
+					break
+				}
+				t.Fatalf("%s: %v", f, err)
+			}
+			kind, _ := o["kind"].(string)
+			for _, field := range []string{"apiVersion", "kind"} {
+				if s, _ := o[field].(string); s == "" {
+					t.Errorf("%s: no %s", f, field)
+				}
+			}
+			if name, _ := dig(o, "metadata", "name").(string); name == "" {
+				t.Errorf("%s: %s has no metadata.name", f, kind)
+			}
+			if _, dup := byKind[kind]; dup {
+				t.Errorf("%s: a second %s", f, kind)
+			}
+			byKind[kind] = o
+		}
+	}
+	for _, kind := range []string{"Deployment", "ConfigMap", "Secret", "Service"} {
+		if byKind[kind] == nil {
+			t.Fatalf("deploy/kubernetes has no %s", kind)
+		}
+	}
+	return byKind
+}
+
+// TestKubernetesExample: the example's objects fit together: the probes
+// ask /healthz and /readyz on the port the config listens on, the config
+// the ConfigMap holds is valid to floodgate itself, and the Secret holds
+// the keys the Deployment refers to.
+func TestKubernetesExample(t *testing.T) {
+	objs := kubeObjects(t)
+	dep, cm, secret, svc := objs["Deployment"], objs["ConfigMap"], objs["Secret"], objs["Service"]
+
+	if dig(dep, "apiVersion") != "apps/v1" {
+		t.Errorf("Deployment apiVersion %v", dig(dep, "apiVersion"))
+	}
+	labels, _ := dig(dep, "spec", "template", "metadata", "labels").(map[string]any)
+	selector, _ := dig(dep, "spec", "selector", "matchLabels").(map[string]any)
+	for k, v := range selector {
+		if labels[k] != v {
+			t.Errorf("the Deployment's selector %s=%v does not match its pods' labels %v", k, v, labels)
+		}
+	}
+	for k, v := range dig(svc, "spec", "selector").(map[string]any) {
+		if labels[k] != v {
+			t.Errorf("the Service's selector %s=%v does not match the pods' labels %v", k, v, labels)
+		}
+	}
+	pod := dig(dep, "spec", "template", "spec")
+	if dig(pod, "securityContext", "runAsNonRoot") != true {
+		t.Error("the pod does not require a non-root user")
+	}
+	c := dig(pod, "containers", 0)
+	if img, _ := dig(c, "image").(string); img == "" {
+		t.Error("the container has no image")
+	}
+	ports := map[string]int{}
+	for _, p := range dig(c, "ports").([]any) {
+		ports[dig(p, "name").(string)] = dig(p, "containerPort").(int)
+	}
+	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+		if got := dig(c, probe, "httpGet", "path"); got != path {
+			t.Errorf("%s asks %v, want %s", probe, got, path)
+		}
+		if port, _ := dig(c, probe, "httpGet", "port").(string); ports[port] == 0 {
+			t.Errorf("%s's port %v is none of the container's ports %v", probe, dig(c, probe, "httpGet", "port"), ports)
+		}
+	}
+	if tp, _ := dig(svc, "spec", "ports", 0, "targetPort").(string); ports[tp] == 0 {
+		t.Errorf("the Service's targetPort %v is none of the container's ports", dig(svc, "spec", "ports", 0, "targetPort"))
+	}
+
+	// Volumes: the ConfigMap and the Secret, by name, the config mounted
+	// where the container's --config reads it.
+	volumes := map[string]any{}
+	for _, v := range dig(pod, "volumes").([]any) {
+		volumes[dig(v, "name").(string)] = v
+	}
+	mounts := map[string]string{}
+	for _, m := range dig(c, "volumeMounts").([]any) {
+		mounts[dig(m, "name").(string)] = dig(m, "mountPath").(string)
+		if dig(m, "readOnly") != true {
+			t.Errorf("volume %v is mounted writable", dig(m, "name"))
+		}
+	}
+	var cfgVolume, secretVolume string
+	for name, v := range volumes {
+		if dig(v, "configMap", "name") == dig(cm, "metadata", "name") {
+			cfgVolume = name
+		}
+		if dig(v, "secret", "secretName") == dig(secret, "metadata", "name") {
+			secretVolume = name
+		}
+	}
+	if cfgVolume == "" || secretVolume == "" || mounts[cfgVolume] == "" || mounts[secretVolume] == "" {
+		t.Fatalf("the ConfigMap and the Secret are not both mounted: volumes %v, mounts %v", volumes, mounts)
+	}
+	if strings.HasPrefix(mounts[secretVolume], mounts[cfgVolume]+"/") {
+		t.Errorf("the Secret is mounted inside the ConfigMap's read-only volume (%s in %s)", mounts[secretVolume], mounts[cfgVolume])
+	}
+	args := dig(c, "args").([]any)
+	i := slices.Index(args, any("--config"))
+	if i < 0 || i+1 >= len(args) {
+		t.Fatalf("the container's args %v have no --config", args)
+	}
+	cfgPath := args[i+1].(string)
+	if filepath.Dir(cfgPath) != mounts[cfgVolume] {
+		t.Errorf("--config %s is not in the ConfigMap's mount %s", cfgPath, mounts[cfgVolume])
+	}
+	data, _ := dig(cm, "data", filepath.Base(cfgPath)).(string)
+	if data == "" {
+		t.Fatalf("the ConfigMap has no %s", filepath.Base(cfgPath))
+	}
+
+	// The Secret's keys the Deployment refers to exist.
+	secretKeys := dig(secret, "stringData").(map[string]any)
+	for _, item := range dig(volumes[secretVolume], "secret", "items").([]any) {
+		if _, ok := secretKeys[dig(item, "key").(string)]; !ok {
+			t.Errorf("the tokens volume names Secret key %v, which the Secret lacks", dig(item, "key"))
+		}
+	}
+	env := map[string]bool{}
+	for _, e := range dig(c, "env").([]any) {
+		key, _ := dig(e, "valueFrom", "secretKeyRef", "key").(string)
+		if key != "" {
+			if _, ok := secretKeys[key]; !ok {
+				t.Errorf("env %v names Secret key %s, which the Secret lacks", dig(e, "name"), key)
+			}
+			t.Setenv(dig(e, "name").(string), secretKeys[key].(string))
+			env[dig(e, "name").(string)] = true
+		}
+	}
+
+	// The config is valid to floodgate, listens on the container's port
+	// beyond loopback, and reads its Redis password from the Secret.
+	cfg, err := config.Parse([]byte(data), "configmap.yaml "+filepath.Base(cfgPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Warnings(); len(w) > 0 {
+		t.Errorf("the config warns: %q", w)
+	}
+	host, port, _ := net.SplitHostPort(cfg.Listen)
+	if host != "0.0.0.0" && host != "" && host != "::" {
+		t.Errorf("listen %s is not reachable from outside the pod", cfg.Listen)
+	}
+	if port != "8080" || ports["http"] != 8080 {
+		t.Errorf("listen %s, container port %d: they differ", cfg.Listen, ports["http"])
+	}
+	if cfg.Store.Type == config.StoreMemory {
+		t.Error("several replicas on the memory store would each count alone")
+	}
+	if cfg.Store.Password != "" || !env[cfg.Store.PasswordEnv] {
+		t.Errorf("the Redis password is not read from the Secret (password %q, password_env %q)", cfg.Store.Password, cfg.Store.PasswordEnv)
+	}
+	if _, err := cfg.RedisConfig(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestDockerfile: a multi-stage build of a static binary (CGO_ENABLED=0)
+// whose final stage is distroless or scratch, runs as a non-root user, and
+// starts serve with the config where the Kubernetes example mounts it.
+func TestDockerfile(t *testing.T) {
+	src := readDoc(t, "Dockerfile")
+	var froms, runs []string
+	var user, cmd string
+	copiedFromBuild := false
+	for _, line := range strings.Split(src, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		instr, rest, _ := strings.Cut(line, " ")
+		switch strings.ToUpper(instr) {
+		case "FROM":
+			froms = append(froms, rest)
+			user = ""
+		case "RUN":
+			runs = append(runs, rest)
+		case "USER":
+			user = rest
+		case "CMD":
+			cmd = rest
+		case "COPY":
+			if strings.HasPrefix(rest, "--from=") && len(froms) > 1 {
+				copiedFromBuild = true
+			}
+		}
+	}
+	if len(froms) < 2 || !copiedFromBuild {
+		t.Fatalf("not a multi-stage build: FROM %q", froms)
+	}
+	if final := froms[len(froms)-1]; !strings.Contains(final, "distroless") && !strings.HasPrefix(final, "scratch") {
+		t.Errorf("the final stage %q is neither distroless nor scratch", final)
+	}
+	static := regexp.MustCompile(`CGO_ENABLED=0 .*go build .*\./cmd/floodgate`)
+	if !slices.ContainsFunc(runs, static.MatchString) {
+		t.Errorf("no RUN builds ./cmd/floodgate with CGO_ENABLED=0: %q", runs)
+	}
+	if u, _, _ := strings.Cut(user, ":"); u == "" || u == "root" || u == "0" {
+		t.Errorf("the final stage runs as %q, not a non-root user", user)
+	}
+	if !strings.Contains(cmd, `"serve"`) || !strings.Contains(cmd, "/etc/floodgate/floodgate.yaml") {
+		t.Errorf("CMD %s does not serve /etc/floodgate/floodgate.yaml, where the Kubernetes example mounts it", cmd)
+	}
+}

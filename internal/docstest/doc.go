@@ -1,0 +1,10 @@
+// Package docstest holds the tests that keep the repository's documents
+// true: the README's library example compiles and prints what it says,
+// the reverse-proxy recipes of docs/PROXIES.md work against real nginx and
+// Caddy, and the container and Kubernetes files parse and hold what a
+// deployment needs. It has no code of its own.
+//
+// nginx and Caddy are Debian packages (nginx-light, caddy); the proxy
+// tests skip when they are not installed, unless FLOODGATE_REQUIRE_PROXIES=1
+// (which `make test` sets, after installing them).
+package docstest

@@ -1,0 +1,52 @@
+package docstest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// TestReadmeLibraryExample compiles the README's library example as a
+// program of its own (a module that requires floodgate from this
+// checkout), runs it, and compares what it prints with what the README
+// says it prints.
+func TestReadmeLibraryExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	readme := readDoc(t, "README.md")
+	src := taggedBlock(t, readme, "README.md", "library example")
+	want := taggedBlock(t, readme, "README.md", "library output")
+	repo, err := filepath.Abs(root(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sum, err := os.ReadFile(filepath.Join(repo, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := "module readmeexample\n\ngo 1.26\n\nrequire github.com/floodgate-rl/floodgate v0.0.0\n\nreplace github.com/floodgate-rl/floodgate => " + repo + "\n"
+	for name, data := range map[string]string{"go.mod": mod, "go.sum": string(sum), "main.go": src} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "run", ".")
+	cmd.Dir = dir
+	// Everything comes from this checkout and the module cache: no network.
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("the README's example does not run: %v\n%s", err, stderr)
+	}
+	if string(out) != want {
+		t.Fatalf("the README's example prints\n%s\nthe README says\n%s", out, want)
+	}
+}
