@@ -47,26 +47,26 @@ type Config struct {
 	// Headers selects the rate-limit response headers: both (default),
 	// ietf (RateLimit, RateLimit-Policy), legacy (X-RateLimit-*) or none.
 	Headers string `yaml:"headers"`
-	// TLS names the listeners' certificate and key, and the CA that
-	// client certificates must chain to (mutual TLS). Plain fields: the
-	// listeners' TLS is serve's to wire.
+	// Auth names where the API's bearer tokens are (none: no
+	// authentication).
+	Auth Auth `yaml:"auth"`
+	// TLS serves the HTTP and gRPC listeners over TLS, or mutual TLS.
 	TLS TLS `yaml:"tls"`
+	// MetricsListen, if set, serves /metrics, /healthz and /readyz on an
+	// address of their own, without authentication, and takes /metrics off
+	// the API's listener.
+	MetricsListen string `yaml:"metrics_listen"`
+	// MaxConnections bounds the open connections of each listener (0 or
+	// absent: DefaultMaxConnections).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxInFlight bounds the API requests waiting on the store at once (0
+	// or absent: server.DefaultMaxInFlight); see server.Options.MaxInFlight.
+	MaxInFlight int `yaml:"max_in_flight"`
 
 	// Source names where the config came from (a path, or "built-in").
 	Source string `yaml:"-"`
 
 	lines yamlfield.Lines // the line of each path, from Parse
-}
-
-// TLS is the tls section: PEM files.
-type TLS struct {
-	// CertFile is the server's certificate chain.
-	CertFile string `yaml:"cert_file"`
-	// KeyFile is its private key.
-	KeyFile string `yaml:"key_file"`
-	// ClientCAFile, if set, makes clients present a certificate that
-	// chains to it.
-	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 // ClientIP configures how a client's address is found behind proxies
@@ -213,6 +213,7 @@ func (c *Config) validate() error {
 		}
 	}
 	errs = append(errs, c.Store.check(c.lines)...)
+	errs = append(errs, c.checkServe()...)
 	if _, err := c.RedisConfig(); err != nil {
 		errs = append(errs, err)
 	}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
@@ -29,8 +29,21 @@ type Store struct {
 	Password string `yaml:"password"`
 	// PasswordEnv names an environment variable holding the password.
 	PasswordEnv string `yaml:"password_env"`
-	// TLS turns on TLS to Redis with the system's roots.
+	// TLS turns on TLS to Redis, with the system's roots unless TLSCAFile
+	// names a CA.
 	TLS bool `yaml:"tls"`
+	// TLSCAFile is a PEM file of the CAs that sign Redis's certificate.
+	TLSCAFile string `yaml:"tls_ca_file"`
+	// TLSCertFile and TLSKeyFile are a client certificate and its key, for
+	// Redis servers that require one (tls-auth-clients).
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+	// TLSServerName is the name Redis's certificate must hold (empty: the
+	// host of each address).
+	TLSServerName string `yaml:"tls_server_name"`
+	// MaxKeys bounds the keys of the memory store, evicting the least
+	// recently decided (0 or absent: DefaultMaxKeys; memory store only).
+	MaxKeys int `yaml:"max_keys"`
 	// DB selects the Redis database (standalone and sentinel only).
 	DB int `yaml:"db"`
 	// Timeout bounds each store call, 1ms to 1m (0 or absent: the Redis
@@ -125,9 +138,6 @@ func (s Store) redisConfig(lines yamlfield.Lines) (*redisstore.Config, error) {
 		MaxInFlight:     s.MaxInFlight,
 		BreakerFailures: s.BreakerFailures,
 	}
-	if s.TLS {
-		rc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
 	switch s.Type {
 	case StoreMemory, "":
 		return nil, nil
@@ -140,6 +150,13 @@ func (s Store) redisConfig(lines yamlfield.Lines) (*redisstore.Config, error) {
 		rc.SentinelMaster = s.MasterName
 	default:
 		return nil, lines.Error("store.type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel")
+	}
+	if s.TLS {
+		tc, err := tlsfiles.Client(s.TLSCAFile, s.TLSCertFile, s.TLSKeyFile, s.TLSServerName)
+		if err != nil {
+			return nil, lines.Error("store.tls", "", "cannot be set up: "+err.Error())
+		}
+		rc.TLS = tc
 	}
 	if err := rc.Validate(); err != nil {
 		var ce *redisstore.ConfigError
@@ -198,6 +215,21 @@ func (s *Store) check(lines yamlfield.Lines) []error {
 	}
 	if s.Password != "" && s.PasswordEnv != "" {
 		errs = append(errs, lines.Error("store.password_env", s.PasswordEnv, "cannot be used together with store.password"))
+	}
+	if !s.TLS {
+		for _, f := range []struct{ key, value string }{
+			{"store.tls_ca_file", s.TLSCAFile}, {"store.tls_cert_file", s.TLSCertFile},
+			{"store.tls_key_file", s.TLSKeyFile}, {"store.tls_server_name", s.TLSServerName},
+		} {
+			if f.value != "" {
+				errs = append(errs, lines.Error(f.key, f.value, "applies only with store.tls: true; add it"))
+			}
+		}
+	}
+	if s.MaxKeys < 0 {
+		errs = append(errs, lines.Error("store.max_keys", fmt.Sprint(s.MaxKeys), fmt.Sprintf("must be positive (0 or absent: %d)", DefaultMaxKeys)))
+	} else if s.MaxKeys != 0 && s.Type != "" && s.Type != StoreMemory {
+		errs = append(errs, lines.Error("store.max_keys", fmt.Sprint(s.MaxKeys), "applies to the memory store only; Redis bounds its memory with maxmemory"))
 	}
 	if s.PasswordEnv != "" {
 		if _, ok := os.LookupEnv(s.PasswordEnv); !ok {

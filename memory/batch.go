@@ -116,6 +116,13 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 		}
 		l.e.unlock()
 	}
+	if s.shardKeys != nil {
+		for i := range batch {
+			if results[i].Err == nil {
+				s.capShard(batch[i].shard)
+			}
+		}
+	}
 }
 
 // sortEntries sorts locks by address and drops the duplicates.

@@ -23,6 +23,21 @@ type keyspace interface {
 	// entry returns key's entry for a batch, unlocked, adding it if it is
 	// missing. With slow set it looks under the table's lock.
 	entry(h uint64, i int, key string, now, grace int64, slow bool) held
+	// shard returns the table of shard i, for the store's caps and sweeps.
+	shard(i int) shardTable
+	// setCounters points each shard's table at its counter of keys.
+	setCounters(keys []shardKeys)
+}
+
+// shardTable is a table as the store's eviction and sweeps see it,
+// whatever its state type.
+type shardTable interface {
+	lockTable()
+	unlockTable()
+	ages(now uint32, dst []uint32) []uint32
+	evict(now, age uint32, n int) int
+	sweepAll(now, grace int64)
+	stats() (keys, keyBytes int)
 }
 
 // state constrains a keyspace's state type S: *S is an algorithm.State.
@@ -52,6 +67,7 @@ func newKeyspace[S any, P state[S]]() keyspace { return new(tables[S, P]) }
 // the one that wrote it.
 func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) floodgate.Decision {
 	st := P(&e.state)
+	e.used = usedAt(now)
 	if e.expires <= now {
 		st.Replenish(l, now)
 	}
@@ -61,6 +77,11 @@ func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) flo
 	}
 	return d
 }
+
+// usedAt is an entry's used time at now, in µs since the Unix epoch: units
+// of 2^10 µs (about a millisecond), which wrap every 50 days; ages are
+// differences, so they are right across a wrap.
+func usedAt(now int64) uint32 { return uint32(uint64(now) >> 10) }
 
 // outcome is a Decision without its Limit, which the caller fills in. The
 // compiler keeps a struct of up to four fields in registers from call to
@@ -80,6 +101,7 @@ func (o outcome) decision(quota int64) floodgate.Decision {
 func (k *tables[S, P]) allow(h uint64, i int, key string, l floodgate.Limit, now, n, grace int64) outcome {
 	e := k.shards[i].lockOrInsert(h, key, now, grace)
 	// decide, written out: the compiler does not inline it.
+	e.used = usedAt(now)
 	st := P(&e.state)
 	if e.expires <= now {
 		st.Replenish(l, now)
@@ -148,6 +170,23 @@ func (k *tables[S, P]) usage(h uint64, i int, key string) int {
 
 func (k *tables[S, P]) entry(h uint64, i int, key string, now, grace int64, slow bool) held {
 	return (*batchEntry[S, P])(k.shards[i].entry(h, key, now, grace, slow))
+}
+
+func (k *tables[S, P]) shard(i int) shardTable { return &k.shards[i] }
+
+func (k *tables[S, P]) setCounters(keys []shardKeys) {
+	for i := range k.shards {
+		k.shards[i].keys = &keys[i].n
+	}
+}
+
+func (t *table[S]) lockTable()   { t.mu.Lock() }
+func (t *table[S]) unlockTable() { t.mu.Unlock() }
+
+func (t *table[S]) stats() (keys, keyBytes int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.live, t.keyBytes
 }
 
 // batchEntry is an entry as a batch holds it (see held).

@@ -7,12 +7,21 @@
 // that have been fully replenished for longer than an eviction grace
 // (DefaultEvictionGrace, one minute), so memory stays proportional to the
 // keys active within their windows plus the grace, even under millions of
-// distinct keys.
+// distinct keys. [WithMaxKeys] bounds the keys outright, evicting the least
+// recently decided, and [Store.Sweep] drops replenished keys while no new
+// key arrives (floodgate serve calls it every minute), so memory is given
+// back after a burst even when the store is idle.
+//
+// Keys are kept as given: callers bound their length (every floodgate front
+// end keys through decide.StoreKey, which hashes keys over
+// decide.MaxKeyLen bytes).
 package memory
 
 import (
 	"context"
 	"hash/maphash"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -44,6 +53,19 @@ type Store struct {
 	startMicro int64           // start in microseconds since the Unix epoch
 	grace      int64           // microseconds a replenished key is kept
 	seed       maphash.Seed
+
+	// With a cap (WithMaxKeys): the keys of each shard, in every
+	// algorithm, and the most a shard holds before it evicts.
+	shardKeys []shardKeys
+	perShard  int64
+	evictions atomic.Int64
+}
+
+// shardKeys counts one shard's keys; each counter has its cache line, so
+// inserts in two shards do not contend.
+type shardKeys struct {
+	n atomic.Int64
+	_ [cacheLine - 8]byte
 }
 
 // algorithms makes each algorithm's keyspace: its state type, which
@@ -69,6 +91,25 @@ func WithEvictionGrace(d time.Duration) Option {
 	return func(s *Store) { s.grace = max(0, d.Microseconds()) }
 }
 
+// WithMaxKeys bounds the keys the store holds to about n, whatever their
+// algorithm: when a shard (one of 256, by the key's hash) holds more than
+// its share, n/256 rounded up, the next decision in it evicts its least
+// recently decided quarter, and Stats counts them in Evictions. An evicted
+// key reads as new when it comes back, so a cap too small for the keys
+// active within their windows lets their clients start afresh: size it for
+// the keys you expect, as a bound on memory against a flood of new keys.
+// Zero or less: no cap (the default), at no cost to decisions.
+func WithMaxKeys(n int) Option {
+	return func(s *Store) {
+		if n <= 0 {
+			s.shardKeys, s.perShard = nil, 0
+			return
+		}
+		s.perShard = int64((n + shardCount - 1) / shardCount)
+		s.shardKeys = make([]shardKeys, shardCount)
+	}
+}
+
 // WithClock makes the store read time from c instead of the system clock.
 // Tests use it to move time by hand.
 func WithClock(c floodgate.Clock) Option {
@@ -87,6 +128,13 @@ func New(opts ...Option) *Store {
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.shardKeys != nil {
+		for _, k := range s.keyspaces {
+			if k != nil {
+				k.setCounters(s.shardKeys)
+			}
+		}
 	}
 	return s
 }
@@ -128,7 +176,101 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	if n == 0 {
 		return s.keyspaces[l.Algorithm].peek(h, i, key, l, now).decision(l.Quota), nil
 	}
-	return s.keyspaces[l.Algorithm].allow(h, i, key, l, now, n, s.grace).decision(l.Quota), nil
+	o := s.keyspaces[l.Algorithm].allow(h, i, key, l, now, n, s.grace)
+	if s.shardKeys != nil {
+		s.capShard(i)
+	}
+	return o.decision(l.Quota), nil
+}
+
+// capShard evicts the least recently decided quarter of shard i if it holds
+// more than its share of the cap. It locks the shard's tables in algorithm
+// order (nothing else holds two tables' locks), holding no entry.
+func (s *Store) capShard(i int) {
+	if s.shardKeys[i].n.Load() <= s.perShard {
+		return
+	}
+	var tables [len(algorithms)]shardTable
+	n := 0
+	for _, k := range s.keyspaces {
+		if k != nil {
+			tables[n] = k.shard(i)
+			tables[n].lockTable()
+			n++
+		}
+	}
+	defer func() {
+		for _, t := range tables[:n] {
+			t.unlockTable()
+		}
+	}()
+	total := s.shardKeys[i].n.Load()
+	if total <= s.perShard {
+		return // another call evicted meanwhile
+	}
+	now := usedAt(s.now())
+	var ages []uint32
+	for _, t := range tables[:n] {
+		ages = t.ages(now, ages)
+	}
+	drop := int(min(int64(len(ages)), total-s.perShard*3/4))
+	if drop <= 0 {
+		return
+	}
+	slices.Sort(ages)
+	cutoff := ages[len(ages)-drop] // the youngest age to drop
+	dropped := 0
+	for _, t := range tables[:n] {
+		dropped += t.evict(now, cutoff, drop-dropped)
+	}
+	s.evictions.Add(int64(dropped))
+}
+
+// Sweep drops every key that has been fully replenished for longer than the
+// eviction grace, in every table, and shrinks the tables to the keys left.
+// Inserts sweep on their own as tables grow; Sweep gives memory back when
+// no new key arrives, as after a burst. It takes each table's lock in
+// turn, so decisions on other tables go on meanwhile.
+func (s *Store) Sweep() {
+	now := s.now()
+	for _, k := range s.keyspaces {
+		if k == nil {
+			continue
+		}
+		for i := range shardCount {
+			k.shard(i).sweepAll(now, s.grace)
+		}
+	}
+}
+
+// Stats are a store's counts, for metrics.
+type Stats struct {
+	// Keys is the number of keys held, as Len.
+	Keys int
+	// KeyBytes is the total length of the keys held.
+	KeyBytes int
+	// Evictions counts the keys evicted to keep within WithMaxKeys (not
+	// those dropped because they were replenished).
+	Evictions int64
+	// MaxKeys is the cap of WithMaxKeys, rounded up to a multiple of the
+	// shards; 0 without one.
+	MaxKeys int64
+}
+
+// Stats returns the store's counts. It takes every table's lock in turn.
+func (s *Store) Stats() Stats {
+	st := Stats{Evictions: s.evictions.Load(), MaxKeys: s.perShard * shardCount}
+	for _, k := range s.keyspaces {
+		if k == nil {
+			continue
+		}
+		for i := range shardCount {
+			n, b := k.shard(i).stats()
+			st.Keys += n
+			st.KeyBytes += b
+		}
+	}
+	return st
 }
 
 // RefundN gives back n units of quota to key under limit. See

@@ -37,10 +37,14 @@ import (
 // in which callers tend to come back. docs/PERFORMANCE.md has the
 // measurements.
 type table[S any] struct {
-	mu      sync.Mutex               // serialises inserts, sweeps and growth
-	index   atomic.Pointer[index[S]] // nil until the first insert
-	live    int                      // entries in the current index
-	sweepAt int                      // live at which the next insert sweeps
+	mu       sync.Mutex               // serialises inserts, sweeps and growth
+	index    atomic.Pointer[index[S]] // nil until the first insert
+	live     int                      // entries in the current index
+	sweepAt  int                      // live at which the next insert sweeps
+	keyBytes int                      // the lengths of the live entries' keys
+	// keys counts the keys of the table's shard in every algorithm, when
+	// the store has a cap (WithMaxKeys); nil otherwise.
+	keys *atomic.Int64
 	// The padding makes a table a cache line long, so that in an array of
 	// them no two headers share a line: inserts in one do not evict
 	// another's header from the other core's cache.
@@ -48,7 +52,7 @@ type table[S any] struct {
 }
 
 // tableHeader is the size of a table's fields, before its padding.
-const tableHeader = unsafe.Sizeof(sync.Mutex{}) + unsafe.Sizeof(atomic.Pointer[int]{}) + 2*unsafe.Sizeof(0)
+const tableHeader = unsafe.Sizeof(sync.Mutex{}) + unsafe.Sizeof(atomic.Pointer[int]{}) + 3*unsafe.Sizeof(0) + unsafe.Sizeof((*atomic.Int64)(nil))
 
 // cacheLine is the size of a CPU cache line on the common platforms.
 const cacheLine = 64
@@ -69,8 +73,12 @@ type slot[S any] struct {
 
 // entry is one key with its state.
 type entry[S any] struct {
-	mu      sync.Mutex
-	dead    bool   // dropped by a sweep: written under the table's mu and mu
+	mu   sync.Mutex
+	dead bool // dropped by a sweep: written under the table's mu and mu
+	// used is when the key was last decided (usedAt): what a store with a
+	// cap evicts by. It sits in the padding after dead, so entries are no
+	// larger for it.
+	used    uint32
 	key     string // never changes
 	expires int64  // microseconds; at or after it, the key is fully replenished
 	state   S
@@ -178,6 +186,10 @@ func (t *table[S]) lockOrInsert(h uint64, key string, now, grace int64) *entry[S
 	e.mu.Lock()
 	ix.put(h, e)
 	t.live++
+	t.keyBytes += len(key)
+	if t.keys != nil {
+		t.keys.Add(1)
+	}
 	return e
 }
 
@@ -238,9 +250,7 @@ func (t *table[S]) sweep(now, grace int64) *index[S] {
 		}
 		e.mu.Lock()
 		if e.expires+grace <= now {
-			e.dead = true
-			e.state = *new(S) // release the log's ring now
-			t.live--
+			t.drop(e)
 		} else {
 			ix.put(old.slots[i].hash.Load(), e)
 		}
@@ -252,6 +262,72 @@ func (t *table[S]) sweep(now, grace int64) *index[S] {
 	}
 	t.sweepAt = 2 * t.live
 	return ix
+}
+
+// drop marks e dead and forgets it. The caller holds mu and e.mu, and
+// publishes an index without e.
+func (t *table[S]) drop(e *entry[S]) {
+	e.dead = true
+	e.state = *new(S) // release the log's ring now
+	t.live--
+	t.keyBytes -= len(e.key)
+	if t.keys != nil {
+		t.keys.Add(-1)
+	}
+}
+
+// ages appends to dst how long ago each entry of the table was decided, in
+// usedAt's units, at now. The caller holds mu.
+func (t *table[S]) ages(now uint32, dst []uint32) []uint32 {
+	if ix := t.index.Load(); ix != nil {
+		for i := range ix.slots {
+			if e := ix.slots[i].entry.Load(); e != nil {
+				e.mu.Lock()
+				dst = append(dst, now-e.used)
+				e.mu.Unlock()
+			}
+		}
+	}
+	return dst
+}
+
+// evict drops up to n entries last decided at least age ago (at now, in
+// usedAt's units), and returns how many it dropped. The caller holds mu.
+func (t *table[S]) evict(now, age uint32, n int) int {
+	old := t.index.Load()
+	if old == nil || n <= 0 {
+		return 0
+	}
+	ix := &index[S]{slots: make([]slot[S], len(old.slots))}
+	dropped := 0
+	for i := range old.slots {
+		e := old.slots[i].entry.Load()
+		if e == nil {
+			continue
+		}
+		e.mu.Lock()
+		if dropped < n && now-e.used >= age {
+			t.drop(e)
+			dropped++
+		} else {
+			ix.put(old.slots[i].hash.Load(), e)
+		}
+		e.mu.Unlock()
+	}
+	t.index.Store(ix)
+	if m := slotsFor(2 * t.live); m < len(ix.slots)/2 {
+		t.rebuild(m)
+	}
+	return dropped
+}
+
+// sweepAll is sweep outside an insert: Store.Sweep's.
+func (t *table[S]) sweepAll(now, grace int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.index.Load() != nil && t.live > 0 {
+		t.sweep(now, grace)
+	}
 }
 
 // clear makes e read as a key never seen: a zero state, fully replenished

@@ -12,7 +12,7 @@ import (
 // The rule comes from the "rule" query parameter or the rule header; the key
 // is the client's address found with the trusted-proxy and IPv6-prefix
 // rules, so a client cannot choose it.
-func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed error) {
 	p := s.policy.Load()
 	name := r.URL.Query().Get("rule")
 	if name == "" {
@@ -27,7 +27,7 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
 		problem.Error(w, http.StatusBadRequest, "cannot find the client's address: "+err.Error())
 		return
 	}
-	res := s.decide(r.Context(), rl, key, 1)
+	res := s.decide(r.Context(), rl, key, 1, shed)
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,9 @@ type metrics struct {
 	storeErrors  *prometheus.CounterVec
 	failureMode  *prometheus.CounterVec
 	reloads      *prometheus.CounterVec
+	inFlight     prometheus.Gauge
+	shed         *prometheus.CounterVec
+	authFailures *prometheus.CounterVec
 	cacheHits    *prometheus.CounterVec
 }
 
@@ -46,12 +50,24 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine) (*metrics, err
 		}, []string{"rule"}),
 		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_failure_mode_activations_total",
-			Help: "Requests decided by a rule's failure mode because the store was unavailable, by rule and mode (open, closed, local).",
+			Help: "Requests decided by a rule's failure mode because the store was unavailable (or not asked, over max_in_flight), by rule and mode (open, closed, local).",
 		}, []string{"rule", "mode"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_config_reloads_total",
 			Help: "Configuration reloads, by result (ok, error).",
 		}, []string{"result"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_http_in_flight",
+			Help: "API requests under the in-flight cap (max_in_flight) now.",
+		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_http_requests_shed_total",
+			Help: "API requests over the in-flight cap (max_in_flight), answered without the store (decisions by their rule's failure mode), by route.",
+		}, []string{"route"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_http_auth_failures_total",
+			Help: "API requests refused for their bearer token, by reason (missing, invalid, forbidden).",
+		}, []string{"reason"}),
 		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_overlimit_cache_hits_total",
 			Help: "Requests denied from the over-limit cache, without asking the store, by rule.",
@@ -70,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine) (*metrics, err
 		Help: "Denials the over-limit cache dropped before their retry delay, to stay within its bounds.",
 	}, func() float64 { return float64(engine.CacheStats().Evictions) })
 	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.storeErrors, m.failureMode, m.reloads,
-		m.cacheHits, cacheEntries, cacheBytes, cacheEvictions} {
+		m.inFlight, m.shed, m.authFailures, m.cacheHits, cacheEntries, cacheBytes, cacheEvictions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -104,7 +120,9 @@ func (m *metrics) count(c *decide.Check, res *decide.Result) {
 		if mode == decide.FailOpen {
 			outcome = outcomeFailOpen
 		}
-		m.storeErrors.WithLabelValues(c.Rule).Inc()
+		if !errors.Is(o.Err, ErrOverloaded) { // the store was not asked
+			m.storeErrors.WithLabelValues(c.Rule).Inc()
+		}
 		m.failureMode.WithLabelValues(c.Rule, mode.String()).Inc()
 	case decide.StoreError:
 		outcome = outcomeError

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -36,6 +35,9 @@ import (
 // MaxBodyBytes bounds request bodies; larger ones are answered 413.
 const MaxBodyBytes = 16 << 10
 
+// DefaultMaxInFlight is Options.MaxInFlight when it is zero.
+const DefaultMaxInFlight = 4096
+
 // Options are the server's dependencies. The zero value of each field picks
 // a default.
 type Options struct {
@@ -44,12 +46,23 @@ type Options struct {
 	// Registry receives the server's metrics and is served on /metrics.
 	// Default: a new registry of the server's own.
 	Registry *prometheus.Registry
-	// MaxInFlight bounds concurrent API requests; more are answered 503.
-	// Default 4096.
+	// MaxInFlight bounds the requests that may wait on the store at once
+	// (decisions, resets and Routes; never /healthz, /readyz, /metrics or
+	// /v1/rules). A decision over the bound is not sent to the store: its
+	// rule's failure mode answers it (fail-open admits, fail-closed answers
+	// 503 with the engine's retry delay), and a reset or a Route answers 503
+	// with that delay; each is counted in
+	// floodgate_http_requests_shed_total. Default DefaultMaxInFlight.
 	MaxInFlight int
 	// Routes adds handlers to the API by ServeMux pattern (such as the Envoy
-	// service's "POST /json"), under the same in-flight bound.
+	// service's "POST /json"), under the in-flight bound, needing a token
+	// with ScopeDecide when authentication is on, and a JSON body on POST.
 	Routes map[string]http.Handler
+	// Tokens, if not nil, turns authentication on: every endpoint but
+	// /healthz and /readyz needs "Authorization: Bearer TOKEN" with a token
+	// of the right scope (401 without one, 403 with the wrong scope).
+	// SetTokens replaces them.
+	Tokens *Tokens
 	// Timeout, if positive, bounds each decision (decide.Options.Timeout).
 	// Zero: the store's own per-call timeout is the one budget.
 	Timeout time.Duration
@@ -78,6 +91,7 @@ type Server struct {
 	policy   atomic.Pointer[policy]
 	inFlight chan struct{}
 	routes   map[string]http.Handler
+	tokens   atomic.Pointer[Tokens]
 	storeAPI *storeAPI // nil: off
 }
 
@@ -91,7 +105,7 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		opts.Registry = prometheus.NewRegistry()
 	}
 	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 4096
+		opts.MaxInFlight = DefaultMaxInFlight
 	}
 	now := time.Now
 	if opts.Clock != nil {
@@ -138,6 +152,7 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		}
 	}
 	s.policy.Store(pol)
+	s.SetTokens(opts.Tokens)
 	return s, nil
 }
 
@@ -163,85 +178,6 @@ func (s *Server) CountReload(ok bool) {
 		result = "ok"
 	}
 	s.metrics.reloads.WithLabelValues(result).Inc()
-}
-
-// Handler returns the HTTP API:
-//
-//	POST /v1/check          one decision: {"rule","key","cost"}, names exact
-//	                        and once each, keys UTF-8 text (invalid UTF-8 and
-//	                        lone surrogate escapes are answered 400, never
-//	                        folded into U+FFFD)
-//	POST /v1/reset          clear one key under one rule: {"rule","key"}
-//	GET  /v1/rules          the active rules
-//	*    /v1/forward-auth   forward auth keyed on the client's address (any method)
-//	GET  /healthz           the process is up
-//	GET  /readyz            the store answers (with its nodes, if it reports them)
-//	GET  /metrics           Prometheus metrics
-//	POST /v1/store/...      the store API, when Options.StoreAPI is set
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", s.handleCheck)
-	mux.HandleFunc("POST /v1/reset", s.handleReset)
-	mux.HandleFunc("GET /v1/rules", s.handleRules)
-	// Any method: proxies send the sub-request with the original request's
-	// method (nginx, Traefik) or GET (Caddy); the body is never read.
-	mux.HandleFunc("/v1/forward-auth", s.handleForwardAuth)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
-	if s.storeAPI != nil {
-		s.storeAPI.register(mux)
-	}
-	for pattern, h := range s.routes {
-		mux.Handle(pattern, h)
-	}
-	return s.limitInFlight(problemsForUnrouted(mux))
-}
-
-// problemsForUnrouted answers requests the mux has no route for (404, or 405
-// with its Allow header) with problem details instead of plain text.
-func problemsForUnrouted(mux *http.ServeMux) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h, pattern := mux.Handler(r)
-		if pattern != "" {
-			h.ServeHTTP(w, r)
-			return
-		}
-		probe := &statusProbe{header: http.Header{}}
-		h.ServeHTTP(probe, r)
-		if allow := probe.header.Get("Allow"); allow != "" {
-			w.Header().Set("Allow", allow)
-		}
-		problem.Error(w, probe.status, fmt.Sprintf("no endpoint %s %s; see GET /v1/rules and POST /v1/check", r.Method, r.URL.Path))
-	})
-}
-
-// statusProbe records the status and headers a handler writes.
-type statusProbe struct {
-	header http.Header
-	status int
-}
-
-func (p *statusProbe) Header() http.Header         { return p.header }
-func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
-func (p *statusProbe) WriteHeader(status int)      { p.status = status }
-
-// limitInFlight answers 503 when MaxInFlight requests are already running,
-// so a flood cannot pile up goroutines waiting on a slow store.
-func (s *Server) limitInFlight(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case s.inFlight <- struct{}{}:
-			defer func() { <-s.inFlight }()
-			next.ServeHTTP(w, r)
-		default:
-			w.Header().Set("Retry-After", "1")
-			problem.Error(w, http.StatusServiceUnavailable, "the server is at its limit of concurrent requests")
-		}
-	})
 }
 
 // checkRequest is the body of POST /v1/check and POST /v1/reset.
@@ -372,7 +308,7 @@ func (s *Server) readRuleAndKey(w http.ResponseWriter, r *http.Request) (*policy
 	return p, rl, req, true
 }
 
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error) {
 	p, rl, req, ok := s.readRuleAndKey(w, r)
 	if !ok {
 		return
@@ -385,7 +321,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res := s.decide(r.Context(), rl, *req.Key, cost)
+	res := s.decide(r.Context(), rl, *req.Key, cost, shed)
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}
@@ -399,8 +335,11 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 }
 
 // decide decides one request under rl through the engine and counts it.
-func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64) decide.Result {
+// With shed set (ErrOverloaded) the store is not asked: the rule's failure
+// mode decides.
+func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, shed error) decide.Result {
 	checks := [1]decide.Check{rl.check(key, cost)}
+	checks[0].Err = shed
 	var outcomes [1]decide.Outcome
 	start := time.Now()
 	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
@@ -421,7 +360,11 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 	case decide.Unavailable:
 		w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
 		w.Header()["Cache-Control"] = []string{"no-store"}
-		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("the rate-limit store is unavailable and rule %q fails closed; retry after the number of seconds in Retry-After", rl.Name))
+		why := "the rate-limit store is unavailable"
+		if errors.Is(res.Err(), ErrOverloaded) {
+			why = "the server is at its limit of concurrent requests"
+		}
+		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("%s and rule %q fails closed; retry after the number of seconds in Retry-After", why, rl.Name))
 	case decide.Invalid:
 		problem.Error(w, http.StatusBadRequest, res.Err().Error())
 	default:
@@ -461,13 +404,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request, shed error) {
 	_, rl, req, ok := s.readRuleAndKey(w, r)
 	if !ok {
 		return
 	}
 	if req.Cost != nil {
 		problem.Error(w, http.StatusBadRequest, `"cost" does not apply to a reset`)
+		return
+	}
+	if shed != nil {
+		s.overloaded(w)
 		return
 	}
 	start := time.Now()
@@ -499,7 +446,7 @@ type RuleInfo struct {
 	Description string  `json:"description"`
 }
 
-func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleRules(w http.ResponseWriter, _ *http.Request, _ error) {
 	p := s.policy.Load()
 	out := struct {
 		Rules []RuleInfo `json:"rules"`

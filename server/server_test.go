@@ -88,6 +88,9 @@ func newPolicyFixture(t testing.TB, p server.Policy, store func(floodgate.Clock)
 func (f *fixture) do(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
 	f.t.Helper()
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -354,8 +357,12 @@ func TestReload(t *testing.T) {
 func TestMaxInFlight(t *testing.T) {
 	block := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	p := server.Policy{Rules: []server.Rule{{Name: "api", Limit: floodgate.NewTokenBucket(100, 10, time.Second)}}}
-	srv, err := server.New(blockingStore{Store: memory.New(), block: block, entered: entered}, p, server.Options{MaxInFlight: 1})
+	p := server.Policy{Rules: []server.Rule{
+		{Name: "api", Limit: floodgate.NewTokenBucket(100, 10, time.Second), Failure: decide.FailOpen},
+		{Name: "login", Limit: floodgate.PerMinute(5), Failure: decide.FailClosed},
+	}}
+	srv, err := server.New(blockingStore{Store: memory.New(), block: block, entered: entered}, p,
+		server.Options{MaxInFlight: 1, UnavailableRetryAfter: 7 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,17 +380,57 @@ func TestMaxInFlight(t *testing.T) {
 		done <- resp.StatusCode
 	}()
 	<-entered
-	resp, err := http.Post(ts.URL+"/v1/check", "application/json", bytes.NewBufferString(`{"rule":"api","key":"k"}`))
-	if err != nil {
-		t.Fatal(err)
+	// The one slot is taken: decisions follow their rule's failure mode
+	// without reaching the (blocked) store; probes and metrics still answer.
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		retryAfter, want         string
+	}{
+		{"fail-open rule admits", "POST", "/v1/check", `{"rule":"api","key":"k"}`, 200, "", `"store_unavailable":true`},
+		{"fail-closed rule answers 503 with the engine's delay", "POST", "/v1/check", `{"rule":"login","key":"k"}`, 503, "7", "concurrent requests and rule \\\"login\\\" fails closed"},
+		{"forward auth, fail-open", "GET", "/v1/forward-auth?rule=api", "", 200, "", ""},
+		{"forward auth, fail-closed", "GET", "/v1/forward-auth?rule=login", "", 503, "7", ""},
+		{"reset", "POST", "/v1/reset", `{"rule":"api","key":"k"}`, 503, "7", "concurrent"},
+		{"healthz", "GET", "/healthz", "", 200, "", "ok"},
+		{"readyz", "GET", "/readyz", "", 200, "", "ready"},
+		{"rules", "GET", "/v1/rules", "", 200, "", `"login"`},
+		{"metrics", "GET", "/metrics", "", 200, "", `floodgate_http_requests_shed_total{route="check"} 2`},
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 503 {
-		t.Fatalf("second concurrent request: %d, want 503", resp.StatusCode)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(c.method, ts.URL+c.path, strings.NewReader(c.body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || resp.Header.Get("Retry-After") != c.retryAfter || !strings.Contains(string(body), c.want) {
+				t.Fatalf("%d Retry-After %q %s; want %d Retry-After %q and %q", resp.StatusCode, resp.Header.Get("Retry-After"), body,
+					c.status, c.retryAfter, c.want)
+			}
+		})
 	}
 	close(block)
 	if got := <-done; got != 200 {
 		t.Fatalf("first request: %d", got)
+	}
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`floodgate_http_requests_shed_total{route="forward-auth"} 2`,
+		`floodgate_http_requests_shed_total{route="reset"} 1`,
+		`floodgate_failure_mode_activations_total{mode="closed",rule="login"} 2`,
+		`floodgate_http_in_flight 0`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(rec.Body.String(), "floodgate_store_errors_total") {
+		t.Errorf("requests the store was never asked about count as store errors")
 	}
 }
 

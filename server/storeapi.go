@@ -82,11 +82,24 @@ func newStoreAPI(c *StoreAPI, store floodgate.Store, m *metrics, unavailable tim
 	return &storeAPI{store: bs, ns: ns, clock: c.Clock, metrics: m, unavailable: unavailable}, nil
 }
 
-func (a *storeAPI) register(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+storewire.PathAllow, a.handleAllow)
-	mux.HandleFunc("POST "+storewire.PathBatch, a.handleBatch)
-	mux.HandleFunc("POST "+storewire.PathRefund, a.handleRefund)
-	mux.HandleFunc("POST "+storewire.PathReset, a.handleReset)
+// register adds the store API's endpoints to mux, each through guard
+// (the server's token, content-type and in-flight checks).
+func (a *storeAPI) register(mux *http.ServeMux, guard func(name string, h http.HandlerFunc) http.Handler) {
+	for _, e := range []struct {
+		path string
+		h    http.HandlerFunc
+	}{
+		{storewire.PathAllow, a.handleAllow}, {storewire.PathBatch, a.handleBatch},
+		{storewire.PathRefund, a.handleRefund}, {storewire.PathReset, a.handleReset},
+	} {
+		mux.Handle("POST "+e.path, guard(e.path, e.h))
+	}
+}
+
+// overloaded answers a call over the server's in-flight cap as an outage,
+// which the remote store's engine meets with the rule's failure mode.
+func (a *storeAPI) overloaded(w http.ResponseWriter) {
+	a.writeError(w, &storewire.Error{Kind: storewire.KindUnavailable, Detail: "the server is at its limit of concurrent requests; the store was not asked"})
 }
 
 // storeProblem is a problem answer of the store API: problem details with

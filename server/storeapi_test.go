@@ -19,6 +19,7 @@ import (
 func storeAnswer(t *testing.T, h http.Handler, path, body string) (int, string) {
 	t.Helper()
 	r := httptest.NewRequest(http.MethodPost, "http://floodgate"+path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	if w.Code == http.StatusOK {

@@ -29,6 +29,10 @@ func envOf(vars map[string]string) (func(string) (string, bool), []string) {
 // onto floodgate's settings, refuses the ones it cannot honour, and notes
 // the rest.
 func TestReadEnvoyEnv(t *testing.T) {
+	// Real certificate files: the config checks that TLS files load.
+	ca := newPKI(t, "rls")
+	certFile, keyFile, _ := ca.issue("rls", "localhost", true)
+	caFile := filepath.Join(ca.dir, "rls-ca.pem")
 	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
 	with := func(extra map[string]string) map[string]string {
 		m := map[string]string{}
@@ -68,7 +72,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 			"REDIS_TIMEOUT": "30ms", "REDIS_PIPELINE_WINDOW": "150us", "CACHE_KEY_PREFIX": "rl:",
 			"SHADOW_MODE": "true", "QUOTA_MODE": "true", "RESPONSE_DYNAMIC_METADATA": "true", "NEAR_LIMIT_RATIO": "0.9",
 			"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left",
-			"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c.pem", "GRPC_SERVER_TLS_KEY": "/k.pem", "GRPC_CLIENT_TLS_CACERT": "/ca.pem",
+			"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": certFile, "GRPC_SERVER_TLS_KEY": keyFile, "GRPC_CLIENT_TLS_CACERT": caFile,
 			"USE_PROMETHEUS": "true", "LOG_LEVEL": "DEBUG", "LOG_FORMAT": "json", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true",
 		}), func(t *testing.T, c *envoyCompat) {
 			if c.cfg.Listen != "127.0.0.1:9080" || c.grpc.uds != "/tmp/rls.sock" || c.grpc.maxConnAge != 10*time.Minute {
@@ -88,7 +92,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 				o.PeerHeaders.Remaining != "X-Left" || o.PeerHeaders.Limit != "RateLimit-Limit" {
 				t.Errorf("options %+v", o)
 			}
-			if c.cfg.TLS != (config.TLS{CertFile: "/c.pem", KeyFile: "/k.pem", ClientCAFile: "/ca.pem"}) {
+			if c.cfg.TLS != (config.TLS{CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile}) {
 				t.Errorf("tls %+v", c.cfg.TLS)
 			}
 			if c.metrics != ":9090" || c.metricsP != "/metrics" || c.cfg.Log.Level != "debug" || c.cfg.Log.Format != "json" || !c.health {

@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -78,56 +79,87 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *storeAPI:
 		storeOpts = &server.StoreAPI{}
 	}
+	tokens, err := cfg.Auth.Tokens()
+	if err != nil {
+		return err
+	}
+	tlsSrv, err := cfg.TLS.Server()
+	if err != nil {
+		return err
+	}
 	store, closeStore, err := openStoreFor(cfg.Store, clock, logger)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	for _, n := range compatNotes(compat) {
 		logger.Warn("envoyproxy/ratelimit environment: " + n)
 	}
 	reg := prometheus.NewRegistry()
-	for _, n := range compatNotes(compat) {
-		logger.Warn("envoyproxy/ratelimit environment: " + n)
+	if m, ok := store.(*memory.Store); ok {
+		if err := serveMemory(ctx, m, reg); err != nil {
+			return err
+		}
 	}
-	rls, err := startRLS(plan, store, logger, reg, compat)
+	sec := newSecrets(cfg.Auth, tlsSrv, tokens, logger)
+	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue()})
 	if err != nil {
 		return err
 	}
 	defer rls.stop()
 	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(),
-		OverLimitCache: cfg.OverLimitCache(), StoreAPI: storeOpts})
+		MaxInFlight: cfg.MaxInFlight, Tokens: tokens, OverLimitCache: cfg.OverLimitCache(), StoreAPI: storeOpts})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	sec.serve(srv)
+	go sec.watch(ctx)
+	ln, err := listenCapped("listen", cfg.Listen, cfg.MaxConnectionsValue(), reg)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
-	httpServer := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	api := srv.Handler()
+	var ops *http.Server
+	var opsLn net.Listener
+	if cfg.MetricsListen != "" {
+		api = srv.APIHandler()
+		cl, err := listenCapped("metrics_listen", cfg.MetricsListen, cfg.MaxConnectionsValue(), reg)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		opsLn, ops = cl, newHTTPServer(srv.OpsHandler(), cl, nil, logger)
 	}
+	httpServer := newHTTPServer(api, ln, tlsSrv, logger)
 	// Catch SIGHUP before the banner says we are up, so a reload signalled
 	// right after it is never lost (or fatal).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	printBanner(stdout, cfg, policy, ln.Addr().String())
-	if storeOpts != nil {
-		fmt.Fprintf(stdout, "store API on POST /v1/store/{allow,batch,refund,reset}, keys under %q\n", server.DefaultStoreNamespace)
-	}
-	rls.banner(stdout)
-	logger.Info("serving", "listen", ln.Addr().String(), "store", cfg.Store.String(), "rules", len(policy.Rules), "config", cfg.Source)
+	warnExposed(stderr, logger, tokens != nil, map[string]string{"listen": ln.Addr().String(), "grpc_listen": rls.address()})
+	printBanner(stdout, cfg, policy, scheme(tlsSrv)+"://"+ln.Addr().String(), func(w io.Writer) {
+		rls.banner(w)
+		if ops != nil {
+			fmt.Fprintf(w, "metrics and probes on http://%s (/metrics, /healthz, /readyz; no token)\n", opsLn.Addr())
+		}
+		if storeOpts != nil {
+			fmt.Fprintf(w, "store API on POST /v1/store/{allow,batch,refund,reset}, keys under %q\n", server.DefaultStoreNamespace)
+		}
+		if tokens != nil {
+			fmt.Fprintf(w, "authentication on: %d tokens (%s); send Authorization: Bearer TOKEN\n", tokens.Len(), strings.Join(tokens.Names(), ", "))
+		}
+	})
+	logger.Info("serving", "listen", ln.Addr().String(), "tls", tlsSrv != nil, "mtls", tlsSrv != nil && tlsSrv.MutualTLS(),
+		"auth", tokens != nil, "store", cfg.Store.String(), "rules", len(policy.Rules), "config", cfg.Source)
 
-	served := make(chan error, 1)
-	go func() { served <- httpServer.Serve(ln) }()
+	served := make(chan error, 2)
+	go func() { served <- serveHTTP(httpServer, ln) }()
+	if ops != nil {
+		go func() { served <- ops.Serve(opsLn) }()
+	}
 
 	for {
 		select {
@@ -137,10 +169,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if next := reload(srv, rls, *cfgPath, cfg, over, logger, level); next != nil {
 				cfg = next
 			}
+			sec.reload(cfg.Auth)
 		case <-ctx.Done():
 			logger.Info("shutting down: finishing requests in flight", "grace", shutdownGrace)
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 			defer cancel()
+			if ops != nil {
+				_ = ops.Shutdown(sctx)
+			}
 			if err := httpServer.Shutdown(sctx); err != nil {
 				return fmt.Errorf("shutdown: %w", err)
 			}
@@ -205,14 +241,23 @@ func restartSettings(running, next *config.Config) []string {
 	a, b := running.Store, next.Store
 	if a.Type != b.Type || !slices.Equal(a.Addrs, b.Addrs) || a.MasterName != b.MasterName || a.Username != b.Username ||
 		a.PasswordValue() != b.PasswordValue() || a.TLS != b.TLS || a.DB != b.DB || a.Timeout != b.Timeout ||
-		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay || a.OverLimitCache != b.OverLimitCache {
+		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay || a.OverLimitCache != b.OverLimitCache ||
+		a.TLSCAFile != b.TLSCAFile || a.TLSCertFile != b.TLSCertFile || a.TLSKeyFile != b.TLSKeyFile ||
+		a.TLSServerName != b.TLSServerName || a.MaxKeys != b.MaxKeys {
 		changed = append(changed, "store")
+	}
+	if running.TLS != next.TLS {
+		changed = append(changed, "tls")
+	}
+	if running.MaxConnections != next.MaxConnections || running.MaxInFlight != next.MaxInFlight {
+		changed = append(changed, "max_connections/max_in_flight")
 	}
 	for _, f := range []struct {
 		name string
 		a, b string
 	}{
 		{"listen", running.Listen, next.Listen},
+		{"metrics_listen", running.MetricsListen, next.MetricsListen},
 		{"grpc_listen", running.GRPCListen, next.GRPCListen},
 		{"envoy_config", running.EnvoyConfig, next.EnvoyConfig},
 		{"log.format", running.Log.Format, next.Log.Format},
@@ -257,8 +302,10 @@ func newLogger(c config.Log, w io.Writer) (*slog.Logger, *slog.LevelVar, error) 
 	return nil, nil, fmt.Errorf("log.format: %q is not text or json", c.Format)
 }
 
-func printBanner(w io.Writer, cfg *config.Config, policy server.Policy, addr string) {
-	fmt.Fprintf(w, "floodgate listening on http://%s (store: %s; config: %s)\n", addr, cfg.Store.String(), cfg.Source)
+// printBanner prints what serve serves; extra prints more lines before the
+// last, the "try:" line.
+func printBanner(w io.Writer, cfg *config.Config, policy server.Policy, url string, extra func(io.Writer)) {
+	fmt.Fprintf(w, "floodgate listening on %s (store: %s; config: %s)\n", url, cfg.Store.String(), cfg.Source)
 	fmt.Fprintln(w, "active rules:")
 	first := "RULE"
 	for i, r := range policy.Rules {
@@ -271,5 +318,10 @@ func printBanner(w io.Writer, cfg *config.Config, policy server.Policy, addr str
 		}
 		fmt.Fprintf(w, "  %-16s %s [%s]\n", r.Name, r.Limit, mode)
 	}
-	fmt.Fprintf(w, "try: curl -s -X POST http://%s/v1/check -d '{\"rule\":\"%s\",\"key\":\"user-42\"}'\n", addr, first)
+	extra(w)
+	auth := ""
+	if cfg.Auth.Enabled() {
+		auth = " -H 'Authorization: Bearer TOKEN'"
+	}
+	fmt.Fprintf(w, "try: curl -s -X POST %s/v1/check%s -H 'Content-Type: application/json' -d '{\"rule\":\"%s\",\"key\":\"user-42\"}'\n", url, auth, first)
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,13 +15,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoy"
+	"github.com/floodgate-rl/floodgate/internal/connlimit"
+	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // rlsServer is the Envoy rate-limit service of floodgate serve: RLS v3 over
@@ -57,7 +57,7 @@ const healthInterval = 2 * time.Second
 // ConfigMap's link swap) and on SIGHUP (serve's reload); a bad folder then
 // keeps the rules in force and counts a config_load_error. compat, when
 // set, is envoyproxy/ratelimit's environment (serve --envoy-env).
-func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *prometheus.Registry, compat *envoyCompat) (*rlsServer, error) {
+func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *prometheus.Registry, compat *envoyCompat, nw rlsNet) (*rlsServer, error) {
 	if !plan.rls {
 		return nil, nil
 	}
@@ -81,25 +81,25 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	if err != nil {
 		return nil, err
 	}
-	network := "tcp"
+	gopts := grpcOptions(nw.tls, nw.tokens)
+	if gs.maxConnAge > 0 { // replaces grpcOptions' keepalive parameters
+		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout,
+			MaxConnectionAge: gs.maxConnAge, MaxConnectionAgeGrace: gs.maxConnAgeGrace}))
+	}
+	var ln net.Listener
 	if gs.uds != "" {
-		network, addr = "unix", gs.uds
-		_ = os.Remove(addr) // a socket left by a previous run
-	}
-	var gopts []grpc.ServerOption
-	if gs.maxConnAge > 0 {
-		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: gs.maxConnAge, MaxConnectionAgeGrace: gs.maxConnAgeGrace}))
-	}
-	if cfg.TLS.CertFile != "" {
-		creds, err := grpcTLS(cfg.TLS)
+		_ = os.Remove(gs.uds) // a socket left by a previous run
+		uln, err := net.Listen("unix", gs.uds)
+		if err != nil {
+			return nil, fmt.Errorf("grpc listen: %w", err)
+		}
+		ln = connlimit.New(uln, nw.maxConns)
+	} else {
+		cl, err := listenCapped("grpc_listen", addr, nw.maxConns, reg)
 		if err != nil {
 			return nil, err
 		}
-		gopts = append(gopts, grpc.Creds(creds))
-	}
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		return nil, fmt.Errorf("grpc listen: %w", err)
+		ln = cl
 	}
 	g, h := envoy.NewGRPCServer(svc, gopts...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -134,29 +134,20 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	return r, nil
 }
 
-// grpcTLS returns the gRPC listener's credentials from the tls section:
-// its certificate and key, and with client_ca_file, mutual TLS.
-func grpcTLS(c config.TLS) (credentials.TransportCredentials, error) {
-	if c.KeyFile == "" {
-		return nil, fmt.Errorf("tls.key_file: is required with tls.cert_file")
+// rlsNet is how the gRPC listener is guarded: TLS (nil: none), the tokens
+// in force (nil: none needed) and the connection cap.
+type rlsNet struct {
+	tls      *tlsfiles.Server
+	tokens   func() *server.Tokens
+	maxConns int
+}
+
+// address is the gRPC listener's address, or "" when disabled.
+func (r *rlsServer) address() string {
+	if r == nil {
+		return ""
 	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("tls.cert_file, tls.key_file: %w", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if c.ClientCAFile != "" {
-		pem, err := os.ReadFile(c.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.client_ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.client_ca_file: %s holds no PEM certificate", c.ClientCAFile)
-		}
-		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
-	return credentials.NewTLS(tc), nil
+	return r.addr
 }
 
 // reload re-reads the rule folder on SIGHUP, keeping the rules in force

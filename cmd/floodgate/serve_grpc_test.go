@@ -34,7 +34,7 @@ func startServeRLS(t *testing.T, wantGRPC bool, args ...string) (base, grpcAddr 
 		done <- run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), pw, logs)
 		pw.Close()
 	}()
-	httpRE := regexp.MustCompile(`listening on (http://\S+)`)
+	httpRE := regexp.MustCompile(`listening on (https?://\S+)`)
 	grpcRE := regexp.MustCompile(`on grpc://(\S+),`)
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {

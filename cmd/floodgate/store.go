@@ -29,10 +29,11 @@ func openStoreFor(c config.Store, clock floodgate.Clock, logger *slog.Logger) (f
 		return nil, nil, err
 	}
 	if rc == nil {
+		opts := []memory.Option{memory.WithMaxKeys(c.MaxKeysValue())}
 		if clock != nil {
-			return memory.New(memory.WithClock(clock)), func() {}, nil
+			opts = append(opts, memory.WithClock(clock))
 		}
-		return memory.New(), func() {}, nil
+		return memory.New(opts...), func() {}, nil
 	}
 	if clock != nil {
 		rc.Clock = clock

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestRedisTLS connects to a Redis of its own that serves TLS only to
+// clients with a certificate of the test's CA, with the config's
+// store.tls_* keys.
+func TestRedisTLS(t *testing.T) {
+	ca := newPKI(t, "redis-ca")
+	srvCert, srvKey, _ := ca.issue("redis", "redis.test", true)
+	cliCert, cliKey, _ := ca.issue("redis-client", "floodgate", false)
+	caFile := filepath.Join(ca.dir, "redis-ca-ca.pem")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsPort := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	redistest.Spawn(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", srvCert, "--tls-key-file", srvKey,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "yes")
+	addr := fmt.Sprintf("127.0.0.1:%d", tlsPort)
+
+	open := func(t *testing.T, extra string) (floodgate.Store, func(), error) {
+		t.Helper()
+		cfg, err := config.Parse([]byte("store:\n  type: redis\n  addrs: ["+addr+"]\n  timeout: 2s\n  tls: true\n"+extra), "test.yaml")
+		if err != nil {
+			return nil, nil, err
+		}
+		return openStore(cfg.Store)
+	}
+	full := fmt.Sprintf("  tls_ca_file: %s\n  tls_cert_file: %s\n  tls_key_file: %s\n  tls_server_name: redis.test\n", caFile, cliCert, cliKey)
+	t.Run("CA, client certificate and server name", func(t *testing.T) {
+		store, closeStore, err := open(t, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeStore()
+		for i := range 3 {
+			d, err := store.Allow(context.Background(), "tls-key", floodgate.PerMinute(2))
+			if err != nil || d.Allowed != (i < 2) {
+				t.Fatalf("decision %d over TLS: %+v %v", i, d, err)
+			}
+		}
+	})
+	for _, c := range []struct{ name, extra string }{
+		{"no client certificate", fmt.Sprintf("  tls_ca_file: %s\n  tls_server_name: redis.test\n", caFile)},
+		{"the wrong server name", strings.Replace(full, "redis.test", "elsewhere.test", 1)},
+		{"the system roots only", fmt.Sprintf("  tls_cert_file: %s\n  tls_key_file: %s\n", cliCert, cliKey)},
+	} {
+		t.Run(c.name+" is refused", func(t *testing.T) {
+			store, closeStore, err := open(t, c.extra)
+			if err == nil {
+				defer closeStore()
+				_, err = store.Allow(context.Background(), "tls-key", floodgate.PerMinute(2))
+			}
+			if err == nil {
+				t.Fatal("connected")
+			}
+		})
+	}
+	t.Run("tls_* keys without tls: true are errors", func(t *testing.T) {
+		_, err := config.Parse([]byte("store:\n  type: redis\n  addrs: ["+addr+"]\n  tls_ca_file: "+caFile+"\n"), "test.yaml")
+		if err == nil || !strings.Contains(err.Error(), "store.tls_ca_file") || !strings.Contains(err.Error(), "tls: true") {
+			t.Fatalf("error %v", err)
+		}
+	})
+	t.Run("a missing CA file names the key", func(t *testing.T) {
+		_, err := config.Parse([]byte("store:\n  type: redis\n  addrs: ["+addr+"]\n  tls: true\n  tls_ca_file: /nonexistent.pem\n"), "test.yaml")
+		if err == nil || !strings.Contains(err.Error(), "store.tls") || !strings.Contains(err.Error(), "nonexistent") {
+			t.Fatalf("error %v", err)
+		}
+	})
+}

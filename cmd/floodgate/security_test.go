@@ -1,0 +1,518 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// process is a running floodgate binary.
+type process struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	lines  chan string // stdout, line by line
+}
+
+// startBinary runs `floodgate serve args...` and waits for its banner's
+// last line; it is stopped with SIGTERM at the test's end.
+func startBinary(t *testing.T, env []string, args ...string) (*process, string) {
+	t.Helper()
+	cmd := exec.Command(binary(t), append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &process{cmd: cmd, stderr: &syncBuffer{}, lines: make(chan string, 64)}
+	cmd.Stderr = p.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+	}()
+	var banner strings.Builder
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("serve exited before its banner:\n%s\nstderr:\n%s", banner.String(), p.stderr)
+			}
+			banner.WriteString(line + "\n")
+			if strings.HasPrefix(line, "try:") {
+				go func() {
+					for range p.lines {
+					}
+				}()
+				return p, banner.String()
+			}
+		case <-deadline:
+			t.Fatalf("no banner within 60s:\n%s\nstderr:\n%s", banner.String(), p.stderr)
+		}
+	}
+}
+
+func find(t *testing.T, banner, pattern string) string {
+	t.Helper()
+	m := regexp.MustCompile(pattern).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("banner lacks %s:\n%s", pattern, banner)
+	}
+	return m[1]
+}
+
+// pki is a test CA that issues server and client certificates.
+type pki struct {
+	t      *testing.T
+	dir    string
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	pool   *x509.CertPool
+	serial int64
+}
+
+func newPKI(t *testing.T, name string) *pki {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	p := &pki{t: t, dir: t.TempDir(), caCert: cert, caKey: key, pool: x509.NewCertPool(), serial: 1}
+	p.pool.AddCert(cert)
+	p.write(name+"-ca.pem", "CERTIFICATE", der)
+	return p
+}
+
+func (p *pki) write(name, kind string, der []byte) string {
+	p.t.Helper()
+	path := filepath.Join(p.dir, name)
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		p.t.Fatal(err)
+	}
+	return path
+}
+
+// issue writes a certificate and key for cn (a server's for 127.0.0.1 and
+// the name cn, or a client's) to name.pem and name-key.pem, and returns the paths and the
+// certificate's serial number.
+func (p *pki) issue(name, cn string, server bool) (certFile, keyFile string, serial int64) {
+	p.t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		tmpl.DNSNames = []string{cn}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	// Write the key first and rename both in: a reload never reads a pair
+	// half written.
+	keyFile = p.write(name+"-key.pem.tmp", "PRIVATE KEY", kder)
+	certFile = p.write(name+".pem.tmp", "CERTIFICATE", der)
+	for _, f := range []string{keyFile, certFile} {
+		if err := os.Rename(f, strings.TrimSuffix(f, ".tmp")); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	return strings.TrimSuffix(certFile, ".tmp"), strings.TrimSuffix(keyFile, ".tmp"), p.serial
+}
+
+func (p *pki) clientTLS(certFile, keyFile string) *tls.Config {
+	p.t.Helper()
+	c := &tls.Config{RootCAs: p.pool, MinVersion: tls.VersionTLS12}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c
+}
+
+// call makes one request and returns its status, WWW-Authenticate and body.
+func call(t *testing.T, c *http.Client, method, url, contentType, token, body string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)
+}
+
+const (
+	tokDecide  = "decide-4f1c2a9b7e6d5c3a"
+	tokAdmin   = "admin-8b7a6c5d4e3f2a1b"
+	tokRotated = "rotated-1a2b3c4d5e6f7a8b"
+)
+
+func TestBinaryTLSAndTokens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	ca := newPKI(t, "floodgate-test")
+	certFile, keyFile, firstSerial := ca.issue("server", "floodgate", true)
+	clientCert, clientKey, _ := ca.issue("client", "ingress", false)
+	other := newPKI(t, "stranger")
+	strangerCert, strangerKey, _ := other.issue("stranger", "stranger", false)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("ingress decide "+tokDecide+"\nops admin "+tokAdmin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`listen: 127.0.0.1:0
+metrics_listen: 127.0.0.1:0
+auth:
+  tokens_file: %s
+tls:
+  cert_file: %s
+  key_file: %s
+  client_ca_file: %s
+rules:
+  - name: api
+    algorithm: fixed_window
+    limit: 100
+    window: 1h
+`, tokens, certFile, keyFile, filepath.Join(ca.dir, "floodgate-test-ca.pem"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, banner := startBinary(t, nil, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
+	base := find(t, banner, `listening on (https://\S+)`)
+	ops := find(t, banner, `metrics and probes on (http://\S+)`)
+	grpcAddr := find(t, banner, `on grpc://(\S+),`)
+	if strings.Contains(p.stderr.String(), "WARNING") {
+		t.Errorf("warned although every listener is on loopback:\n%s", p.stderr)
+	}
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.clientTLS(clientCert, clientKey)}}
+	t.Run("a client without a certificate is refused in the handshake", func(t *testing.T) {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.clientTLS("", "")}}
+		if _, err := c.Get(base + "/healthz"); err == nil {
+			t.Fatal("served a client with no certificate")
+		}
+	})
+	t.Run("a client certificate of another CA is refused", func(t *testing.T) {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: func() *tls.Config {
+			cc := other.clientTLS(strangerCert, strangerKey)
+			cc.RootCAs = ca.pool
+			return cc
+		}()}}
+		if _, err := c.Get(base + "/healthz"); err == nil {
+			t.Fatal("served a client whose certificate no trusted CA signed")
+		}
+	})
+	t.Run("plaintext HTTP is not served", func(t *testing.T) {
+		c := &http.Client{Timeout: 10 * time.Second}
+		resp, err := c.Get(strings.Replace(base, "https://", "http://", 1) + "/healthz")
+		if err == nil {
+			defer resp.Body.Close()
+			if resp.StatusCode == 200 {
+				t.Fatal("answered plaintext HTTP 200")
+			}
+		}
+	})
+
+	check := `{"rule":"api","key":"k"}`
+	cases := []struct {
+		name, method, path, ct, token, body string
+		status                              int
+		challenge                           string
+	}{
+		{"no token", "POST", "/v1/check", "application/json", "", check, 401, `Bearer realm="floodgate"`},
+		{"wrong token", "POST", "/v1/check", "application/json", "wrong-0123456789abcdef", check, 401, `error="invalid_token"`},
+		{"decide token", "POST", "/v1/check", "application/json", tokDecide, check, 200, ""},
+		{"decide token, text/plain", "POST", "/v1/check", "text/plain", tokDecide, check, 415, ""},
+		{"reset with the decide token", "POST", "/v1/reset", "application/json", tokDecide, check, 403, `error="insufficient_scope"`},
+		{"reset with the admin token", "POST", "/v1/reset", "application/json", tokAdmin, check, 200, ""},
+		{"rules need a token", "GET", "/v1/rules", "", "", "", 401, "Bearer"},
+		{"metrics are not on the API listener", "GET", "/metrics", "", tokAdmin, "", 404, ""},
+		{"healthz is open", "GET", "/healthz", "", "", "", 200, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, challenge, body := call(t, client, c.method, base+c.path, c.ct, c.token, c.body)
+			if status != c.status || !strings.Contains(challenge, c.challenge) {
+				t.Fatalf("%d %q %s; want %d and a challenge with %q", status, challenge, body, c.status, c.challenge)
+			}
+		})
+	}
+	t.Run("metrics listener needs no token", func(t *testing.T) {
+		status, _, body := call(t, http.DefaultClient, "GET", ops+"/metrics", "", "", "")
+		if status != 200 || !strings.Contains(body, `floodgate_http_auth_failures_total{reason="missing"}`) {
+			t.Fatalf("%d %.300s", status, body)
+		}
+	})
+
+	t.Run("gRPC: TLS, and a token in the metadata", func(t *testing.T) {
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.clientTLS(clientCert, clientKey))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		rls := rlsv3.NewRateLimitServiceClient(conn)
+		ask := func(token string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if token != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+			}
+			_, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+				{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+			}})
+			return err
+		}
+		if code := status.Code(ask("")); code != codes.Unauthenticated {
+			t.Errorf("no token: %v, want Unauthenticated", code)
+		}
+		if code := status.Code(ask("wrong-0123456789abcdef")); code != codes.Unauthenticated {
+			t.Errorf("wrong token: %v, want Unauthenticated", code)
+		}
+		if code := status.Code(ask(tokAdmin)); code != codes.PermissionDenied {
+			t.Errorf("admin token: %v, want PermissionDenied", code)
+		}
+		if err := ask(tokDecide); err != nil {
+			t.Errorf("decide token: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Errorf("health check without a token: %v", err)
+		}
+		noCert, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.clientTLS("", ""))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer noCert.Close()
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel2()
+		if _, err := healthpb.NewHealthClient(noCert).Check(ctx2, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
+			t.Errorf("gRPC client without a certificate: %v, want the handshake refused (Unavailable)", err)
+		}
+	})
+
+	t.Run("rotated certificate and tokens are served after SIGHUP", func(t *testing.T) {
+		_, _, serial := ca.issue("server", "floodgate-rotated", true)
+		if err := os.WriteFile(tokens, []byte("ingress decide "+tokRotated+"\nops admin "+tokAdmin+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		served := func() int64 {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", strings.TrimPrefix(base, "https://"), ca.clientTLS(clientCert, clientKey))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for served() != serial {
+			if time.Now().After(deadline) {
+				t.Fatalf("still serving certificate %d, not the rotated %d (first: %d)", served(), serial, firstSerial)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.clientTLS(clientCert, clientKey)}}
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			old, _, _ := call(t, fresh, "POST", base+"/v1/check", "application/json", tokDecide, check)
+			cur, _, _ := call(t, fresh, "POST", base+"/v1/check", "application/json", tokRotated, check)
+			if old == 401 && cur == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after rotation: old token %d, new token %d; want 401 and 200", old, cur)
+			}
+		}
+	})
+
+	t.Run("a tokens file changed without SIGHUP is picked up", func(t *testing.T) {
+		const next = "watched-9f8e7d6c5b4a3f2e"
+		if err := os.WriteFile(tokens, []byte("ingress decide "+next+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if s, _, _ := call(t, client, "POST", base+"/v1/check", "application/json", next, check); s == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the changed tokens file was not picked up; stderr:\n%s", p.stderr)
+			}
+		}
+	})
+}
+
+func TestBinaryWarnsWithoutAuthBeyondLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	// The wildcard address is beyond loopback; nothing is sent to it.
+	p, _ := startBinary(t, nil, "--listen", "0.0.0.0:0")
+	// stderr is copied apart from stdout: give it its time.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), "WARNING: listen "); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no loud warning on stderr:\n%s", p.stderr)
+		}
+	}
+	if !strings.Contains(p.stderr.String(), "auth.tokens_file") {
+		t.Fatalf("the warning does not say how to fix it:\n%s", p.stderr)
+	}
+	// With tokens (from the environment), no warning.
+	cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: 0.0.0.0:0\nauth:\n  tokens_env: FG_TEST_TOKENS\nrules:\n  - name: r\n    algorithm: fixed_window\n    limit: 1\n    window: 1m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q, banner := startBinary(t, []string{"FG_TEST_TOKENS=a decide " + tokDecide + "; b admin " + tokAdmin}, "--config", cfg)
+	if !strings.Contains(banner, "authentication on: 2 tokens") {
+		t.Fatalf("the banner does not say authentication is on:\n%s", banner)
+	}
+	time.Sleep(500 * time.Millisecond) // as above
+	if strings.Contains(q.stderr.String(), "WARNING") {
+		t.Fatalf("warned with tokens set:\n%s", q.stderr)
+	}
+}
+
+func TestBinaryConnectionFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const maxConns, flood = 100, 1000
+	cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("listen: 127.0.0.1:0\nmax_connections: %d\nrules:\n  - name: r\n    algorithm: fixed_window\n    limit: 1000\n    window: 1m\n", maxConns)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, banner := startBinary(t, nil, "--config", cfg)
+	base := find(t, banner, `listening on (http://\S+)`)
+	addr := strings.TrimPrefix(base, "http://")
+	fds := func() int {
+		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid))
+		if err != nil {
+			t.Skipf("cannot count the server's descriptors: %v", err)
+		}
+		return len(entries)
+	}
+	before := fds()
+	start := time.Now()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range flood { // idle connections that never send a byte
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+	}
+	// A real client still gets through, within its timeout.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 10 {
+		status, _, body := call(t, client, "POST", base+"/v1/check", "application/json", "", `{"rule":"r","key":"k"}`)
+		if status != 200 {
+			t.Fatalf("request %d during the flood: %d %s", i, status, body)
+		}
+	}
+	if open := fds() - before; open > maxConns+10 {
+		t.Fatalf("the server holds %d more descriptors under a flood of %d connections; want at most about max_connections %d", open, flood, maxConns)
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Fatalf("the flood and the requests took %s", d)
+	}
+	_, _, metrics := call(t, client, "GET", base+"/metrics", "", "", "")
+	if !regexp.MustCompile(`floodgate_connections_evicted_total\{listener="listen"\} [1-9]`).MatchString(metrics) {
+		t.Fatalf("no evictions counted:\n%s", grepLines(metrics, "floodgate_connections"))
+	}
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,139 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// Auth says where the API's bearer tokens are: a file, or an environment
+// variable, never the config file itself. Both hold tokens one per line as
+// NAME SCOPES TOKEN (see server.ParseTokens); an environment variable may
+// separate them with ';'. With neither, the API needs no token.
+type Auth struct {
+	// TokensFile is a file of tokens, read again on SIGHUP and when it
+	// changes.
+	TokensFile string `yaml:"tokens_file"`
+	// TokensEnv names an environment variable holding the tokens.
+	TokensEnv string `yaml:"tokens_env"`
+}
+
+// Enabled reports whether tokens are configured.
+func (a Auth) Enabled() bool { return a.TokensFile != "" || a.TokensEnv != "" }
+
+// Tokens reads the tokens; nil without Auth. Errors name the file or the
+// variable and the line, never a token.
+func (a Auth) Tokens() (*server.Tokens, error) {
+	switch {
+	case a.TokensFile != "":
+		data, err := os.ReadFile(a.TokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("auth.tokens_file: %w", err)
+		}
+		return server.ParseTokens(string(data), a.TokensFile)
+	case a.TokensEnv != "":
+		data, ok := os.LookupEnv(a.TokensEnv)
+		if !ok {
+			return nil, fmt.Errorf("auth.tokens_env: the environment variable %s is not set", a.TokensEnv)
+		}
+		return server.ParseTokens(data, "$"+a.TokensEnv)
+	}
+	return nil, nil
+}
+
+// TLS is a listener's certificate, its key, and for mutual TLS the CA that
+// client certificates must chain to. The files are read again on SIGHUP
+// and when they change.
+type TLS struct {
+	// CertFile is the PEM certificate (chain) the listeners serve.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is its PEM private key.
+	KeyFile string `yaml:"key_file"`
+	// ClientCAFile, if set, requires every client to present a certificate
+	// signed by one of its PEM CAs (mutual TLS).
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Enabled reports whether the listeners serve TLS.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
+
+// Server reads the files and returns the listeners' TLS; nil without
+// CertFile.
+func (t TLS) Server() (*tlsfiles.Server, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	return tlsfiles.NewServer(t.CertFile, t.KeyFile, t.ClientCAFile)
+}
+
+// Defaults of the serve settings.
+const (
+	// DefaultMaxConnections is each listener's connection cap.
+	DefaultMaxConnections = 10_000
+	// DefaultMaxKeys is the memory store's cap on keys.
+	DefaultMaxKeys = 1_000_000
+)
+
+// MaxConnectionsValue returns MaxConnections or its default.
+func (c *Config) MaxConnectionsValue() int {
+	if c.MaxConnections == 0 {
+		return DefaultMaxConnections
+	}
+	return c.MaxConnections
+}
+
+// MaxKeysValue returns the memory store's cap on keys, or its default.
+func (s Store) MaxKeysValue() int {
+	if s.MaxKeys == 0 {
+		return DefaultMaxKeys
+	}
+	return s.MaxKeys
+}
+
+// checkServe checks the listeners' settings: addresses, caps, tokens and
+// TLS files (read now, so a bad file is found by validation, not at the
+// first request).
+func (c *Config) checkServe() []error {
+	var errs []error
+	bad := func(path, value, reason string) { errs = append(errs, c.lines.Error(path, value, reason)) }
+	if c.MetricsListen != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			bad("metrics_listen", c.MetricsListen, "is not a host:port address such as 127.0.0.1:9090")
+		} else if c.MetricsListen == c.Listen && port != "0" {
+			bad("metrics_listen", c.MetricsListen, "is the same address as listen; give the metrics a port of their own")
+		}
+	}
+	if c.MaxConnections < 0 {
+		bad("max_connections", fmt.Sprint(c.MaxConnections), fmt.Sprintf("must be positive (0 or absent: %d)", DefaultMaxConnections))
+	}
+	if c.MaxInFlight < 0 {
+		bad("max_in_flight", fmt.Sprint(c.MaxInFlight), fmt.Sprintf("must be positive (0 or absent: %d)", server.DefaultMaxInFlight))
+	}
+	switch {
+	case c.Auth.TokensFile != "" && c.Auth.TokensEnv != "":
+		bad("auth.tokens_env", c.Auth.TokensEnv, "cannot be used together with auth.tokens_file; keep one")
+	case c.Auth.Enabled():
+		path := "auth.tokens_file"
+		if c.Auth.TokensEnv != "" {
+			path = "auth.tokens_env"
+		}
+		if _, err := c.Auth.Tokens(); err != nil {
+			bad(path, "", err.Error())
+		}
+	}
+	t := c.TLS
+	switch {
+	case t.CertFile == "" && (t.KeyFile != "" || t.ClientCAFile != ""):
+		bad("tls.cert_file", "", "is required with tls.key_file and tls.client_ca_file")
+	case t.CertFile != "" && t.KeyFile == "":
+		bad("tls.key_file", "", "is required with tls.cert_file")
+	case t.Enabled():
+		if _, err := t.Server(); err != nil {
+			bad("tls", "", err.Error())
+		}
+	}
+	return errs
+}

@@ -1,0 +1,67 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestServeKeys(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("ingress decide 0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse([]byte("auth:\n  tokens_file: "+tokens+"\nmetrics_listen: 127.0.0.1:9090\nmax_connections: 50\nmax_in_flight: 10\nstore:\n  max_keys: 1000\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := c.Auth.Tokens()
+	if err != nil || set.Len() != 1 || c.MaxConnectionsValue() != 50 || c.MaxInFlight != 10 || c.Store.MaxKeysValue() != 1000 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	if d, _ := Parse([]byte("listen: 127.0.0.1:1\n"), "f.yaml"); d.MaxConnectionsValue() != DefaultMaxConnections || d.Store.MaxKeysValue() != DefaultMaxKeys || d.Auth.Enabled() {
+		t.Fatalf("defaults: %+v", d)
+	}
+	t.Setenv("FG_CONFIG_TEST_TOKENS", "a decide 0123456789abcdef0123; b admin 0123456789abcdef4567")
+	if e, err := Parse([]byte("auth:\n  tokens_env: FG_CONFIG_TEST_TOKENS\n"), "f.yaml"); err != nil {
+		t.Fatal(err)
+	} else if set, err := e.Auth.Tokens(); err != nil || set.Len() != 2 {
+		t.Fatalf("tokens from the environment: %v %v", set, err)
+	}
+}
+
+func TestServeKeyErrors(t *testing.T) {
+	dir := t.TempDir()
+	weak := filepath.Join(dir, "weak")
+	if err := os.WriteFile(weak, []byte("ingress decide short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ name, yaml, want string }{
+		{"missing tokens file", "auth:\n  tokens_file: " + filepath.Join(dir, "none") + "\n", "line 2: auth.tokens_file"},
+		{"weak token", "auth:\n  tokens_file: " + weak + "\n", "shorter than 16"},
+		{"both token sources", "auth:\n  tokens_file: " + weak + "\n  tokens_env: X\n", "auth.tokens_env"},
+		{"unset token variable", "auth:\n  tokens_env: FG_SURELY_UNSET\n", "FG_SURELY_UNSET is not set"},
+		{"key without cert", "tls:\n  key_file: k.pem\n", "tls.cert_file"},
+		{"cert without key", "tls:\n  cert_file: c.pem\n", "tls.key_file"},
+		{"unreadable cert", "tls:\n  cert_file: " + filepath.Join(dir, "c.pem") + "\n  key_file: k.pem\n", "line 1: tls"},
+		{"bad metrics address", "metrics_listen: nine-thousand\n", "line 1: metrics_listen"},
+		{"metrics on the API's address", "listen: 127.0.0.1:8080\nmetrics_listen: 127.0.0.1:8080\n", "a port of their own"},
+		{"negative connections", "max_connections: -1\n", "max_connections"},
+		{"negative in flight", "max_in_flight: -5\n", "max_in_flight"},
+		{"max_keys on redis", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  max_keys: 5\n", "store.max_keys"},
+		{"tls_* without tls", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls_server_name: r\n", "store.tls_server_name"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.yaml), "f.yaml")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one with %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "short\n") {
+				t.Fatalf("the error shows a token: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,236 @@
+// Package authtoken holds the bearer tokens of floodgate serve and checks
+// the tokens requests present: the one check every listener (HTTP API, gRPC)
+// runs, with the scopes a token grants.
+//
+// Tokens are written one per line, as NAME SCOPES TOKEN:
+//
+//	# name    scopes         token
+//	ingress   decide         Zs0f2k8...  (at least 16 characters)
+//	ops       admin,metrics  q8Lr7Xc...
+//
+// NAME appears in logs (never the token), SCOPES is a comma-separated list
+// of decide, admin and metrics, and TOKEN is the secret itself. Blank lines
+// and lines starting with '#' are ignored; entries may also be separated by
+// ';', for tokens kept in one environment variable.
+//
+// Tokens are compared in constant time: a presented token is hashed with
+// SHA-256 and compared with every token's hash, so neither the time taken
+// nor an early exit tells how much of a token was right, or which one.
+//
+// It is a helper room: it imports the standard library only.
+package authtoken
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Scope is a set of permissions a token grants.
+type Scope uint8
+
+// The scopes.
+const (
+	// ScopeDecide permits decisions: POST /v1/check, forward auth, Envoy's
+	// rate-limit service (gRPC and POST /json).
+	ScopeDecide Scope = 1 << iota
+	// ScopeAdmin permits administration: POST /v1/reset, GET /v1/rules.
+	ScopeAdmin
+	// ScopeMetrics permits GET /metrics on the API's listener.
+	ScopeMetrics
+)
+
+// scopeNames are the scopes as token files write them, in bit order.
+var scopeNames = [...]string{"decide", "admin", "metrics"}
+
+// String returns the scopes' names joined by ','.
+func (s Scope) String() string {
+	var names []string
+	for i, n := range scopeNames {
+		if s&(1<<i) != 0 {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// ParseScope returns the scopes of a comma-separated list such as
+// "decide,admin".
+func ParseScope(list string) (Scope, error) {
+	var s Scope
+	for _, name := range strings.Split(list, ",") {
+		i := indexOf(name)
+		if i < 0 {
+			return 0, fmt.Errorf("scope %q is not one of %s", name, strings.Join(scopeNames[:], ", "))
+		}
+		s |= 1 << i
+	}
+	return s, nil
+}
+
+func indexOf(name string) int {
+	for i, n := range scopeNames {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// MinTokenLen is the shortest token a Set accepts: a token is a secret,
+// generated (openssl rand -hex 32), never a word.
+const MinTokenLen = 16
+
+// Errors of Set.Authorize, for front ends to map onto their protocol: 401
+// or gRPC UNAUTHENTICATED for the first two, 403 or PERMISSION_DENIED for
+// ErrForbidden.
+var (
+	// ErrMissing: the request presents no bearer token.
+	ErrMissing = errors.New("authtoken: no bearer token")
+	// ErrInvalid: the token presented is not one of the set's.
+	ErrInvalid = errors.New("authtoken: the bearer token is not valid")
+	// ErrForbidden: the token is valid but lacks the scope needed.
+	ErrForbidden = errors.New("authtoken: the token lacks the scope needed")
+)
+
+// Token is one token of a Set.
+type Token struct {
+	// Name identifies the token in logs.
+	Name string
+	// Scope is what the token permits.
+	Scope Scope
+	sum   [sha256.Size]byte
+}
+
+// Set is a set of tokens. The zero value and nil hold no token. A Set is
+// immutable, so it is safe for concurrent use; reloading makes a new one.
+type Set struct {
+	tokens []Token
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// Parse reads tokens in the format of the package comment. source names
+// where they came from (a file, an environment variable) in errors, which
+// give the line but never the token.
+func Parse(data, source string) (*Set, error) {
+	var errs []error
+	s := &Set{}
+	seen := map[[sha256.Size]byte]string{}
+	names := map[string]bool{}
+	line := 0
+	for _, raw := range strings.Split(data, "\n") {
+		line++
+		for _, entry := range strings.Split(raw, ";") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" || strings.HasPrefix(entry, "#") {
+				continue
+			}
+			bad := func(format string, args ...any) {
+				errs = append(errs, fmt.Errorf("%s:%d: %s", source, line, fmt.Sprintf(format, args...)))
+			}
+			f := strings.Fields(entry)
+			if len(f) != 3 {
+				bad("want NAME SCOPES TOKEN (such as: ingress decide $(openssl rand -hex 32)), found %d fields", len(f))
+				continue
+			}
+			name, scopes, token := f[0], f[1], f[2]
+			if !namePattern.MatchString(name) {
+				bad("name %q must be 1-64 letters, digits, '_', '.' or '-'", name)
+				continue
+			}
+			if names[name] {
+				bad("name %q is used twice", name)
+				continue
+			}
+			names[name] = true
+			scope, err := ParseScope(scopes)
+			if err != nil {
+				bad("token %q: %v", name, err)
+				continue
+			}
+			if len(token) < MinTokenLen {
+				bad("token %q is %d characters long, shorter than %d; generate one with: openssl rand -hex 32", name, len(token), MinTokenLen)
+				continue
+			}
+			sum := sha256.Sum256([]byte(token))
+			if prev, dup := seen[sum]; dup {
+				bad("token %q is the same secret as token %q; give each client its own", name, prev)
+				continue
+			}
+			seen[sum] = name
+			s.tokens = append(s.tokens, Token{Name: name, Scope: scope, sum: sum})
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(s.tokens) == 0 {
+		return nil, fmt.Errorf("%s: no token; write one per line as NAME SCOPES TOKEN", source)
+	}
+	return s, nil
+}
+
+// Len returns the number of tokens in s.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.tokens)
+}
+
+// Names returns the tokens' names and scopes, for logs.
+func (s *Set) Names() []string {
+	if s == nil {
+		return nil
+	}
+	out := make([]string, len(s.tokens))
+	for i, t := range s.tokens {
+		out[i] = t.Name + "(" + t.Scope.String() + ")"
+	}
+	return out
+}
+
+// BearerToken returns the token of an Authorization value of the Bearer
+// scheme (RFC 6750; the scheme is case-insensitive), and whether there was
+// one.
+func BearerToken(authorization string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// Authorize checks the Authorization value of a request (HTTP header or
+// gRPC metadata) for a token with every scope in need. It returns the
+// token's name, or ErrMissing, ErrInvalid or ErrForbidden. Every token of
+// the set is compared, in constant time.
+func (s *Set) Authorize(authorization string, need Scope) (string, error) {
+	token, ok := BearerToken(authorization)
+	if !ok {
+		return "", ErrMissing
+	}
+	if s == nil {
+		return "", ErrInvalid
+	}
+	sum := sha256.Sum256([]byte(token))
+	found := -1
+	for i := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], s.tokens[i].sum[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return "", ErrInvalid
+	}
+	t := &s.tokens[found]
+	if t.Scope&need != need {
+		return t.Name, fmt.Errorf("%w: token %q has %s, the request needs %s", ErrForbidden, t.Name, t.Scope, need)
+	}
+	return t.Name, nil
+}

@@ -1,0 +1,163 @@
+package connlimit_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/connlimit"
+)
+
+func serve(t *testing.T, n int) (*connlimit.Listener, string) {
+	t.Helper()
+	return serveWith(t, n, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+}
+
+func serveWith(t *testing.T, n int, h http.HandlerFunc) (*connlimit.Listener, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := connlimit.New(ln, n)
+	srv := &http.Server{
+		Handler:   h,
+		ConnState: l.ConnState, ReadHeaderTimeout: time.Minute,
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return l, ln.Addr().String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func TestIdleConnectionsMakeRoom(t *testing.T) {
+	const capN = 20
+	l, addr := serve(t, capN)
+	var idle []net.Conn
+	for range 3 * capN { // silent connections, as a flood opens them
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	waitFor(t, "the flood to be accepted", func() bool { return l.Evicted() >= 2*capN })
+	if open := l.Open(); open > capN {
+		t.Fatalf("%d connections open, over the cap of %d", open, capN)
+	}
+	// A real request still gets through, taking an idle one's place.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 5 {
+		resp, err := client.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatalf("request %d under the flood: %v", i, err)
+		}
+		resp.Body.Close()
+	}
+	if open := l.Open(); open > capN {
+		t.Fatalf("%d connections open, over the cap of %d", open, capN)
+	}
+}
+
+func TestBusyConnectionsAreKept(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 2)
+	l, addr := serveWith(t, 2, func(w http.ResponseWriter, _ *http.Request) {
+		entered <- struct{}{}
+		<-release
+		_, _ = io.WriteString(w, "ok")
+	})
+	// Two connections whose requests are being handled: active, so never
+	// evicted; a third is refused at once.
+	var busy []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		busy = append(busy, c)
+		<-entered
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection over the cap was served")
+	}
+	waitFor(t, "the refusal to be counted", func() bool { return l.Rejected() == 1 })
+	close(release)
+	for i, b := range busy {
+		_ = b.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 12)
+		if _, err := io.ReadFull(b, buf); err != nil || string(buf) != "HTTP/1.1 200" {
+			t.Fatalf("busy connection %d: %q %v", i, buf, err)
+		}
+	}
+	if l.Evicted() != 0 {
+		t.Fatalf("%d busy connections evicted", l.Evicted())
+	}
+}
+
+func TestWithoutConnStateNothingIsEvicted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := connlimit.New(ln, 2)
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var conns []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	for range 2 {
+		c := <-accepted
+		defer c.Close()
+	}
+	// The third is closed at once; the first two, which a server without
+	// ConnState (gRPC) may be using, are kept.
+	_ = conns[2].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conns[2].Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection over the cap was not closed")
+	}
+	waitFor(t, "the refusal", func() bool { return l.Rejected() == 1 })
+	if l.Evicted() != 0 || l.Open() != 2 {
+		t.Fatalf("evicted %d, open %d; want 0 and 2", l.Evicted(), l.Open())
+	}
+}
