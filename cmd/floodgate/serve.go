@@ -87,6 +87,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// The HTTP API shares the listeners' TLS, but under --envoy-env the
+	// peer's GRPC_SERVER_USE_TLS covers its gRPC listener alone: its HTTP
+	// port (/healthcheck, /json) stays plain, as probes copied from a peer
+	// deployment expect.
+	httpTLS := tlsSrv
+	if compat != nil {
+		httpTLS = nil
+	}
 	store, closeStore, err := openStoreFor(cfg.Store, clock, logger)
 	if err != nil {
 		return err
@@ -133,14 +141,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		opsLn, ops = cl, newHTTPServer(srv.OpsHandler(), cl, nil, logger)
 	}
-	httpServer := newHTTPServer(api, ln, tlsSrv, logger)
+	httpServer := newHTTPServer(api, ln, httpTLS, logger)
 	// Catch SIGHUP before the banner says we are up, so a reload signalled
 	// right after it is never lost (or fatal).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	warnExposed(stderr, logger, tokens != nil, map[string]string{"listen": ln.Addr().String(), "grpc_listen": rls.address()})
-	printBanner(stdout, cfg, policy, scheme(tlsSrv)+"://"+ln.Addr().String(), func(w io.Writer) {
+	printBanner(stdout, cfg, policy, scheme(httpTLS)+"://"+ln.Addr().String(), func(w io.Writer) {
 		rls.banner(w)
 		if ops != nil {
 			fmt.Fprintf(w, "metrics and probes on http://%s (/metrics, /healthz, /readyz; no token)\n", opsLn.Addr())
@@ -152,7 +160,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(w, "authentication on: %d tokens (%s); send Authorization: Bearer TOKEN\n", tokens.Len(), strings.Join(tokens.Names(), ", "))
 		}
 	})
-	logger.Info("serving", "listen", ln.Addr().String(), "tls", tlsSrv != nil, "mtls", tlsSrv != nil && tlsSrv.MutualTLS(),
+	logger.Info("serving", "listen", ln.Addr().String(), "tls", httpTLS != nil, "mtls", httpTLS != nil && httpTLS.MutualTLS(),
 		"auth", tokens != nil, "store", cfg.Store.String(), "rules", len(policy.Rules), "config", cfg.Source)
 
 	served := make(chan error, 2)

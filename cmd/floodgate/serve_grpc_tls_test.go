@@ -118,7 +118,12 @@ func TestServeEnvoyEnvTLSAndUDS(t *testing.T) {
 		t.Setenv("GRPC_SERVER_TLS_CERT", write("server.pem", sc))
 		t.Setenv("GRPC_SERVER_TLS_KEY", write("server.key", sk))
 		t.Setenv("GRPC_CLIENT_TLS_CACERT", write("ca.pem", ca.pem))
-		_, addr, _, _ := startServeRLS(t, true, "--envoy-env")
+		base, addr, _, _ := startServeRLS(t, true, "--envoy-env")
+		// As the peer's: GRPC_SERVER_USE_TLS covers the gRPC listener; the
+		// HTTP port (/healthcheck, probes) stays plain.
+		if !strings.HasPrefix(base, "http://") {
+			t.Errorf("HTTP API at %s, want plain http:// under --envoy-env", base)
+		}
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(ca.pem)
 		clientCert, err := tls.X509KeyPair(cc, ck)
