@@ -87,10 +87,11 @@ type Check struct {
 	// closed, and are never the deciding check. They are decided only for
 	// requests the enforced checks admit, and consume quota only then.
 	Shadow bool
-	// Err, if set, is why the front end could not build the check (its key
-	// could not be found in the request): the store is not asked, and the
-	// check counts as one the store could not decide, so its failure mode
-	// applies.
+	// Err, if set, is why the front end could not ask the store about the
+	// check (its key could not be found in the request, or the front end
+	// is shedding load): the store is not asked, and the check counts as
+	// one the store could not decide, so its failure mode applies; under
+	// FailLocal a check with a Key is then decided locally.
 	Err error
 }
 

@@ -79,7 +79,7 @@ func (e *Engine) fallback(ctx context.Context, checks []Check, out []Outcome) {
 	items, idx := itemsBuf[:0], idxBuf[:0]
 	for i := range checks {
 		c, o := &checks[i], &out[i]
-		if c.Shadow || c.Failure != FailLocal || c.Err != nil || o.Verdict != Unavailable {
+		if c.Shadow || c.Failure != FailLocal || c.Err != nil && c.Key == "" || o.Verdict != Unavailable {
 			continue
 		}
 		l, err := LocalLimit(c.Limit, c.localShare())

@@ -186,7 +186,7 @@ func TestFallbackAllOrNothing(t *testing.T) {
 		t.Errorf("cost 6 over a local 5: %v local %v retry %v, want denied locally for %v", r.Verdict, r.Outcomes[0].Local, r.RetryAfter, decide.DefaultUnavailableRetryAfter)
 	}
 	noKey := small
-	noKey.Err = errors.New("no API key")
+	noKey.Key, noKey.Err = "", errors.New("no API key")
 	if r := e.Decide(ctx, []decide.Check{noKey}); !r.Allowed() || r.Outcomes[0].Local {
 		t.Errorf("a FailLocal check with no key: %v local %v, want admitted (open)", r.Verdict, r.Outcomes[0].Local)
 	}

@@ -102,7 +102,9 @@ func (m *metrics) count(c *decide.Check, res *decide.Result) {
 		m.cacheHits.WithLabelValues(c.Rule).Inc()
 	}
 	if o.Local {
-		m.storeErrors.WithLabelValues(c.Rule).Inc()
+		if !errors.Is(o.Err, ErrOverloaded) { // the store was not asked
+			m.storeErrors.WithLabelValues(c.Rule).Inc()
+		}
 		m.failureMode.WithLabelValues(c.Rule, decide.FailLocal.String()).Inc()
 	}
 	var outcome string

@@ -360,6 +360,7 @@ func TestMaxInFlight(t *testing.T) {
 	p := server.Policy{Rules: []server.Rule{
 		{Name: "api", Limit: floodgate.NewTokenBucket(100, 10, time.Second), Failure: decide.FailOpen},
 		{Name: "login", Limit: floodgate.PerMinute(5), Failure: decide.FailClosed},
+		{Name: "search", Limit: floodgate.PerMinute(4), Failure: decide.FailLocal, LocalShare: 0.5},
 	}}
 	srv, err := server.New(blockingStore{Store: memory.New(), block: block, entered: entered}, p,
 		server.Options{MaxInFlight: 1, UnavailableRetryAfter: 7 * time.Second})
@@ -395,7 +396,10 @@ func TestMaxInFlight(t *testing.T) {
 		{"healthz", "GET", "/healthz", "", 200, "", "ok"},
 		{"readyz", "GET", "/readyz", "", 200, "", "ready"},
 		{"rules", "GET", "/v1/rules", "", 200, "", `"login"`},
-		{"metrics", "GET", "/metrics", "", 200, "", `floodgate_http_requests_shed_total{route="check"} 2`},
+		{"local rule, 1st of its share of 2", "POST", "/v1/check", `{"rule":"search","key":"k"}`, 200, "", `"local_fallback":true`},
+		{"local rule, 2nd", "POST", "/v1/check", `{"rule":"search","key":"k"}`, 200, "", `"local_fallback":true`},
+		{"local rule, over its share", "POST", "/v1/check", `{"rule":"search","key":"k"}`, 429, "60", `search`},
+		{"metrics", "GET", "/metrics", "", 200, "", `floodgate_http_requests_shed_total{route="check"} 5`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
