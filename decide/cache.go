@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"context"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -43,6 +44,9 @@ type CacheOptions struct {
 type CacheStats struct {
 	// Hits counts checks answered from the cache, without the store.
 	Hits uint64
+	// Waits counts checks that waited for another caller's store call for
+	// the same key (its denial having expired) before looking again.
+	Waits uint64
 	// Evictions counts denials dropped before their retry delay passed, to
 	// stay within the bounds.
 	Evictions uint64
@@ -62,12 +66,54 @@ const (
 // engine's clock read at (before the call), so every cost of at least cost
 // stays denied until expires = at + the decision's RetryAfter, if nothing
 // is given back meanwhile.
+//
+// After expires the entry stays a while (a window of its limit), so that
+// the key's callers take turns instead of all asking the store at once:
+// the first asks (a flight of one, the probe) while the others wait for it.
+// A new denial replaces the entry and the waiters are answered from it; a
+// flight whose calls were admitted leaves the least remaining they
+// reported as tickets, which as many units' worth of callers take to ask
+// the store together, in the next flight. flight and tickets are guarded
+// by the shard's lock.
 type denial struct {
 	limit   floodgate.Limit
 	cost    int64
 	at      int64 // microseconds on the engine's clock
 	expires int64
 	d       floodgate.Decision
+	flight  *flight
+	tickets int64
+}
+
+// flight is the store calls under way for a key whose cached denial
+// expired; the key's other callers wait on done. Its fields are guarded by
+// the shard's lock.
+type flight struct {
+	done      chan struct{}
+	closed    bool
+	open      int   // calls not finished
+	admitted  bool  // one of them was admitted
+	remaining int64 // the least remaining an admitted one reported
+}
+
+// wake closes done once.
+func (f *flight) wake() {
+	if !f.closed {
+		f.closed = true
+		close(f.done)
+	}
+}
+
+// lookupResult is what the cache says about one check: answered (hit); or
+// ask the store, noting epoch, possibly as part of the key's flight (then
+// finish it); or wait for the flight under way and look again.
+type lookupResult struct {
+	d     floodgate.Decision
+	hit   bool
+	epoch uint64
+	wait  *flight
+	entry *denial // the expired entry whose flight the caller joined
+	in    *flight // that flight
 }
 
 type cacheShard struct {
@@ -90,6 +136,7 @@ type overLimitCache struct {
 	entries    atomic.Int64
 	bytes      atomic.Int64
 	hits       atomic.Uint64
+	waits      atomic.Uint64
 	evictions  atomic.Uint64
 }
 
@@ -121,29 +168,94 @@ func (c *overLimitCache) shard(key string) *cacheShard {
 }
 
 // lookup returns the cached answer to cost under limit for key at now, if
-// a denial of at most that cost is held and its retry delay has not passed;
-// otherwise the key's shard epoch, for store.
-func (c *overLimitCache) lookup(key string, limit floodgate.Limit, cost, now int64) (floodgate.Decision, bool, uint64) {
+// a denial of at most that cost is held and its retry delay has not passed.
+// Otherwise the caller asks the store, noting the key's shard epoch for
+// store. With gate, if the key's denial has expired, the caller either
+// joins the key's next flight (taking tickets, or as its probe when there
+// are none and no flight is under way) and must call finish, or is told to
+// wait for the flight under way and look again.
+func (c *overLimitCache) lookup(key string, limit floodgate.Limit, cost, now int64, gate bool) lookupResult {
 	sh := c.shard(key)
-	epoch := sh.epoch.Load()
-	sh.mu.RLock()
-	e := sh.m[key]
-	sh.mu.RUnlock()
-	switch {
-	case e == nil:
-		return floodgate.Decision{}, false, epoch
-	case now >= e.expires:
-		sh.mu.Lock()
-		if sh.m[key] == e {
-			c.remove(sh, key)
+	for {
+		epoch := sh.epoch.Load()
+		sh.mu.RLock()
+		e := sh.m[key]
+		sh.mu.RUnlock()
+		switch {
+		case e == nil || e.limit != limit:
+			return lookupResult{epoch: epoch}
+		case now < e.expires && cost < e.cost:
+			return lookupResult{epoch: epoch}
+		case now < e.expires:
+			c.hits.Add(1)
+			return lookupResult{d: e.answer(now), hit: true}
 		}
-		sh.mu.Unlock()
-		return floodgate.Decision{}, false, epoch
-	case e.limit != limit || cost < e.cost:
-		return floodgate.Decision{}, false, epoch
+		if r, ok := c.expired(sh, key, e, cost, now, gate, epoch); ok {
+			return r
+		}
+		// Replaced meanwhile (by a new denial, most likely): look again.
 	}
-	c.hits.Add(1)
-	return e.answer(now), true, 0
+}
+
+// expired is lookup's answer for e, key's expired entry in sh, unless e
+// was replaced before sh was locked.
+func (c *overLimitCache) expired(sh *cacheShard, key string, e *denial, cost, now int64, gate bool, epoch uint64) (lookupResult, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch {
+	case sh.m[key] != e:
+		return lookupResult{}, false
+	case now >= e.expires+e.limit.Window.Microseconds():
+		// Long expired: forget it (and any flight stuck past it).
+		c.remove(sh, key)
+		return lookupResult{epoch: epoch}, true
+	case !gate:
+		return lookupResult{epoch: epoch}, true
+	case e.tickets >= cost:
+		e.tickets -= cost
+	case e.flight != nil:
+		c.waits.Add(1)
+		return lookupResult{wait: e.flight}, true
+	}
+	if e.flight == nil {
+		e.flight = &flight{done: make(chan struct{})}
+	}
+	e.flight.open++
+	return lookupResult{epoch: epoch, entry: e, in: e.flight}, true
+}
+
+// finish ends one call of flight f of the expired entry e of key, whose
+// check came out as o (after remember stored any denial). A denial that
+// replaced e wakes the waiters at once, to be answered from it; an error
+// forgets e, so that an outage never makes callers wait on each other; a
+// call that was not made (another check of its request was denied from the
+// cache) counts as nothing. When the flight's last call is in, its least
+// remaining becomes the tickets and the waiters look again.
+func (c *overLimitCache) finish(key string, e *denial, f *flight, o *Outcome) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	f.open--
+	admitted := o.Decided && !o.Local && o.Verdict == Admitted
+	if admitted {
+		f.remaining = min(f.remaining, o.Decision.Remaining)
+		if !f.admitted {
+			f.remaining = o.Decision.Remaining
+		}
+		f.admitted = true
+	}
+	switch {
+	case sh.m[key] != e || e.flight != f:
+		f.wake() // a new denial, a Reset or an eviction: look again
+	case o.Err != nil: // an outage (decided locally or not) or an error
+		c.remove(sh, key)
+	case f.open == 0:
+		e.flight = nil
+		if f.admitted {
+			e.tickets = max(0, f.remaining)
+		}
+		f.wake()
+	}
 }
 
 // answer is the denial as the store would give it at now if nothing were
@@ -269,9 +381,13 @@ func (c *overLimitCache) evictOne(sh *cacheShard, now int64) bool {
 	return true
 }
 
-// remove deletes key from sh, which the caller has locked.
+// remove deletes key from sh, which the caller has locked, waking the
+// waiters of its flight if one is under way.
 func (c *overLimitCache) remove(sh *cacheShard, key string) {
-	if _, ok := sh.m[key]; ok {
+	if e, ok := sh.m[key]; ok {
+		if e.flight != nil {
+			e.flight.wake() // its waiters look again, and ask
+		}
 		delete(sh.m, key)
 		c.entries.Add(-1)
 		c.bytes.Add(-(int64(len(key)) + CacheEntryOverhead))
@@ -289,34 +405,73 @@ func (c *overLimitCache) invalidate(key string) {
 }
 
 func (c *overLimitCache) stats() CacheStats {
-	return CacheStats{Hits: c.hits.Load(), Evictions: c.evictions.Load(), Entries: c.entries.Load(), Bytes: c.bytes.Load()}
+	return CacheStats{Hits: c.hits.Load(), Waits: c.waits.Load(), Evictions: c.evictions.Load(), Entries: c.entries.Load(), Bytes: c.bytes.Load()}
 }
 
 // cached answers from the over-limit cache every enforced check it holds a
 // denial for, noting the others' cache epochs, and reports whether one was
-// denied: then the request is, without asking the store.
-func (e *Engine) cached(checks []Check, out []Outcome, now int64) bool {
-	hit := false
+// denied: then the request is, without asking the store. A check whose
+// key's denial has expired may wait (within ctx) for another caller's store
+// calls for the key and look again, unless the request is in a key's
+// flight itself, which never waits: so no two requests wait on each other. It returns the
+// clock's reading after any wait, the time the store is asked from.
+func (e *Engine) cached(ctx context.Context, checks []Check, out []Outcome, now int64) (bool, int64) {
+	hit, flying := false, false
 	for i := range checks {
-		if c := &checks[i]; !c.Shadow && !c.CheckOnly && out[i].Err == nil && e.cachedOne(c, &out[i], now) {
-			hit = true
+		c, o := &checks[i], &out[i]
+		if c.Shadow || c.CheckOnly || o.Err != nil || c.NoCache {
+			continue
+		}
+		for {
+			r := e.cache.lookup(c.Key, c.Limit, c.cost(), now, !flying)
+			if r.wait == nil {
+				if r.hit {
+					*o = Outcome{Decision: r.d, Verdict: Denied, Decided: true, Cached: true}
+					hit = true
+				} else {
+					o.epoch, o.entry, o.in = r.epoch, r.entry, r.in
+					flying = flying || r.in != nil
+				}
+				break
+			}
+			select {
+			case <-r.wait.done:
+				now = e.micros()
+				continue
+			case <-ctx.Done():
+				// The deadline passed waiting: the store call fails with
+				// it, and the check follows its failure mode.
+			}
+			break
 		}
 	}
-	return hit
+	return hit, now
 }
 
-// cachedOne answers c from the over-limit cache if it holds a denial for
-// it, and otherwise notes the key's cache epoch in o.
+// finishFlights ends the store calls the request's checks made as part of
+// a key's flight, with their outcomes, after remember stored its denials.
+func (e *Engine) finishFlights(checks []Check, out []Outcome) {
+	for i := range out {
+		if o := &out[i]; o.in != nil {
+			e.cache.finish(checks[i].Key, o.entry, o.in, o)
+			o.entry, o.in = nil, nil
+		}
+	}
+}
+
+// cachedOne answers the shadow check c from the over-limit cache if it
+// holds a denial for it (shadow checks never wait for a flight), and
+// otherwise notes the key's cache epoch in o.
 func (e *Engine) cachedOne(c *Check, o *Outcome, now int64) bool {
 	if c.NoCache {
 		return false
 	}
-	d, ok, epoch := e.cache.lookup(c.Key, c.Limit, c.cost(), now)
-	if !ok {
-		o.epoch = epoch
+	r := e.cache.lookup(c.Key, c.Limit, c.cost(), now, false)
+	if !r.hit {
+		o.epoch = r.epoch
 		return false
 	}
-	*o = Outcome{Decision: d, Verdict: Denied, Decided: true, Cached: true}
+	*o = Outcome{Decision: r.d, Verdict: Denied, Decided: true, Cached: true}
 	return true
 }
 

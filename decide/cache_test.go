@@ -126,8 +126,15 @@ func TestCacheExactExpiry(t *testing.T) {
 			if got := cs.calls.Load(); got != calls+1 {
 				t.Errorf("store calls at the retry delay: %d, want 1", got-calls)
 			}
-			if st := e.CacheStats(); st.Hits != 5 || st.Entries != 0 {
-				t.Errorf("stats %+v, want 5 hits and the entry gone", st)
+			// The expired entry stays a window longer, for the key's callers to
+			// take turns (TestCacheTakesTurns), then goes.
+			if st := e.CacheStats(); st.Hits != 5 || st.Entries != 1 {
+				t.Errorf("stats %+v, want 5 hits and the entry kept", st)
+			}
+			clock.Set(denialAt.Add(retry + tc.limit.Window))
+			e.Decide(ctx, check)
+			if st := e.CacheStats(); st.Hits != 5 || st.Entries != 0 || st.Waits != 0 {
+				t.Errorf("stats %+v a window after the retry, want 5 hits, no waits and the entry gone", st)
 			}
 		})
 	}
@@ -196,6 +203,22 @@ func TestCacheCleared(t *testing.T) {
 			calls := cs.calls.Load()
 			if r := e.Decide(ctx, check); !r.Allowed() || cs.calls.Load() != calls+1 {
 				t.Fatalf("after %s: %v with %d store calls, want admitted by the store", tc.name, r.Verdict, cs.calls.Load()-calls)
+			}
+			// The cache works again for the key (and its shard): the next
+			// denial is remembered.
+			for {
+				if r := e.Decide(ctx, check); !r.Allowed() {
+					break
+				}
+			}
+			calls = cs.calls.Load()
+			for i := range 3 {
+				if r := e.Decide(ctx, check); r.Verdict != decide.Denied || !r.Outcomes[0].Cached {
+					t.Fatalf("after %s, request %d over the limit again: %v cached %v, want a cached denial", tc.name, i, r.Verdict, r.Outcomes[0].Cached)
+				}
+			}
+			if got := cs.calls.Load(); got != calls {
+				t.Errorf("after %s: %d store calls for cached denials, want 0", tc.name, got-calls)
 			}
 		})
 	}
@@ -367,4 +390,138 @@ func TestCacheConcurrent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gateFirst holds the first call after armed until released, counting
+// every call.
+type gateFirst struct {
+	floodgate.Store
+	calls   atomic.Int64
+	armed   atomic.Bool
+	release chan struct{}
+}
+
+func (g *gateFirst) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	g.calls.Add(1)
+	if g.armed.CompareAndSwap(true, false) {
+		<-g.release
+	}
+	return g.Store.AllowN(ctx, key, l, n)
+}
+
+// TestCacheTakesTurns: when a flooded key's cached denial expires, its
+// callers take turns instead of all asking the store: one asks while the
+// others wait; its admission lets as many callers ask together as it left
+// remaining; the next denial answers the rest from the cache. 64 callers
+// arriving at the expiry of a fixed window of 10 make exactly 11 store
+// calls (10 admitted, 1 denied), not 64.
+func TestCacheTakesTurns(t *testing.T) {
+	const callers, quota = 64, 10
+	clock := clocktest.NewManual(epoch)
+	g := &gateFirst{Store: memory.New(memory.WithClock(clock)), release: make(chan struct{})}
+	e, err := decide.New(g, decide.Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	check := []decide.Check{{Rule: "r", Key: "k", Limit: floodgate.NewLimit(floodgate.FixedWindow, quota, time.Second)}}
+	for range quota + 2 { // the quota, a denial from the store, one from the cache
+		e.Decide(ctx, check)
+	}
+	if st := e.CacheStats(); st.Hits != 1 || g.calls.Load() != quota+1 {
+		t.Fatalf("filling: %+v after %d store calls, want 1 hit after %d", st, g.calls.Load(), quota+1)
+	}
+	clock.Advance(time.Second) // the next window: the denial has expired
+	g.armed.Store(true)
+	g.calls.Store(0)
+	var admitted, denied, cached atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			r := e.Decide(ctx, check)
+			switch {
+			case r.Allowed():
+				admitted.Add(1)
+			case r.Verdict == decide.Denied:
+				denied.Add(1)
+				if r.Outcomes[0].Cached {
+					cached.Add(1)
+				}
+			default:
+				t.Errorf("verdict %v", r.Verdict)
+			}
+		})
+	}
+	// The first caller's store call is held: every other caller waits for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for e.CacheStats().Waits < callers-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("waits %d, want %d callers waiting for the first one's store call", e.CacheStats().Waits, callers-1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(g.release)
+	wg.Wait()
+	if admitted.Load() != quota || denied.Load() != callers-quota {
+		t.Fatalf("admitted %d, denied %d: want %d and %d", admitted.Load(), denied.Load(), quota, callers-quota)
+	}
+	if got := g.calls.Load(); got != quota+1 {
+		t.Errorf("store calls %d, want %d: the probe, %d callers on its tickets, one denial (%+v)", got, quota+1, quota-1, e.CacheStats())
+	}
+	if cached.Load() != callers-quota-1 {
+		t.Errorf("cached denials %d, want %d", cached.Load(), callers-quota-1)
+	}
+}
+
+// TestCacheTurnsOutage: callers waiting for a key's flight are not held
+// by an outage: when the flight's call fails, the entry is forgotten and
+// every caller asks (and follows its failure mode) on its own.
+func TestCacheTurnsOutage(t *testing.T) {
+	clock := clocktest.NewManual(epoch)
+	mem := memory.New(memory.WithClock(clock))
+	s := &downable{Store: mem}
+	e, err := decide.New(s, decide.Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	check := []decide.Check{{Rule: "r", Key: "k", Limit: floodgate.PerMinute(1), Failure: decide.FailOpen}}
+	e.Decide(ctx, check)
+	if r := e.Decide(ctx, check); r.Verdict != decide.Denied {
+		t.Fatalf("over the limit: %v", r.Verdict)
+	}
+	clock.Advance(time.Minute)
+	s.down.Store(true)
+	var wg sync.WaitGroup
+	var open atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			if r := e.Decide(ctx, check); r.Allowed() && r.Outcomes[0].Verdict == decide.Unavailable {
+				open.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if open.Load() != 16 || s.calls.Load() < 1 {
+		t.Fatalf("%d of 16 admitted by the failure mode after %d store calls", open.Load(), s.calls.Load())
+	}
+	if st := e.CacheStats(); st.Entries != 0 {
+		t.Errorf("after the outage: %+v, want the entry forgotten", st)
+	}
+}
+
+// downable answers ErrStoreUnavailable while down, counting the calls made
+// then.
+type downable struct {
+	floodgate.Store
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+func (d *downable) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	if d.down.Load() {
+		d.calls.Add(1)
+		return floodgate.Decision{}, floodgate.ErrStoreUnavailable
+	}
+	return d.Store.AllowN(ctx, key, l, n)
 }

@@ -147,6 +147,8 @@ type Outcome struct {
 
 	taken bool   // the store holds this check's cost, to give back if the request is not admitted
 	epoch uint64 // the key's cache shard epoch before the store was asked
+	entry *denial // the expired cache entry in whose flight this check asks the store, if any
+	in    *flight // that flight
 }
 
 // Result is the decision on a whole request.
@@ -344,7 +346,8 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	var now int64
 	if e.cache != nil {
 		now = e.micros()
-		if e.cached(checks, r.Outcomes, now) {
+		var hit bool
+		if hit, now = e.cached(ctx, checks, r.Outcomes, now); hit {
 			enforced = 0 // denied from memory: the store is not asked
 		}
 	}
@@ -372,8 +375,11 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	if outage {
 		e.fallback(ctx, checks, r.Outcomes)
 	}
-	if e.cache != nil && enforced > 0 {
-		e.remember(checks, r.Outcomes, now, false)
+	if e.cache != nil {
+		if enforced > 0 {
+			e.remember(checks, r.Outcomes, now, false)
+		}
+		e.finishFlights(checks, r.Outcomes)
 	}
 	e.conclude(ctx, checks, r)
 	// Shadow checks are skipped after an outage of an enforced one: they
@@ -501,17 +507,24 @@ func anyDenied(out []Outcome, checks []Check) bool {
 func setOutcome(o *Outcome, d floodgate.Decision, err error) {
 	switch {
 	case err == nil && d.Allowed:
-		*o = Outcome{Decision: d, Verdict: Admitted, Decided: true, taken: true}
+		o.set(Outcome{Decision: d, Verdict: Admitted, Decided: true, taken: true})
 	case err == nil:
-		*o = Outcome{Decision: d, Verdict: Denied, Decided: true}
+		o.set(Outcome{Decision: d, Verdict: Denied, Decided: true})
 	case errors.Is(err, floodgate.ErrInvalidLimit), errors.Is(err, floodgate.ErrInvalidCost), errors.Is(err, floodgate.ErrCostExceedsLimit):
-		*o = Outcome{Verdict: Invalid, Err: err}
+		o.set(Outcome{Verdict: Invalid, Err: err})
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, context.Canceled):
-		*o = Outcome{Verdict: Unavailable, Err: err}
+		o.set(Outcome{Verdict: Unavailable, Err: err})
 	default:
-		*o = Outcome{Verdict: StoreError, Err: err}
+		o.set(Outcome{Verdict: StoreError, Err: err})
 	}
+}
+
+// set makes o n, keeping the over-limit cache's notes on o (the key's
+// epoch, a flight to finish).
+func (o *Outcome) set(n Outcome) {
+	n.epoch, n.entry, n.in = o.epoch, o.entry, o.in
+	*o = n
 }
 
 // giveBack notes that o's cost is no longer taken: Remaining is what it was

@@ -84,7 +84,7 @@ func (e *Engine) fallback(ctx context.Context, checks []Check, out []Outcome) {
 		}
 		l, err := LocalLimit(c.Limit, c.localShare())
 		if err != nil {
-			*o = Outcome{Verdict: Invalid, Err: fmt.Errorf("rule %q: %w", c.Rule, err)}
+			o.set(Outcome{Verdict: Invalid, Err: fmt.Errorf("rule %q: %w", c.Rule, err)})
 			continue
 		}
 		if c.cost() > l.Quota {
