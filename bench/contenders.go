@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	redisrate "github.com/go-redis/redis_rate/v10"
@@ -52,6 +53,13 @@ func (c *Contender) Close() {
 // script-based limiter costs at least on this machine).
 var RedisContenderIDs = []string{"fg-tb", "fg-swl", "redis_rate", "ulule", "throttled", "floor"}
 
+// UnguardedContenderIDs are floodgate's Redis contenders with the store's
+// guard taken off: no per-node in-flight bound and no circuit breaker
+// (redisstore.Config MaxInFlight and BreakerFailures negative). They run
+// only when asked for with -contenders, beside fg-tb and fg-swl, to measure
+// what the guard costs in interleaved runs (docs/PERFORMANCE.md).
+var UnguardedContenderIDs = []string{"fg-tb-unguarded", "fg-swl-unguarded"}
+
 // floorScript does nothing and answers like floodgate's scripts.
 const floorScript = "return {1, 0, 0, 0}"
 
@@ -63,10 +71,10 @@ const floorScript = "return {1, 0, 0, 0}"
 // with its defaults (a pool of 10 connections per GOMAXPROCS).
 func NewRedisContender(id string, b Backend, prefix string) (*Contender, error) {
 	switch id {
-	case "fg-tb", "fg-swl":
+	case "fg-tb", "fg-swl", "fg-tb-unguarded", "fg-swl-unguarded":
 		limit := floodgate.NewTokenBucket(Quota, Quota, Window)
 		name := "floodgate token bucket"
-		if id == "fg-swl" {
+		if strings.HasPrefix(id, "fg-swl") {
 			limit = floodgate.NewLimit(floodgate.SlidingWindowLog, Quota, Window)
 			name = "floodgate sliding-window log"
 		}
@@ -76,7 +84,12 @@ func NewRedisContender(id string, b Backend, prefix string) (*Contender, error) 
 		}
 		// A generous timeout: the benchmark measures latency, and a call
 		// cut off at the default 50ms would be counted as an error.
-		s, err := redisstore.New(redisstore.Config{Addrs: b.Addrs, Mode: mode, KeyPrefix: prefix, Timeout: 3 * time.Second})
+		cfg := redisstore.Config{Addrs: b.Addrs, Mode: mode, KeyPrefix: prefix, Timeout: 3 * time.Second}
+		if strings.HasSuffix(id, "-unguarded") {
+			cfg.MaxInFlight, cfg.BreakerFailures = -1, -1
+			name += " (no in-flight bound, no breaker)"
+		}
+		s, err := redisstore.New(cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -152,7 +165,7 @@ func NewRedisContender(id string, b Backend, prefix string) (*Contender, error) 
 			return allowed == 1, err
 		}}, nil
 	}
-	return nil, fmt.Errorf("unknown contender %q (want one of %v)", id, RedisContenderIDs)
+	return nil, fmt.Errorf("unknown contender %q (want one of %v or %v)", id, RedisContenderIDs, UnguardedContenderIDs)
 }
 
 // ensure the go-redis clients satisfy the peers' narrow interfaces.

@@ -145,8 +145,8 @@ type Outcome struct {
 	// the store was not asked.
 	Cached bool
 
-	taken bool   // the store holds this check's cost, to give back if the request is not admitted
-	epoch uint64 // the key's cache shard epoch before the store was asked
+	taken bool    // the store holds this check's cost, to give back if the request is not admitted
+	epoch uint64  // the key's cache shard epoch before the store was asked
 	entry *denial // the expired cache entry in whose flight this check asks the store, if any
 	in    *flight // that flight
 }

@@ -137,8 +137,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	for _, c := range o.contenders {
-		if !slices.Contains(bench.RedisContenderIDs, c) {
-			return nil, fmt.Errorf("-contenders: %q is not one of %s", c, strings.Join(bench.RedisContenderIDs, ", "))
+		if !slices.Contains(bench.RedisContenderIDs, c) && !slices.Contains(bench.UnguardedContenderIDs, c) {
+			return nil, fmt.Errorf("-contenders: %q is not one of %s", c, strings.Join(append(slices.Clone(bench.RedisContenderIDs), bench.UnguardedContenderIDs...), ", "))
 		}
 	}
 	if o.rounds < 1 || o.memRounds < 1 {
