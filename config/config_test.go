@@ -71,7 +71,7 @@ func TestLiteralConfig(t *testing.T) {
 
 func TestRedisConfig(t *testing.T) {
 	t.Setenv("FLOODGATE_TEST_PW", "p")
-	c, err := Parse([]byte("store:\n  type: redis-sentinel\n  addrs: [\"s:26379\"]\n  master_name: m\n  username: u\n  password_env: FLOODGATE_TEST_PW\n"+
+	c, err := Parse([]byte("store:\n  type: redis-sentinel\n  addrs: [\"s:26379\"]\n  master_name: m\n  username: u\n  password_env: FLOODGATE_TEST_PW\n  sentinel_username: su\n  sentinel_password: sp\n"+
 		"  tls: true\n  db: 2\n  timeout: 1s\n  key_prefix: \"app:\"\n  flush_delay: -1ns\n  require_at_start: true\n  max_in_flight: 100\n  breaker_failures: -1\n"), "f.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestRedisConfig(t *testing.T) {
 	}
 	if rc.Mode != redisstore.ModeSentinel || rc.SentinelMaster != "m" || rc.Username != "u" || rc.Password != "p" || rc.TLS == nil ||
 		rc.DB != 2 || rc.Timeout != time.Second || rc.KeyPrefix != "app:" || rc.FlushDelay != -1 || len(rc.Addrs) != 1 ||
-		rc.LazyConnect || rc.MaxInFlight != 100 || rc.BreakerFailures != -1 {
+		rc.LazyConnect || rc.MaxInFlight != 100 || rc.BreakerFailures != -1 || rc.SentinelUsername != "su" || rc.SentinelPassword != "sp" {
 		t.Fatalf("RedisConfig() = %+v", rc)
 	}
 	// The library's defaults apply to what the file leaves out.
@@ -164,6 +164,9 @@ func TestParseErrors(t *testing.T) {
 		{"flush delay too long", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  flush_delay: 5ms\n", []string{"line 4", "store.flush_delay", "5ms"}},
 		{"too many in flight", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  max_in_flight: 1000\n", []string{"line 4", "store.max_in_flight", "1000", "at most 768"}},
 		{"unset password env", "store:\n  password_env: FLOODGATE_TEST_SURELY_UNSET\n", []string{"line 2", "FLOODGATE_TEST_SURELY_UNSET"}},
+		{"sentinel password without sentinels", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  sentinel_password: x\n", []string{"line 4", "store.sentinel_password", "redis-sentinel"}},
+		{"sentinel password twice", "store:\n  type: redis-sentinel\n  addrs: [s:26379]\n  master_name: m\n  sentinel_password: x\n  sentinel_password_env: FLOODGATE_TEST_PW\n", []string{"line 6", "store.sentinel_password_env", "together"}},
+		{"unset sentinel password env", "store:\n  type: redis-sentinel\n  addrs: [s:26379]\n  master_name: m\n  sentinel_password_env: FLOODGATE_TEST_SURELY_UNSET\n", []string{"line 5", "FLOODGATE_TEST_SURELY_UNSET", "export it"}},
 		{"bad proxy", "client_ip:\n  trusted_proxies: [10.0.0.0/8, banana]\n", []string{"line 2", "client_ip.trusted_proxies[1]", "banana"}},
 		{"bad prefix", "client_ip:\n  ipv6_prefix: 200\n", []string{"line 2", "client_ip.ipv6_prefix", "200"}},
 		{"bad deny status", "forward_auth:\n  deny_status: 200\n", []string{"line 2", "forward_auth.deny_status", "200"}},

@@ -110,6 +110,7 @@ func TestConfigDocExample(t *testing.T) {
 	end := strings.Index(rest[start:], "\n```")
 	src := rest[start : start+end+1]
 	t.Setenv("REDIS_PASSWORD", "example")
+	t.Setenv("SENTINEL_PASSWORD", "example")
 	t.Setenv("FLOODGATE_TOKENS", "ingress decide 0123456789abcdef0123")
 	cfg, err := Parse([]byte(src), "docs/CONFIG.md example")
 	if err != nil {
@@ -122,8 +123,8 @@ func TestConfigDocExample(t *testing.T) {
 	}
 	for key := range docKeys(reflect.TypeFor[Config](), "") {
 		switch key {
-		case "store.password":
-			continue // excludes password_env, which the example shows
+		case "store.password", "store.sentinel_password":
+			continue // exclude password_env and sentinel_password_env, which the example shows
 		case "auth.tokens_file":
 			continue // excludes tokens_env, which the example shows
 		case "tls.cert_file", "tls.key_file", "tls.client_ca_file", "store.tls_ca_file", "store.tls_cert_file", "store.tls_key_file":

@@ -29,6 +29,14 @@ type Store struct {
 	Password string `yaml:"password"`
 	// PasswordEnv names an environment variable holding the password.
 	PasswordEnv string `yaml:"password_env"`
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (redis-sentinel only), whose credentials may differ from Redis's.
+	// Prefer SentinelPasswordEnv. Never logged.
+	SentinelUsername string `yaml:"sentinel_username"`
+	SentinelPassword string `yaml:"sentinel_password"`
+	// SentinelPasswordEnv names an environment variable holding the
+	// sentinels' password.
+	SentinelPasswordEnv string `yaml:"sentinel_password_env"`
 	// TLS turns on TLS to Redis, with the system's roots unless TLSCAFile
 	// names a CA.
 	TLS bool `yaml:"tls"`
@@ -106,6 +114,15 @@ func (s Store) PasswordValue() string {
 	return s.Password
 }
 
+// SentinelPasswordValue returns the sentinels' password from
+// SentinelPassword or SentinelPasswordEnv.
+func (s Store) SentinelPasswordValue() string {
+	if s.SentinelPasswordEnv != "" {
+		return os.Getenv(s.SentinelPasswordEnv)
+	}
+	return s.SentinelPassword
+}
+
 // String describes the store without secrets.
 func (s Store) String() string {
 	if s.Type == StoreMemory || s.Type == "" {
@@ -148,6 +165,7 @@ func (s Store) redisConfig(lines yamlfield.Lines) (*redisstore.Config, error) {
 	case StoreRedisSentinel:
 		rc.Mode = redisstore.ModeSentinel
 		rc.SentinelMaster = s.MasterName
+		rc.SentinelUsername, rc.SentinelPassword = s.SentinelUsername, s.SentinelPasswordValue()
 	default:
 		return nil, lines.Error("store.type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel")
 	}
@@ -215,6 +233,24 @@ func (s *Store) check(lines yamlfield.Lines) []error {
 	}
 	if s.Password != "" && s.PasswordEnv != "" {
 		errs = append(errs, lines.Error("store.password_env", s.PasswordEnv, "cannot be used together with store.password"))
+	}
+	if s.SentinelPassword != "" && s.SentinelPasswordEnv != "" {
+		errs = append(errs, lines.Error("store.sentinel_password_env", s.SentinelPasswordEnv, "cannot be used together with store.sentinel_password"))
+	}
+	if s.Type != StoreRedisSentinel {
+		for _, f := range []struct{ key, value string }{
+			{"store.sentinel_username", s.SentinelUsername}, {"store.sentinel_password", s.SentinelPassword},
+			{"store.sentinel_password_env", s.SentinelPasswordEnv},
+		} {
+			if f.value != "" {
+				errs = append(errs, lines.Error(f.key, f.value, "applies only with store.type: redis-sentinel"))
+			}
+		}
+	}
+	if s.SentinelPasswordEnv != "" {
+		if _, ok := os.LookupEnv(s.SentinelPasswordEnv); !ok {
+			errs = append(errs, lines.Error("store.sentinel_password_env", s.SentinelPasswordEnv, "names an environment variable that is not set; export it or remove the key"))
+		}
 	}
 	if !s.TLS {
 		for _, f := range []struct{ key, value string }{

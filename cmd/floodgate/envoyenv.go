@@ -199,17 +199,33 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 			store.Password = auth
 		}
 	}
+	// The peer reads the certificate files only with REDIS_TLS, and so does
+	// floodgate (store.tls_*).
 	store.TLS = e.bool("REDIS_TLS", false)
-	for _, v := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT"} {
-		if e.str(v, "") != "" {
-			e.fail("%s is not supported yet: floodgate's Redis TLS uses the system's roots and no client certificate", v)
+	if store.TLS {
+		store.TLSCertFile, store.TLSKeyFile = e.str("REDIS_TLS_CLIENT_CERT", ""), e.str("REDIS_TLS_CLIENT_KEY", "")
+		store.TLSCAFile = e.str("REDIS_TLS_CACERT", "")
+		if (store.TLSCertFile == "") != (store.TLSKeyFile == "") {
+			e.fail("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together: set both for a client certificate, or neither")
+		}
+	} else {
+		for _, v := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT"} {
+			if e.str(v, "") != "" {
+				note("%s: ignored, as by the peer, because REDIS_TLS is not true", v)
+			}
 		}
 	}
 	if e.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
-		e.fail("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true is not supported: floodgate always verifies Redis's certificate")
+		e.fail("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true is not supported: floodgate always verifies Redis's certificate (set REDIS_TLS_CACERT to the CA that signs it)")
 	}
-	if e.str("REDIS_SENTINEL_AUTH", "") != "" {
-		e.fail("REDIS_SENTINEL_AUTH is not supported yet: floodgate authenticates to the Sentinels with REDIS_AUTH")
+	if auth := e.str("REDIS_SENTINEL_AUTH", ""); auth != "" {
+		if store.Type != config.StoreRedisSentinel {
+			note("REDIS_SENTINEL_AUTH: ignored, as by the peer, because REDIS_TYPE is not sentinel")
+		} else if user, pass, ok := strings.Cut(auth, ":"); ok {
+			store.SentinelUsername, store.SentinelPassword = user, pass
+		} else {
+			store.SentinelPassword = auth
+		}
 	}
 	if e.set("REDIS_TIMEOUT") {
 		store.Timeout = e.duration("REDIS_TIMEOUT", 0)
@@ -325,7 +341,8 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	// floodgate's config, validated as a file would be.
 	st := map[string]any{"type": store.Type, "addrs": store.Addrs, "tls": store.TLS}
 	for k, v := range map[string]string{"master_name": store.MasterName, "username": store.Username, "password": store.Password,
-		"key_prefix": store.KeyPrefix} {
+		"sentinel_username": store.SentinelUsername, "sentinel_password": store.SentinelPassword, "key_prefix": store.KeyPrefix,
+		"tls_cert_file": store.TLSCertFile, "tls_key_file": store.TLSKeyFile, "tls_ca_file": store.TLSCAFile} {
 		if v != "" {
 			st[k] = v
 		}

@@ -104,6 +104,34 @@ func TestReadEnvoyEnv(t *testing.T) {
 				t.Errorf("store %+v", c.cfg.Store)
 			}
 		}, "", ""},
+		{"redis tls with a client certificate and a CA", with(map[string]string{
+			"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": certFile, "REDIS_TLS_CLIENT_KEY": keyFile, "REDIS_TLS_CACERT": caFile,
+		}), func(t *testing.T, c *envoyCompat) {
+			s := c.cfg.Store
+			if !s.TLS || s.TLSCertFile != certFile || s.TLSKeyFile != keyFile || s.TLSCAFile != caFile {
+				t.Errorf("store %+v", s)
+			}
+			rc, err := c.cfg.RedisConfig()
+			if err != nil || rc.TLS == nil || len(rc.TLS.Certificates) != 1 || rc.TLS.RootCAs == nil {
+				t.Errorf("redis config %+v, %v: want TLS with the client certificate and the CA", rc, err)
+			}
+		}, "", ""},
+		{"redis tls files without REDIS_TLS are ignored, as by the peer", with(map[string]string{"REDIS_TLS_CACERT": caFile}),
+			func(t *testing.T, c *envoyCompat) {
+				if s := c.cfg.Store; s.TLS || s.TLSCAFile != "" {
+					t.Errorf("store %+v", s)
+				}
+			}, "", "REDIS_TLS_CACERT: ignored, as by the peer"},
+		{"redis client certificate without its key", with(map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": certFile}),
+			nil, "REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together", ""},
+		{"sentinel auth", with(map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379", "REDIS_SENTINEL_AUTH": "sentry:pw"}),
+			func(t *testing.T, c *envoyCompat) {
+				rc, err := c.cfg.RedisConfig()
+				if err != nil || rc.SentinelUsername != "sentry" || rc.SentinelPassword != "pw" || rc.Password != "" {
+					t.Errorf("redis config %+v, %v: want the sentinels' credentials only", rc, err)
+				}
+			}, "", ""},
+		{"sentinel auth without sentinels", with(map[string]string{"REDIS_SENTINEL_AUTH": "pw"}), nil, "", "REDIS_SENTINEL_AUTH: ignored"},
 		{"memcache", with(map[string]string{"BACKEND_TYPE": "memcache"}), nil, `BACKEND_TYPE="memcache" is not supported`, ""},
 		{"unix socket (the peer's default)", map[string]string{}, nil, `REDIS_SOCKET_TYPE="unix" is not supported`, ""},
 		{"xds", with(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}), nil, `CONFIG_TYPE="GRPC_XDS_SOTW" is not supported`, ""},
