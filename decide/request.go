@@ -1,0 +1,148 @@
+// Check, Outcome and Result: a request as the engine takes it, and its
+// decision as it returns it.
+
+package decide
+
+import (
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Check is one rule's part in a request.
+type Check struct {
+	// Rule names the check in results, logs and headers.
+	Rule string
+	// Key is the store key, normally from [StoreKey].
+	Key string
+	// Limit is the rule's limit; front ends validate it when they load
+	// their rules.
+	Limit floodgate.Limit
+	// Cost is the request's cost under the rule; 0 means 1.
+	Cost int64
+	// CheckOnly checks take nothing (Envoy's hits_addend 0): the store
+	// reports what the key holds (a cost of 0, see floodgate.Store.AllowN),
+	// and the check never denies. It is decided before the enforced
+	// checks, whatever they decide, and has nothing to give back; an outage
+	// follows its failure mode as for any check. Cost is ignored.
+	CheckOnly bool
+	// Failure says what an outage means for this check. A shadow check
+	// always fails open.
+	Failure FailureMode
+	// LocalShare is the share of Limit this instance enforces alone under
+	// FailLocal while the store is unavailable (see [LocalLimit]): 1/N for
+	// N instances. Zero means 1, the whole limit. Front ends check it with
+	// LocalLimit when they load their rules.
+	LocalShare float64
+	// NoCache keeps the check out of the over-limit cache: every request
+	// asks the store.
+	NoCache bool
+	// Shadow checks are decided and reported but never deny, never fail
+	// closed, and are never the deciding check. They are decided only for
+	// requests the enforced checks admit, and consume quota only then.
+	Shadow bool
+	// Err, if set, is why the front end could not ask the store about the
+	// check (its key could not be found in the request, or the front end
+	// is shedding load): the store is not asked, and the check counts as
+	// one the store could not decide, so its failure mode applies; under
+	// FailLocal a check with a Key is then decided locally.
+	Err error
+}
+
+// cost returns the check's cost: Cost, or 1 when Cost is 0.
+func (c *Check) cost() int64 {
+	if c.CheckOnly {
+		return 0
+	}
+	if c.Cost == 0 {
+		return 1
+	}
+	return c.Cost
+}
+
+// Mode returns the failure mode that applies to the check: its Failure, or
+// FailOpen for a shadow check.
+func (c *Check) Mode() FailureMode {
+	if c.Shadow {
+		return FailOpen
+	}
+	return c.Failure
+}
+
+// Outcome is what happened to one Check.
+type Outcome struct {
+	// Decision is the store's decision; meaningful when Verdict is Admitted
+	// or Denied and Decided is true.
+	Decision floodgate.Decision
+	// Verdict is this check's own: Admitted, Denied (for a shadow check:
+	// would have denied), Unavailable (the store could not decide, whatever
+	// the failure mode), StoreError or Invalid.
+	Verdict Verdict
+	// Decided reports that the store answered, so Decision is valid. A
+	// check that was not asked (a shadow check of a request that was not
+	// admitted; with a store that has no batches, a check after the one that
+	// denied) has Decided false and no Err. When the request was not
+	// admitted, an admitted check's cost was given back, and its
+	// Decision.Remaining says what remains now.
+	Decided bool
+	// Err is the error behind Unavailable, StoreError and Invalid.
+	Err error
+	// RefundErr is the error from giving back this check's cost when the
+	// request was not admitted (the quota stays taken); nil normally.
+	RefundErr error
+	// Local reports that the store was unavailable and the check, of mode
+	// FailLocal, was decided by this instance alone at its share of the
+	// limit: Decision is the local one (its Limit the local quota), Err
+	// the outage.
+	Local bool
+	// Cached reports that Decision is a denial from the over-limit cache:
+	// the store was not asked.
+	Cached bool
+
+	taken bool    // the store holds this check's cost, to give back if the request is not admitted
+	epoch uint64  // the key's cache shard epoch before the store was asked
+	entry *denial // the expired cache entry in whose flight this check asks the store, if any
+	in    *flight // that flight
+}
+
+// Result is the decision on a whole request.
+type Result struct {
+	// Verdict is the request's: Admitted, or why not.
+	Verdict Verdict
+	// Deciding is the index of the check the Verdict comes from: for
+	// Denied, the denying check with the longest retry delay; for
+	// Unavailable, StoreError and Invalid, the failing check; for Admitted,
+	// the most restrictive decided enforced check (the least remaining, then
+	// the longest reset), or -1 when none was decided.
+	Deciding int
+	// Outcomes holds one Outcome per Check, in order.
+	Outcomes []Outcome
+	// RetryAfter is when a retry may succeed: for Denied the deciding
+	// decision's exact RetryAfter, for Unavailable the engine's
+	// UnavailableRetryAfter, otherwise 0.
+	RetryAfter time.Duration
+}
+
+// Allowed reports whether the request is admitted.
+func (r *Result) Allowed() bool { return r.Verdict == Admitted }
+
+// LocalFallback reports whether an enforced check was decided by the local
+// fallback ([Outcome.Local]): front ends say so in their answer.
+func (r *Result) LocalFallback() bool {
+	for i := range r.Outcomes {
+		if r.Outcomes[i].Local {
+			return true
+		}
+	}
+	return false
+}
+
+// Err returns the error behind an Unavailable, StoreError or Invalid
+// verdict: the deciding check's; nil otherwise. (The Result holds no error
+// of its own, so front ends can keep it and its Outcomes on the stack.)
+func (r *Result) Err() error {
+	if r.Verdict == Admitted || r.Verdict == Denied || r.Deciding < 0 {
+		return nil
+	}
+	return r.Outcomes[r.Deciding].Err
+}
