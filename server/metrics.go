@@ -85,8 +85,12 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine) (*metrics, err
 		Name: "floodgate_overlimit_cache_evictions_total",
 		Help: "Denials the over-limit cache dropped before their retry delay, to stay within its bounds.",
 	}, func() float64 { return float64(engine.CacheStats().Evictions) })
+	cacheWaits := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "floodgate_overlimit_cache_waits_total",
+		Help: "Checks that waited for another request's store call for the same key, its cached denial having expired, before looking again.",
+	}, func() float64 { return float64(engine.CacheStats().Waits) })
 	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.storeErrors, m.failureMode, m.reloads,
-		m.inFlight, m.shed, m.authFailures, m.cacheHits, cacheEntries, cacheBytes, cacheEvictions} {
+		m.inFlight, m.shed, m.authFailures, m.cacheHits, cacheEntries, cacheBytes, cacheEvictions, cacheWaits} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}

@@ -128,6 +128,7 @@ func TestOverLimitCacheAnswers(t *testing.T) {
 		`floodgate_overlimit_cache_hits_total{rule="login"} 4`,
 		`floodgate_overlimit_cache_entries 0`,
 		`floodgate_overlimit_cache_evictions_total 0`,
+		`floodgate_overlimit_cache_waits_total 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
