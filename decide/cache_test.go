@@ -525,3 +525,53 @@ func (d *downable) AllowN(ctx context.Context, key string, l floodgate.Limit, n 
 	}
 	return d.Store.AllowN(ctx, key, l, n)
 }
+
+// panicking panics on every call while armed.
+type panicking struct {
+	floodgate.Store
+	armed atomic.Bool
+}
+
+func (p *panicking) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	if p.armed.Load() {
+		panic("store bug")
+	}
+	return p.Store.AllowN(ctx, key, l, n)
+}
+
+// TestCacheTurnsPanic: a store call that panics in a key's turn still ends
+// it, so the key's next callers do not wait (here they would wait forever:
+// their context has no deadline).
+func TestCacheTurnsPanic(t *testing.T) {
+	clock := clocktest.NewManual(epoch)
+	p := &panicking{Store: memory.New(memory.WithClock(clock))}
+	e, err := decide.New(p, decide.Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	check := []decide.Check{{Rule: "r", Key: "k", Limit: floodgate.PerMinute(1)}}
+	e.Decide(ctx, check)
+	e.Decide(ctx, check) // denied: cached
+	clock.Advance(time.Minute)
+	p.armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the store's panic did not reach the caller")
+			}
+		}()
+		e.Decide(ctx, check)
+	}()
+	p.armed.Store(false)
+	done := make(chan decide.Result, 1)
+	go func() { done <- e.Decide(ctx, check) }()
+	select {
+	case r := <-done:
+		if !r.Allowed() {
+			t.Fatalf("after the panic: %v, want admitted", r.Verdict)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the next caller is still waiting for the panicked call's turn")
+	}
+}

@@ -212,6 +212,10 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 		if hit, now = e.cached(ctx, checks, r.Outcomes, now); hit {
 			enforced = 0 // denied from memory: the store is not asked
 		}
+		// The flights this request joined end below, after remember; this
+		// ends them even if a store call panics, so that no key's callers
+		// are left waiting (a second call finds nothing to end).
+		defer e.finishFlights(checks, r.Outcomes)
 	}
 	// Check-only checks (a cost of 0) read the store: they take nothing,
 	// so nothing about them is cached or given back.
