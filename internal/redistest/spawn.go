@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ type SpawnedServer struct {
 	Port int
 
 	path   string
+	conf   string   // a config file to start from (a sentinel's), or ""
 	args   []string // the extra arguments
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -112,12 +114,40 @@ func Spawn(t testing.TB, args ...string) *SpawnedServer {
 	return nil
 }
 
+// SpawnSentinel starts a Redis Sentinel of its own for t on a free loopback
+// port, monitoring primary as master with a quorum of 1, with any extra
+// config lines (such as "requirepass secret"), and waits until it answers.
+// t's cleanup kills it.
+func SpawnSentinel(t testing.TB, primary *SpawnedServer, master string, conf ...string) *SpawnedServer {
+	t.Helper()
+	path := redisServerPath(t)
+	lines := append([]string{fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1", master, primary.Port)}, conf...)
+	file := filepath.Join(t.TempDir(), "sentinel.conf") // Sentinel rewrites it as it learns
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var lastErr error
+	for range 5 {
+		s, err := spawnFrom(t, path, file, nil)
+		if err == nil {
+			return s
+		}
+		lastErr = err
+	}
+	t.Fatalf("redistest: spawning redis-server --sentinel: %v", lastErr)
+	return nil
+}
+
 func spawn(t testing.TB, path string, extra []string) (*SpawnedServer, error) {
+	return spawnFrom(t, path, "", extra)
+}
+
+func spawnFrom(t testing.TB, path, conf string, extra []string) (*SpawnedServer, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	s := &SpawnedServer{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, path: path, args: extra, log: &syncBuffer{}}
+	s := &SpawnedServer{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, path: path, conf: conf, args: extra, log: &syncBuffer{}}
 	t.Cleanup(s.Kill)
 	return s, s.start(t)
 }
@@ -128,6 +158,9 @@ func (s *SpawnedServer) start(t testing.TB) error {
 	args := []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir(), "--logfile", "",
+	}
+	if s.conf != "" {
+		args = append([]string{s.conf, "--sentinel"}, args...)
 	}
 	cmd := exec.Command(s.path, append(args, s.args...)...)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
