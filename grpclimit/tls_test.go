@@ -2,17 +2,9 @@ package grpclimit_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
-	"net/url"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,77 +14,30 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/grpclimit"
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
-// testCA issues certificates for a TLS test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue returns a certificate for cn (and uri, if set), for a server
+// issue returns a certificate of ca for cn (and uri, if set), for a server
 // (127.0.0.1) or a client.
-func (ca *testCA) issue(t *testing.T, serial int64, cn, uri string, server bool) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
+func issue(ca *tlstest.CA, serial int64, cn, uri string, server bool) tls.Certificate {
+	l := tlstest.Leaf{CommonName: cn, Server: server, Serial: serial}
 	if uri != "" {
-		u, err := url.Parse(uri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = []*url.URL{u}
+		l.URIs = []string{uri}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return ca.Issue(cn, l).Certificate
 }
 
 // TestClientCertificate: over real mutual TLS, each client certificate's
 // identity has its own budget; a client without one is not counted by the
 // rule.
 func TestClientCertificate(t *testing.T) {
-	ca := newCA(t)
+	ca := tlstest.NewCA(t, "test CA")
 	lim := newLimiter(t, grpclimit.Config{Store: memory.New(), Logger: discard,
 		Rules: []grpclimit.Rule{{Name: "per-client", Limit: floodgate.PerHour(2), Key: grpclimit.ClientCertificate()}}})
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{ca.issue(t, 2, "server", "", true)},
-		ClientCAs:    ca.pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13,
+		Certificates: []tls.Certificate{issue(ca, 2, "server", "", true)},
+		ClientCAs:    ca.Pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13,
 	})), grpc.UnaryInterceptor(lim.Unary))
 	testpb.RegisterTestServiceServer(srv, testService{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -103,7 +48,7 @@ func TestClientCertificate(t *testing.T) {
 	t.Cleanup(srv.Stop)
 
 	dial := func(cert *tls.Certificate) testpb.TestServiceClient {
-		cfg := &tls.Config{RootCAs: ca.pool, MinVersion: tls.VersionTLS13}
+		cfg := &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS13}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{*cert}
 		}
@@ -114,9 +59,9 @@ func TestClientCertificate(t *testing.T) {
 		t.Cleanup(func() { _ = cc.Close() })
 		return testpb.NewTestServiceClient(cc)
 	}
-	billing := ca.issue(t, 3, "billing", "spiffe://example.org/billing", false)
-	billing2 := ca.issue(t, 4, "another billing instance", "spiffe://example.org/billing", false)
-	search := ca.issue(t, 5, "search", "", false)
+	billing := issue(ca, 3, "billing", "spiffe://example.org/billing", false)
+	billing2 := issue(ca, 4, "another billing instance", "spiffe://example.org/billing", false)
+	search := issue(ca, 5, "search", "", false)
 	clients := []struct {
 		name   string
 		client testpb.TestServiceClient

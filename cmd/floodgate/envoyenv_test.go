@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 )
 
 func envOf(vars map[string]string) (func(string) (string, bool), []string) {
@@ -30,9 +31,9 @@ func envOf(vars map[string]string) (func(string) (string, bool), []string) {
 // the rest.
 func TestReadEnvoyEnv(t *testing.T) {
 	// Real certificate files: the config checks that TLS files load.
-	ca := newPKI(t, "rls")
-	certFile, keyFile, _ := ca.issue("rls", "localhost", true)
-	caFile := filepath.Join(ca.dir, "rls-ca.pem")
+	ca := tlstest.NewCA(t, "rls")
+	leaf := ca.Issue("rls", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
+	certFile, keyFile, caFile := leaf.CertFile, leaf.KeyFile, ca.CertFile
 	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
 	with := func(extra map[string]string) map[string]string {
 		m := map[string]string{}

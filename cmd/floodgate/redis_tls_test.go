@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,16 +11,17 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 )
 
 // TestRedisTLS connects to a Redis of its own that serves TLS only to
 // clients with a certificate of the test's CA, with the config's
 // store.tls_* keys.
 func TestRedisTLS(t *testing.T) {
-	ca := newPKI(t, "redis-ca")
-	srvCert, srvKey, _ := ca.issue("redis", "redis.test", true)
-	cliCert, cliKey, _ := ca.issue("redis-client", "floodgate", false)
-	caFile := filepath.Join(ca.dir, "redis-ca-ca.pem")
+	ca := tlstest.NewCA(t, "redis-ca")
+	srv := ca.Issue("redis", tlstest.Leaf{CommonName: "redis.test", Server: true, DNSNames: []string{"redis.test"}})
+	cli := ca.Issue("redis-client", tlstest.Leaf{CommonName: "floodgate"})
+	srvCert, srvKey, cliCert, cliKey, caFile := srv.CertFile, srv.KeyFile, cli.CertFile, cli.KeyFile, ca.CertFile
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -3,16 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +19,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -105,100 +99,6 @@ func find(t *testing.T, banner, pattern string) string {
 	return m[1]
 }
 
-// pki is a test CA that issues server and client certificates.
-type pki struct {
-	t      *testing.T
-	dir    string
-	caCert *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	serial int64
-}
-
-func newPKI(t *testing.T, name string) *pki {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	p := &pki{t: t, dir: t.TempDir(), caCert: cert, caKey: key, pool: x509.NewCertPool(), serial: 1}
-	p.pool.AddCert(cert)
-	p.write(name+"-ca.pem", "CERTIFICATE", der)
-	return p
-}
-
-func (p *pki) write(name, kind string, der []byte) string {
-	p.t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		p.t.Fatal(err)
-	}
-	return path
-}
-
-// issue writes a certificate and key for cn (a server's for 127.0.0.1 and
-// the name cn, or a client's) to name.pem and name-key.pem, and returns the paths and the
-// certificate's serial number.
-func (p *pki) issue(name, cn string, server bool) (certFile, keyFile string, serial int64) {
-	p.t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.DNSNames = []string{cn}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	// Write the key first and rename both in: a reload never reads a pair
-	// half written.
-	keyFile = p.write(name+"-key.pem.tmp", "PRIVATE KEY", kder)
-	certFile = p.write(name+".pem.tmp", "CERTIFICATE", der)
-	for _, f := range []string{keyFile, certFile} {
-		if err := os.Rename(f, strings.TrimSuffix(f, ".tmp")); err != nil {
-			p.t.Fatal(err)
-		}
-	}
-	return strings.TrimSuffix(certFile, ".tmp"), strings.TrimSuffix(keyFile, ".tmp"), p.serial
-}
-
-func (p *pki) clientTLS(certFile, keyFile string) *tls.Config {
-	p.t.Helper()
-	c := &tls.Config{RootCAs: p.pool, MinVersion: tls.VersionTLS12}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c
-}
-
 // call makes one request and returns its status, WWW-Authenticate and body.
 func call(t *testing.T, c *http.Client, method, url, contentType, token, body string) (int, string, string) {
 	t.Helper()
@@ -231,11 +131,12 @@ func TestBinaryTLSAndTokens(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	ca := newPKI(t, "floodgate-test")
-	certFile, keyFile, firstSerial := ca.issue("server", "floodgate", true)
-	clientCert, clientKey, _ := ca.issue("client", "ingress", false)
-	other := newPKI(t, "stranger")
-	strangerCert, strangerKey, _ := other.issue("stranger", "stranger", false)
+	ca := tlstest.NewCA(t, "floodgate-test")
+	server := ca.Issue("server", tlstest.Leaf{CommonName: "floodgate", Server: true, DNSNames: []string{"floodgate"}})
+	certFile, keyFile, firstSerial := server.CertFile, server.KeyFile, server.Serial
+	clientCert := ca.Issue("client", tlstest.Leaf{CommonName: "ingress"})
+	other := tlstest.NewCA(t, "stranger")
+	stranger := other.Issue("stranger", tlstest.Leaf{CommonName: "stranger"})
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte("ingress decide "+tokDecide+"\nops admin "+tokAdmin+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -254,7 +155,7 @@ rules:
     algorithm: fixed_window
     limit: 100
     window: 1h
-`, tokens, certFile, keyFile, filepath.Join(ca.dir, "floodgate-test-ca.pem"))), 0o600); err != nil {
+`, tokens, certFile, keyFile, ca.CertFile)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p, banner := startBinary(t, nil, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
@@ -265,17 +166,17 @@ rules:
 		t.Errorf("warned although every listener is on loopback:\n%s", p.stderr)
 	}
 
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.clientTLS(clientCert, clientKey)}}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.ClientTLS(&clientCert)}}
 	t.Run("a client without a certificate is refused in the handshake", func(t *testing.T) {
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.clientTLS("", "")}}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.ClientTLS(nil)}}
 		if _, err := c.Get(base + "/healthz"); err == nil {
 			t.Fatal("served a client with no certificate")
 		}
 	})
 	t.Run("a client certificate of another CA is refused", func(t *testing.T) {
 		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: func() *tls.Config {
-			cc := other.clientTLS(strangerCert, strangerKey)
-			cc.RootCAs = ca.pool
+			cc := other.ClientTLS(&stranger)
+			cc.RootCAs = ca.Pool
 			return cc
 		}()}}
 		if _, err := c.Get(base + "/healthz"); err == nil {
@@ -325,7 +226,7 @@ rules:
 	})
 
 	t.Run("gRPC: TLS, and a token in the metadata", func(t *testing.T) {
-		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.clientTLS(clientCert, clientKey))))
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientTLS(&clientCert))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +260,7 @@ rules:
 		if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 			t.Errorf("health check without a token: %v", err)
 		}
-		noCert, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.clientTLS("", ""))))
+		noCert, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(ca.ClientTLS(nil))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +273,7 @@ rules:
 	})
 
 	t.Run("rotated certificate and tokens are served after SIGHUP", func(t *testing.T) {
-		_, _, serial := ca.issue("server", "floodgate-rotated", true)
+		serial := ca.Issue("server", tlstest.Leaf{CommonName: "floodgate-rotated", Server: true, DNSNames: []string{"floodgate-rotated"}}).Serial
 		if err := os.WriteFile(tokens, []byte("ingress decide "+tokRotated+"\nops admin "+tokAdmin+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -380,7 +281,7 @@ rules:
 			t.Fatal(err)
 		}
 		served := func() int64 {
-			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", strings.TrimPrefix(base, "https://"), ca.clientTLS(clientCert, clientKey))
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", strings.TrimPrefix(base, "https://"), ca.ClientTLS(&clientCert))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -394,7 +295,7 @@ rules:
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.clientTLS(clientCert, clientKey)}}
+		fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.ClientTLS(&clientCert)}}
 		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			old, _, _ := call(t, fresh, "POST", base+"/v1/check", "application/json", tokDecide, check)
 			cur, _, _ := call(t, fresh, "POST", base+"/v1/check", "application/json", tokRotated, check)

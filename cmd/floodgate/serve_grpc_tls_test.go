@@ -2,15 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,56 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 )
-
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a PEM certificate and key signed by the CA, for the server
-// (127.0.0.1) or a client.
-func (ca *testCA) issue(t *testing.T, server bool) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "leaf"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if server {
-		tmpl.ExtKeyUsage, tmpl.IPAddresses = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
-}
 
 // TestServeEnvoyEnvTLSAndUDS: GRPC_SERVER_USE_TLS with a client CA serves
 // the RLS over mutual TLS (a real handshake with certificates made here):
@@ -89,16 +33,9 @@ func TestServeEnvoyEnvTLSAndUDS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cfgDir, "r.yaml"), []byte("domain: env\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 9}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ca := newCA(t)
-	sc, sk := ca.issue(t, true)
-	cc, ck := ca.issue(t, false)
-	write := func(name string, data []byte) string {
-		p := filepath.Join(t.TempDir(), name)
-		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	ca := tlstest.NewCA(t, "rls")
+	server := ca.Issue("server", tlstest.Leaf{CommonName: "leaf", Server: true})
+	clientCert := ca.Issue("client", tlstest.Leaf{CommonName: "leaf"})
 	env := map[string]string{
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit",
 		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "USE_STATSD": "false",
@@ -115,21 +52,16 @@ func TestServeEnvoyEnvTLSAndUDS(t *testing.T) {
 			t.Setenv(k, v)
 		}
 		t.Setenv("GRPC_SERVER_USE_TLS", "true")
-		t.Setenv("GRPC_SERVER_TLS_CERT", write("server.pem", sc))
-		t.Setenv("GRPC_SERVER_TLS_KEY", write("server.key", sk))
-		t.Setenv("GRPC_CLIENT_TLS_CACERT", write("ca.pem", ca.pem))
+		t.Setenv("GRPC_SERVER_TLS_CERT", server.CertFile)
+		t.Setenv("GRPC_SERVER_TLS_KEY", server.KeyFile)
+		t.Setenv("GRPC_CLIENT_TLS_CACERT", ca.CertFile)
 		base, addr, _, _ := startServeRLS(t, true, "--envoy-env")
 		// As the peer's: GRPC_SERVER_USE_TLS covers the gRPC listener; the
 		// HTTP port (/healthcheck, probes) stays plain.
 		if !strings.HasPrefix(base, "http://") {
 			t.Errorf("HTTP API at %s, want plain http:// under --envoy-env", base)
 		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(ca.pem)
-		clientCert, err := tls.X509KeyPair(cc, ck)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pool := ca.Pool
 		dial := func(certs []tls.Certificate) *grpc.ClientConn {
 			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: certs})))
 			if err != nil {
@@ -138,7 +70,7 @@ func TestServeEnvoyEnvTLSAndUDS(t *testing.T) {
 			t.Cleanup(func() { conn.Close() })
 			return conn
 		}
-		if err := call(dial([]tls.Certificate{clientCert})); err != nil {
+		if err := call(dial([]tls.Certificate{clientCert.Certificate})); err != nil {
 			t.Fatalf("a client with a certificate of the CA: %v", err)
 		}
 		if err := call(dial(nil)); err == nil {

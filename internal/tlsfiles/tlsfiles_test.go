@@ -1,15 +1,7 @@
 package tlsfiles_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,35 +9,15 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 )
 
-// selfSigned writes a self-signed server certificate for 127.0.0.1 valid
-// until notAfter, and returns its files.
-func selfSigned(t *testing.T, dir string, serial int64, notAfter time.Time) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test"},
-		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: notAfter,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalPKCS8PrivateKey(key)
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
+// issue writes a server certificate of ca for 127.0.0.1 with serial,
+// valid until notAfter, to cert.pem and cert-key.pem in ca.Dir (replacing
+// the last), and returns its files.
+func issue(ca *tlstest.CA, serial int64, notAfter time.Time) (certFile, keyFile string) {
+	is := ca.Issue("cert", tlstest.Leaf{CommonName: "test", Server: true, Serial: serial, NotAfter: notAfter})
+	return is.CertFile, is.KeyFile
 }
 
 // served handshakes with a server using s and returns the serial number
@@ -73,8 +45,8 @@ func served(t *testing.T, s *tlsfiles.Server) int64 {
 }
 
 func TestServerReloads(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := selfSigned(t, dir, 1, time.Now().Add(time.Hour))
+	ca := tlstest.NewCA(t, "test")
+	certFile, keyFile := issue(ca, 1, time.Now().Add(time.Hour))
 	s, err := tlsfiles.NewServer(certFile, keyFile, "")
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +57,7 @@ func TestServerReloads(t *testing.T) {
 	if changed, err := s.ReloadIfChanged(); changed || err != nil {
 		t.Fatalf("unchanged files: changed %v, %v", changed, err)
 	}
-	selfSigned(t, dir, 2, time.Now().Add(time.Hour))
+	issue(ca, 2, time.Now().Add(time.Hour))
 	if changed, err := s.ReloadIfChanged(); !changed || err != nil {
 		t.Fatalf("changed files: changed %v, %v", changed, err)
 	}
@@ -105,12 +77,13 @@ func TestServerReloads(t *testing.T) {
 }
 
 func TestServerErrors(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := selfSigned(t, dir, 1, time.Now().Add(-time.Hour))
+	ca := tlstest.NewCA(t, "test")
+	dir := ca.Dir
+	certFile, keyFile := issue(ca, 1, time.Now().Add(-time.Minute))
 	if _, err := tlsfiles.NewServer(certFile, keyFile, ""); err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("expired certificate: %v", err)
 	}
-	certFile, keyFile = selfSigned(t, dir, 1, time.Now().Add(time.Hour))
+	certFile, keyFile = issue(ca, 1, time.Now().Add(time.Hour))
 	if _, err := tlsfiles.NewServer(certFile, keyFile, keyFile); err == nil || !strings.Contains(err.Error(), "tls.client_ca_file") {
 		t.Fatalf("a key as the client CA: %v", err)
 	}
