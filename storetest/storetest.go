@@ -229,13 +229,17 @@ func testBoundaryBurst(t *testing.T, newStore NewStore) {
 // than N admitted requests.
 func testLogAnyWindow(t *testing.T, newStore NewStore) {
 	const quota = 20
-	window := time.Second
+	// A minute, not a second: a store on the suite's clock still expires
+	// keys on its own (Redis's TTLs), so a window must be long against the
+	// real time a step takes, or a slow step (a loaded machine, a store
+	// behind HTTP) would let a key expire that the suite's clock keeps.
+	window := time.Minute
 	l := floodgate.NewLimit(floodgate.SlidingWindowLog, quota, window)
 	e := newEnv(t, newStore)
 	key := e.key("stream")
 	e.clock.Set(Epoch.Add(333 * time.Millisecond))
 	var admitted []time.Time
-	step := 7 * time.Millisecond // ~143 requests per window, 7x the quota
+	step := 420 * time.Millisecond // ~143 requests per window, 7x the quota
 	for range int(4 * window / step) {
 		if e.allowN(key, l, 1).Allowed {
 			admitted = append(admitted, e.clock.Now())
