@@ -89,7 +89,7 @@ func TestScriptsContract(t *testing.T) {
 		}
 	}
 	for _, a := range floodgate.Algorithms() {
-		fn := "\nlocal function " + a.String() + "(KEYS, ARGV)\n" + prelude + "\n"
+		fn := "\nlocal function " + a.String() + "(KEYS, ARGV, redis)\n" + prelude + "\n"
 		if i := strings.Index(src, fn); i < 0 || !strings.Contains(src[i:], fn[len(prelude):]+scripts[a].code[len(prelude)+1:]+"end\n") {
 			t.Errorf("batch.lua does not hold %s's prelude and code as the function %s", a, a)
 		}
