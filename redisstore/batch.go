@@ -132,16 +132,16 @@ func (g *batchGroup) decide(ctx context.Context, items []floodgate.BatchItem, re
 		return fail(classify(ctx, batchFile, err))
 	}
 	vals, err := reply.ToArray()
-	if err != nil || len(vals) != len(g.items) {
-		return fail(fmt.Errorf("%w: %s answered %s, want an array of %d replies", ErrReply, batchFile, describe(reply), len(g.items)))
+	if err != nil || len(vals) != 4*len(g.items) {
+		return fail(fmt.Errorf("%w: %s answered %s, want an array of 4 entries for each of %d items", ErrReply, batchFile, describe(reply), len(g.items)))
 	}
 	for j, i := range g.items {
 		l := items[i].Limit
-		if err := vals[j].Error(); err != nil {
+		if err := vals[4*j].Error(); err != nil {
 			results[i] = floodgate.BatchResult{Decision: floodgate.Decision{Limit: l.Quota}, Err: classify(ctx, batchFile+" (key "+strconv.Quote(g.keys[j])+")", err)}
 			continue
 		}
-		d, err := decode(l, vals[j])
+		d, err := decodeValues(l, vals[4*j:4*j+4], reply)
 		results[i] = floodgate.BatchResult{Decision: d, Err: err}
 		if err == nil && !d.Allowed {
 			g.denied = true

@@ -26,12 +26,13 @@
 --             server's clock. A call that starts after it records nothing
 --             and answers the error reply "DEADLINE ..." (prelude.lua).
 --
--- Reply: an array of one entry per item, in order: the item's reply to
--- "allow" as its script gives it,
---   {allowed (1 or 0), remaining, retry_after_us, reset_after_us}
--- or an error reply in its place when the item failed (bad arguments, a key
--- that holds something else, a write refused for maxmemory), with the names
--- of the keys and arguments of this script. An item that failed wrote
+-- Reply: a flat array of four entries per item, in order: the four
+-- integers of the item's reply to "allow" as its script gives them,
+--   allowed (1 or 0), remaining, retry_after_us, reset_after_us
+-- (item k's at 4k-3 .. 4k: one array, as Redis builds an array of arrays
+-- at several times the cost), or, when the item failed (bad arguments, a
+-- key that holds something else), an error reply and three 0s, the error
+-- naming the keys and arguments of this script. An item that failed wrote
 -- nothing and denies nothing: if no item is denied, the admitted items stay
 -- recorded. If any item is denied, nothing is recorded, and the replies of
 -- the items that fit are the ones their admission gave.
@@ -82,49 +83,37 @@ else
 end
 
 local rcall = redis.call
--- The strings waiting to be written at the end, in order: SET keys[w]
--- values[w] PX pxs[w]; at[key] is key's w.
-local keys, values, pxs, at, waiting = {}, {}, {}, {}, 0
+-- The strings waiting to be written at the end, in order: SET writes[w]
+-- writes[w + 1] PX writes[w + 2], for w = 1, 4, 7, ... A batch has few
+-- items: finding a key among them is cheaper than keeping a table by key.
+local writes, last = {}, 0
 -- batched is the redis of an item's script for the algorithms that keep a
 -- string: a SET waits, a GET of a waiting key answers its value.
 local batched = {error_reply = redis.error_reply}
 function batched.call(cmd, key, value, _, px)
+  local w = 1
+  while w <= last and writes[w] ~= key do
+    w = w + 3
+  end
   if cmd == 'SET' then -- SET key value PX px: the only write of an "allow"
-    local w = at[key]
-    if not w then
-      waiting = waiting + 1
-      w = waiting
-      at[key], keys[w] = w, key
+    if w > last then
+      last = w
     end
-    values[w], pxs[w] = value, px
+    writes[w], writes[w + 1], writes[w + 2] = key, value, px
     return 'OK'
   end
-  local w = at[key]
-  if w then
-    return values[w] -- GET, the only read of an "allow"
+  if w <= last then
+    return writes[w + 1] -- GET, the only read of an "allow"
   end
   return rcall(cmd, key)
 end
-local direct = {swl = true}
 
 -- undo: what undoing a log's item takes, {key, pttl, cost}, in order.
-local undo, denied = {}, false
+local undo, denied = nil, false
 
 -- The KEYS and ARGV of the item being decided: its script reads them only
 -- while it runs.
 local item_keys, item_argv = {}, {'allow'}
-
--- rename gives the names of KEYS and ARGV in an error message of item k's
--- script their names in this script.
-local function rename(msg, k)
-  local names = {['2'] = 5 * k - 2, ['3'] = 5 * k - 1, ['4'] = 5 * k, ['5'] = 1, ['6'] = 5 * k + 1}
-  msg = string.gsub(msg, 'KEYS%[1%]', 'KEYS[' .. k .. ']')
-  return (string.gsub(msg, 'ARGV%[(%d)%]', function(i)
-    if names[i] then
-      return 'ARGV[' .. names[i] .. ']'
-    end
-  end))
-end
 
 local replies = {}
 for k = 1, n do
@@ -132,9 +121,13 @@ for k = 1, n do
   local key, alg = KEYS[k], ARGV[b + 1]
   local script = algorithms[alg]
   local ok, reply, saved
+  local waits = false -- whether key has a string waiting to be written
+  for w = 1, last, 3 do
+    waits = waits or writes[w] == key
+  end
   if not script then
     ok, reply = false, {err = 'ERR floodgate: ARGV[' .. (b + 1) .. '] (algorithm) must be one of ' .. algorithm_names .. ', got "' .. alg .. '"'}
-  elseif direct[alg] and at[key] then
+  elseif alg == 'swl' and waits then
     -- A log's key that an earlier item holds a string for: as Redis
     -- answers a log's command on a string.
     ok, reply = false, {err = 'WRONGTYPE Operation against a key holding the wrong kind of value'}
@@ -142,12 +135,12 @@ for k = 1, n do
     item_keys[1] = key
     item_argv[2], item_argv[3], item_argv[4], item_argv[5], item_argv[6] = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 5]
     local r = batched
-    if direct[alg] then
+    if alg == 'swl' then -- a log writes at once
       r = redis
       if k < n or denied then
         saved = {key, rcall('PTTL', key), ARGV[b + 4]}
       end
-    elseif k == n and not denied and not at[key] then
+    elseif k == n and not denied and not waits then
       r = redis -- the last item: nothing after it can undo it
     end
     ok, reply = pcall(script, item_keys, item_argv, r)
@@ -156,6 +149,7 @@ for k = 1, n do
     if reply[1] == 0 then
       denied = true
     elseif saved then
+      undo = undo or {}
       undo[#undo + 1] = saved
     end
   else
@@ -165,22 +159,30 @@ for k = 1, n do
     if type(msg) ~= 'string' then
       msg = 'ERR floodgate: item ' .. k .. ' failed'
     elseif string.find(msg, '^ERR floodgate: ') then
-      msg = rename(msg, k)
+      -- The names of KEYS and ARGV in item k's script, in this one.
+      local names = {['2'] = 5 * k - 2, ['3'] = 5 * k - 1, ['4'] = 5 * k, ['5'] = 1, ['6'] = 5 * k + 1}
+      msg = string.gsub(msg, 'KEYS%[1%]', 'KEYS[' .. k .. ']')
+      msg = string.gsub(msg, 'ARGV%[(%d)%]', function(i)
+        if names[i] then
+          return 'ARGV[' .. names[i] .. ']'
+        end
+      end)
     elseif not string.find(msg, '^%u%u+ ') then -- not an error reply
       msg = 'ERR floodgate: item ' .. k .. ': ' .. msg
     end
-    reply = {err = msg}
+    reply = {{err = msg}, 0, 0, 0}
   end
-  replies[k] = reply
+  local r = 4 * k
+  replies[r - 3], replies[r - 2], replies[r - 1], replies[r] = reply[1], reply[2], reply[3], reply[4]
 end
 
 if not denied then
-  for w = 1, waiting do
-    rcall('SET', keys[w], values[w], 'PX', pxs[w])
+  for w = 1, last, 3 do
+    rcall('SET', writes[w], writes[w + 1], 'PX', writes[w + 2])
   end
   return replies
 end
-for u = #undo, 1, -1 do
+for u = #(undo or {}), 1, -1 do
   local saved = undo[u]
   local key, pttl = saved[1], saved[2]
   rcall('ZREMRANGEBYRANK', key, '-' .. saved[3], '-1')
