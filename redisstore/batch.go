@@ -17,8 +17,10 @@ var _ floodgate.BatchStore = (*Store)(nil)
 // trip: see floodgate.BatchStore. The items whose keys share a hash slot
 // (all of them on a single server or through Sentinel; on a cluster, those
 // of one identity) are decided by one call of the batch script (batch.lua),
-// atomically: if one of them is denied, the script undoes the others before
-// it returns, so no other client sees a part of them taken. On a cluster,
+// atomically: if one of them is denied, the script leaves none of the others
+// recorded when it returns (it holds their writes back until every item is
+// decided, or undoes a log's), so no other client sees a part of them
+// taken. On a cluster,
 // the calls for several slots go out together, to their nodes in parallel,
 // and when one slot's items are denied the items admitted in the other
 // slots are given back as RefundN gives them back (the log's newest entries,

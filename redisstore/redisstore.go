@@ -46,8 +46,8 @@
 //
 // [Store.AllowBatch] decides the checks of one request together, all or
 // nothing: the checks whose keys share a hash slot (all of them on a single
-// server or through Sentinel) in one call of the batch script, which undoes
-// what it took when one of them is denied; on a cluster, one call per slot,
+// server or through Sentinel) in one call of the batch script, which leaves
+// nothing recorded when one of them is denied; on a cluster, one call per slot,
 // sent together, and refunds across slots when one slot denies.
 //
 // # Scripts
