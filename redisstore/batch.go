@@ -17,8 +17,10 @@ var _ floodgate.BatchStore = (*Store)(nil)
 // trip: see floodgate.BatchStore. The items whose keys share a hash slot
 // (all of them on a single server or through Sentinel; on a cluster, those
 // of one identity) are decided by one call of the batch script (batch.lua),
-// atomically: if one of them is denied, the script undoes the others before
-// it returns, so no other client sees a part of them taken. On a cluster,
+// atomically: if one of them is denied, the script leaves none of the others
+// recorded when it returns (it holds their writes back until every item is
+// decided, or undoes a log's), so no other client sees a part of them
+// taken. On a cluster,
 // the calls for several slots go out together, to their nodes in parallel,
 // and when one slot's items are denied the items admitted in the other
 // slots are given back as RefundN gives them back (the log's newest entries,
@@ -132,16 +134,16 @@ func (g *batchGroup) decide(ctx context.Context, items []floodgate.BatchItem, re
 		return fail(classify(ctx, batchFile, err))
 	}
 	vals, err := reply.ToArray()
-	if err != nil || len(vals) != len(g.items) {
-		return fail(fmt.Errorf("%w: %s answered %s, want an array of %d replies", ErrReply, batchFile, describe(reply), len(g.items)))
+	if err != nil || len(vals) != 4*len(g.items) {
+		return fail(fmt.Errorf("%w: %s answered %s, want an array of 4 entries for each of %d items", ErrReply, batchFile, describe(reply), len(g.items)))
 	}
 	for j, i := range g.items {
 		l := items[i].Limit
-		if err := vals[j].Error(); err != nil {
+		if err := vals[4*j].Error(); err != nil {
 			results[i] = floodgate.BatchResult{Decision: floodgate.Decision{Limit: l.Quota}, Err: classify(ctx, batchFile+" (key "+strconv.Quote(g.keys[j])+")", err)}
 			continue
 		}
-		d, err := decode(l, vals[j])
+		d, err := decodeValues(l, vals[4*j:4*j+4], reply)
 		results[i] = floodgate.BatchResult{Decision: d, Err: err}
 		if err == nil && !d.Allowed {
 			g.denied = true

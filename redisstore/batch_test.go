@@ -497,12 +497,13 @@ func TestBatchReplyShape(t *testing.T) {
 	l := floodgate.PerMinute(10)
 	items := []floodgate.BatchItem{bi("a", l, 1), bi("b", l, 1)}
 	for lua, valid := range map[string]bool{
-		"{{1, 9, 0, 1}, {0, 0, 5, 1}}":               true,
-		"{{1, 9, 0, 1}}":                             false,
-		"{{1, 9, 0, 1}, {1, 9, 0, 1}, {1, 9, 0, 1}}": false,
-		"7":                            false,
-		"{{1, 9, 0, 1}, {2, 9, 0, 1}}": false,
-		"{{1, 9, 0, 1}, 'x'}":          false,
+		"{1, 9, 0, 1, 0, 0, 5, 1}":             true,
+		"{1, 9, 0, 1}":                         false,
+		"{1, 9, 0, 1, 1, 9, 0, 1, 1, 9, 0, 1}": false,
+		"7":                                    false,
+		"{{1, 9, 0, 1}, {0, 0, 5, 1}}":         false,
+		"{1, 9, 0, 1, 2, 9, 0, 1}":             false,
+		"{1, 9, 0, 1, 'x', 0, 0, 0}":           false,
 	} {
 		res := client.Do(t.Context(), client.B().Eval().Script("return "+lua).Numkeys(0).Build())
 		g := batchGroup{items: []int{0, 1}, keys: []string{"a", "b"}}

@@ -46,8 +46,8 @@
 //
 // [Store.AllowBatch] decides the checks of one request together, all or
 // nothing: the checks whose keys share a hash slot (all of them on a single
-// server or through Sentinel) in one call of the batch script, which undoes
-// what it took when one of them is denied; on a cluster, one call per slot,
+// server or through Sentinel) in one call of the batch script, which leaves
+// nothing recorded when one of them is denied; on a cluster, one call per slot,
 // sent together, and refunds across slots when one slot denies.
 //
 // # Scripts
@@ -301,11 +301,17 @@ func (s *Store) AllowN(ctx context.Context, key string, limit floodgate.Limit, n
 // decode checks an "allow" reply against the scripts' contract and turns it
 // into a Decision.
 func decode(limit floodgate.Limit, reply rueidis.RedisMessage) (floodgate.Decision, error) {
-	d := floodgate.Decision{Limit: limit.Quota}
 	vals, err := reply.ToArray()
 	if err != nil || len(vals) != 4 {
-		return d, replyError(limit, reply, "an array of 4 integers")
+		return floodgate.Decision{Limit: limit.Quota}, replyError(limit, reply, "an array of 4 integers")
 	}
+	return decodeValues(limit, vals, reply)
+}
+
+// decodeValues checks the four integers of an "allow" reply, vals, found
+// in reply (which error messages show), and turns them into a Decision.
+func decodeValues(limit floodgate.Limit, vals []rueidis.RedisMessage, reply rueidis.RedisMessage) (floodgate.Decision, error) {
+	d := floodgate.Decision{Limit: limit.Quota}
 	var v [4]int64
 	for i := range vals {
 		if !vals[i].IsInt64() {

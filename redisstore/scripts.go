@@ -76,7 +76,7 @@ func loadBatch(scripts []script) script {
 	var b strings.Builder
 	b.WriteString(contract)
 	for _, a := range floodgate.Algorithms() {
-		fmt.Fprintf(&b, "\n-- %s, without its contract, as a function\nlocal function %s(KEYS, ARGV)\n%send\n", scripts[a].file, a, scripts[a].code)
+		fmt.Fprintf(&b, "\n-- %s, without its contract, as a function\nlocal function %s(KEYS, ARGV, redis)\n%send\n", scripts[a].file, a, scripts[a].code)
 	}
 	b.WriteString("\n-- the algorithms by their keys' suffixes\nlocal algorithms = {")
 	for i, a := range floodgate.Algorithms() {

@@ -89,7 +89,7 @@ func TestScriptsContract(t *testing.T) {
 		}
 	}
 	for _, a := range floodgate.Algorithms() {
-		fn := "\nlocal function " + a.String() + "(KEYS, ARGV)\n" + prelude + "\n"
+		fn := "\nlocal function " + a.String() + "(KEYS, ARGV, redis)\n" + prelude + "\n"
 		if i := strings.Index(src, fn); i < 0 || !strings.Contains(src[i:], fn[len(prelude):]+scripts[a].code[len(prelude)+1:]+"end\n") {
 			t.Errorf("batch.lua does not hold %s's prelude and code as the function %s", a, a)
 		}
@@ -112,13 +112,13 @@ func TestScriptsContract(t *testing.T) {
 	}{{1, true}, {0, false}, {0, false}} {
 		reply, err := client.Do(t.Context(), client.B().Eval().Script(src).Numkeys(2).Key(keys...).Arg("1700000000000000", "tb", "2", "60000000", "1", "", "fw", "1", "60000000", "1", "").Build()).ToMessage()
 		vals, _ := reply.ToArray()
-		if err != nil || len(vals) != 2 {
-			t.Fatalf("batch %d = %v, %v; want an array of 2 replies", i+1, reply, err)
+		if err != nil || len(vals) != 8 {
+			t.Fatalf("batch %d = %v, %v; want an array of 2 x 4 entries", i+1, reply, err)
 		}
-		if d, err := decode(tb, vals[0]); err != nil || !d.Allowed || d.Remaining != want.remaining {
+		if d, err := decodeValues(tb, vals[:4], reply); err != nil || !d.Allowed || d.Remaining != want.remaining {
 			t.Errorf("batch %d: bucket = %+v, %v; want allowed with %d remaining", i+1, d, err, want.remaining)
 		}
-		if d, err := decode(fw, vals[1]); err != nil || d.Allowed != want.allowed {
+		if d, err := decodeValues(fw, vals[4:], reply); err != nil || d.Allowed != want.allowed {
 			t.Errorf("batch %d: window = %+v, %v; want allowed %v", i+1, d, err, want.allowed)
 		}
 	}
@@ -196,19 +196,19 @@ func TestScriptArguments(t *testing.T) {
 		args := append([]string{"1700000000000000", "tb", "10", "1000", "1", ""}, c.args...)
 		reply, err := client.Do(t.Context(), client.B().Eval().Script(batch.source).Numkeys(2).Key(keys...).Arg(args...).Build()).ToMessage()
 		vals, _ := reply.ToArray()
-		if err != nil || len(vals) != 2 {
-			t.Fatalf("batch.lua %q = %v, %v; want an array of 2 replies", args, reply, err)
+		if err != nil || len(vals) != 8 {
+			t.Fatalf("batch.lua %q = %v, %v; want an array of 2 x 4 entries", args, reply, err)
 		}
-		if err := vals[1].Error(); err == nil || !strings.Contains(err.Error(), "floodgate: "+c.want) {
+		if err := vals[4].Error(); err == nil || !strings.Contains(err.Error(), "floodgate: "+c.want) {
 			t.Errorf("batch.lua %q: item 2's error %v, want one containing %q", args, err, c.want)
 		}
-		if d, err := decode(floodgate.NewLimit(floodgate.TokenBucket, 10, time.Millisecond), vals[0]); err != nil || !d.Allowed {
+		if d, err := decodeValues(floodgate.NewLimit(floodgate.TokenBucket, 10, time.Millisecond), vals[:4], reply); err != nil || !d.Allowed {
 			t.Errorf("batch.lua %q: item 1 = %+v, %v; want allowed", args, d, err)
 		}
 	}
 	// A bad now in range checks is each item's error.
 	reply, err := client.Do(t.Context(), client.B().Eval().Script(batch.source).Numkeys(1).Key(key).Arg("-5", "fw", "10", "1000", "1", "").Build()).ToMessage()
-	if vals, _ := reply.ToArray(); err != nil || len(vals) != 1 || vals[0].Error() == nil || !strings.Contains(vals[0].Error().Error(), "ARGV[1] (now_us)") {
+	if vals, _ := reply.ToArray(); err != nil || len(vals) != 4 || vals[0].Error() == nil || !strings.Contains(vals[0].Error().Error(), "ARGV[1] (now_us)") {
 		t.Errorf("batch.lua with now -5 = %v, %v; want an item error naming ARGV[1] (now_us)", reply, err)
 	}
 	if n, _ := do(t, client, "EXISTS", key).AsInt64(); n != 0 {

@@ -26,26 +26,32 @@
 --             server's clock. A call that starts after it records nothing
 --             and answers the error reply "DEADLINE ..." (prelude.lua).
 --
--- Reply: an array of one entry per item, in order: the item's reply to
--- "allow" as its script gives it,
---   {allowed (1 or 0), remaining, retry_after_us, reset_after_us}
--- or an error reply in its place when the item failed (bad arguments, a key
--- that holds something else, a write refused for maxmemory), with the names
--- of the keys and arguments of this script. An item that failed wrote
+-- Reply: a flat array of four entries per item, in order: the four
+-- integers of the item's reply to "allow" as its script gives them,
+--   allowed (1 or 0), remaining, retry_after_us, reset_after_us
+-- (item k's at 4k-3 .. 4k: one array, as Redis builds an array of arrays
+-- at several times the cost), or, when the item failed (bad arguments, a
+-- key that holds something else), an error reply and three 0s, the error
+-- naming the keys and arguments of this script. An item that failed wrote
 -- nothing and denies nothing: if no item is denied, the admitted items stay
 -- recorded. If any item is denied, nothing is recorded, and the replies of
 -- the items that fit are the ones their admission gave.
 --
--- Undo is exact: before an item runs, the script reads its key's expiry
--- (PTTL) and, for the algorithms that keep a string, its value; undoing the
--- item puts back the value and the expiry, or deletes a key that did not
--- exist. A log drops the cost newest entries, which are the ones the item
--- added (nothing else writes while a script runs), and gets its expiry
--- back; entries it trimmed had left the window and stay gone, which changes
--- no decision. The last item needs no record unless an item before it was
--- denied. Redis refuses a script's writes for maxmemory only until its first
--- write, so an item whose write is refused has written nothing, and the
--- writes of an undo, which follow an admitted item's, are never refused.
+-- Undo is exact, and mostly not needed. The algorithms that keep a string
+-- (tb, swc, fw) run with a redis of the batch's own whose SET waits until
+-- every item is decided, and whose GET of a key waiting to be written
+-- answers the value waiting: a denied request writes none of them, and an
+-- admitted one writes each such key once, with its last item's value and
+-- expiry, as the items one after the other would have left it. A log (swl)
+-- writes at once: before it runs, the script reads the key's expiry
+-- (PTTL), and undoing it drops its cost newest entries, which are the ones
+-- it added (nothing else writes while a script runs), and puts the expiry
+-- back; entries it trimmed had left the window and stay gone, which
+-- changes no decision. The last item writes at once when no item before it
+-- was denied, and needs no record. Redis refuses a script's writes for
+-- maxmemory only until its first write, and the #!lua shebang makes it
+-- refuse such a script before it runs instead, so no write of the batch is
+-- refused once it runs.
 
 -- algorithms, the functions above by their keys' suffixes, is written
 -- before this code when the script is loaded, from the store's table.
@@ -76,56 +82,75 @@ else
   end
 end
 
-local undo, denied = {}, false
+local rcall = redis.call
+-- The strings waiting to be written at the end, in order: SET writes[w]
+-- writes[w + 1] PX writes[w + 2], for w = 1, 4, 7, ... A batch has few
+-- items: finding a key among them is cheaper than keeping a table by key.
+local writes, last = {}, 0
+-- batched is the redis of an item's script for the algorithms that keep a
+-- string: a SET waits, a GET of a waiting key answers its value.
+local batched = {error_reply = redis.error_reply}
+function batched.call(cmd, key, value, _, px)
+  local w = 1
+  while w <= last and writes[w] ~= key do
+    w = w + 3
+  end
+  if cmd == 'SET' then -- SET key value PX px: the only write of an "allow"
+    if w > last then
+      last = w
+    end
+    writes[w], writes[w + 1], writes[w + 2] = key, value, px
+    return 'OK'
+  end
+  if w <= last then
+    return writes[w + 1] -- GET, the only read of an "allow"
+  end
+  return rcall(cmd, key)
+end
+
+-- undo: what undoing a log's item takes, {key, pttl, cost}, in order.
+local undo, denied = nil, false
+
 -- The KEYS and ARGV of the item being decided: its script reads them only
 -- while it runs.
 local item_keys, item_argv = {}, {'allow'}
 
--- decide decides item k as its algorithm's script would. If record is
--- true and the item is admitted, it appends to undo what undoing it takes:
--- {key, pttl, value} for a string, {key, pttl, nil, cost} for a log.
-local function decide(k, record)
+local replies = {}
+for k = 1, n do
   local b = 5 * k - 4
   local key, alg = KEYS[k], ARGV[b + 1]
   local script = algorithms[alg]
+  local ok, reply, saved
+  local waits = false -- whether key has a string waiting to be written
+  for w = 1, last, 3 do
+    waits = waits or writes[w] == key
+  end
   if not script then
-    error({err = 'ERR floodgate: ARGV[' .. (b + 1) .. '] (algorithm) must be one of ' .. algorithm_names .. ', got "' .. alg .. '"'})
-  end
-  local saved
-  if record then
-    if alg == 'swl' then
-      saved = {key, redis.call('PTTL', key), nil, ARGV[b + 4]}
-    else
-      saved = {key, redis.call('PTTL', key), redis.call('GET', key)}
+    ok, reply = false, {err = 'ERR floodgate: ARGV[' .. (b + 1) .. '] (algorithm) must be one of ' .. algorithm_names .. ', got "' .. alg .. '"'}
+  elseif alg == 'swl' and waits then
+    -- A log's key that an earlier item holds a string for: as Redis
+    -- answers a log's command on a string.
+    ok, reply = false, {err = 'WRONGTYPE Operation against a key holding the wrong kind of value'}
+  else
+    item_keys[1] = key
+    item_argv[2], item_argv[3], item_argv[4], item_argv[5], item_argv[6] = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 5]
+    local r = batched
+    if alg == 'swl' then -- a log writes at once
+      r = redis
+      if k < n or denied then
+        saved = {key, rcall('PTTL', key), ARGV[b + 4]}
+      end
+    elseif k == n and not denied and not waits then
+      r = redis -- the last item: nothing after it can undo it
     end
+    ok, reply = pcall(script, item_keys, item_argv, r)
   end
-  item_keys[1] = key
-  item_argv[2], item_argv[3], item_argv[4], item_argv[5], item_argv[6] = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], now, ARGV[b + 5]
-  local reply = script(item_keys, item_argv)
-  if saved and reply[1] == 1 then
-    undo[#undo + 1] = saved
-  end
-  return reply
-end
-
--- rename gives the names of KEYS and ARGV in an error message of item k's
--- script their names in this script.
-local function rename(msg, k)
-  local names = {['2'] = 5 * k - 2, ['3'] = 5 * k - 1, ['4'] = 5 * k, ['5'] = 1, ['6'] = 5 * k + 1}
-  msg = string.gsub(msg, 'KEYS%[1%]', 'KEYS[' .. k .. ']')
-  return (string.gsub(msg, 'ARGV%[(%d)%]', function(i)
-    if names[i] then
-      return 'ARGV[' .. names[i] .. ']'
-    end
-  end))
-end
-
-local replies = {}
-for k = 1, n do
-  local ok, reply = pcall(decide, k, k < n or denied)
   if ok then
     if reply[1] == 0 then
       denied = true
+    elseif saved then
+      undo = undo or {}
+      undo[#undo + 1] = saved
     end
   else
     -- pcall returns an error reply's message (a table's err in some
@@ -134,35 +159,38 @@ for k = 1, n do
     if type(msg) ~= 'string' then
       msg = 'ERR floodgate: item ' .. k .. ' failed'
     elseif string.find(msg, '^ERR floodgate: ') then
-      msg = rename(msg, k)
+      -- The names of KEYS and ARGV in item k's script, in this one.
+      local names = {['2'] = 5 * k - 2, ['3'] = 5 * k - 1, ['4'] = 5 * k, ['5'] = 1, ['6'] = 5 * k + 1}
+      msg = string.gsub(msg, 'KEYS%[1%]', 'KEYS[' .. k .. ']')
+      msg = string.gsub(msg, 'ARGV%[(%d)%]', function(i)
+        if names[i] then
+          return 'ARGV[' .. names[i] .. ']'
+        end
+      end)
     elseif not string.find(msg, '^%u%u+ ') then -- not an error reply
       msg = 'ERR floodgate: item ' .. k .. ': ' .. msg
     end
-    reply = {err = msg}
+    reply = {{err = msg}, 0, 0, 0}
   end
-  replies[k] = reply
+  local r = 4 * k
+  replies[r - 3], replies[r - 2], replies[r - 1], replies[r] = reply[1], reply[2], reply[3], reply[4]
 end
 
-if denied then
-  for u = #undo, 1, -1 do
-    local saved = undo[u]
-    local key, pttl, value, cost = saved[1], saved[2], saved[3], saved[4]
+if not denied then
+  for w = 1, last, 3 do
+    rcall('SET', writes[w], writes[w + 1], 'PX', writes[w + 2])
+  end
+  return replies
+end
+for u = #(undo or {}), 1, -1 do
+  local saved = undo[u]
+  local key, pttl = saved[1], saved[2]
+  rcall('ZREMRANGEBYRANK', key, '-' .. saved[3], '-1')
+  if pttl == -1 then
+    rcall('PERSIST', key)
+  elseif pttl >= 0 then
     -- PTTL is 0 in the millisecond a key expires in; keep it 1 ms more.
-    local px = string.format('%.0f', math.max(pttl, 1))
-    if cost then
-      redis.call('ZREMRANGEBYRANK', key, '-' .. cost, '-1')
-      if pttl == -1 then
-        redis.call('PERSIST', key)
-      elseif pttl >= 0 then
-        redis.call('PEXPIRE', key, px) -- a no-op if the key is gone
-      end
-    elseif not value then
-      redis.call('DEL', key)
-    elseif pttl == -1 then
-      redis.call('SET', key, value)
-    else
-      redis.call('SET', key, value, 'PX', px)
-    end
+    rcall('PEXPIRE', key, string.format('%.0f', math.max(pttl, 1))) -- a no-op if the key is gone
   end
 end
 return replies
