@@ -111,6 +111,7 @@ type result struct {
 	errors      int64
 	elapsed     time.Duration
 	cpu         time.Duration
+	syscalls    int64 // the server's read and write system calls
 	p50, p99    time.Duration
 	overLimited int64
 }
@@ -224,9 +225,9 @@ func run(cfg config) error {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
 			s.res = append(s.res, res)
-			fmt.Printf("round %d %-42s %8.0f decisions/s  p50 %-8s p99 %-8s CPU/decision %-8s errors %d\n", r+1, s.name,
+			fmt.Printf("round %d %-42s %8.0f decisions/s  p50 %-8s p99 %-8s CPU/decision %-8s syscalls/decision %.2f  errors %d\n", r+1, s.name,
 				float64(res.decisions)/res.elapsed.Seconds(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond),
-				(res.cpu / time.Duration(max(res.decisions, 1))).Round(100*time.Nanosecond), res.errors)
+				(res.cpu / time.Duration(max(res.decisions, 1))).Round(100*time.Nanosecond), float64(res.syscalls)/float64(max(res.decisions, 1)), res.errors)
 		}
 	}
 	load, _ = os.ReadFile("/proc/loadavg")
@@ -410,6 +411,7 @@ func loadOnce(c rlsv3.RateLimitServiceClient, pid int, d time.Duration, concurre
 	if err != nil {
 		return res, err
 	}
+	sys0 := procSyscalls(pid)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
@@ -444,6 +446,7 @@ func loadOnce(c rlsv3.RateLimitServiceClient, pid int, d time.Duration, concurre
 		return res, err
 	}
 	res.cpu = cpu1 - cpu0
+	res.syscalls = procSyscalls(pid) - sys0
 	res.decisions, res.errors, res.overLimited = int64(len(lats)), errs.Load(), over.Load()
 	if len(lats) == 0 {
 		err, _ := lastErr.Load().(error)
@@ -480,6 +483,26 @@ func procCPU(pid int) (time.Duration, error) {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	const hz = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / hz, nil
+}
+
+// procSyscalls returns the read and write system calls process pid has
+// made (syscr + syscw of /proc/PID/io; 0 for pid 0 or when unreadable).
+func procSyscalls(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && (k == "syscr" || k == "syscw") {
+			c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			n += c
+		}
+	}
+	return n
 }
 
 // spawnRedis starts a redis-server of the run's own on a free loopback
