@@ -111,6 +111,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go keepHeapFloor(ctx, os.Getenv, heapFloor, time.Second)
 	for _, n := range compatNotes(compat) {
 		logger.Warn("envoyproxy/ratelimit environment: " + n)
 	}
