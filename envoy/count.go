@@ -14,30 +14,31 @@ import (
 // with detailed_metric or value_to_metric, and limit overrides) are capped
 // at maxDynamicKeys, past which such rules count under their configured key.
 // cached says the over-limit cache answered the descriptor, which the
-// reference counts as over_limit and over_limit_with_local_cache.
-func (s *Service) count(domainName string, known bool, desc *ratelimitv3.RateLimitDescriptor, d *descriptor,
-	st *rlsv3.RateLimitResponse_DescriptorStatus, outcome string, cached bool) {
-	if !known {
-		domainName = unknownLabel
-	}
+// reference counts as over_limit and over_limit_with_local_cache. dom is
+// the request's domain in set, nil if unknown.
+func (s *Service) count(set *ruleSet, dom *domain, desc *ratelimitv3.RateLimitDescriptor, d *descriptor,
+	st *rlsv3.RateLimitResponse_DescriptorStatus, o outcome, cached bool) {
 	r := d.rule
 	if r == nil || d.kind == kindReplaced {
-		s.metrics.descriptors.WithLabelValues(domainName, "", outcome).Inc()
+		sr := s.unknown
+		if dom != nil {
+			sr = set.noRule[dom]
+		}
+		s.metrics.outcome(sr, o).Inc()
 		return
 	}
-	key := s.metricKeyOf(r, desc)
-	s.metrics.descriptors.WithLabelValues(domainName, key, outcome).Inc()
+	sr := set.rule[r]
+	if key := s.metricKeyOf(r, desc); sr == nil || key != r.Key {
+		// A limit override, or a key made of the request's values.
+		sr = newSeries(r.Domain, key)
+	}
+	s.metrics.outcome(sr, o).Inc()
 	if d.kind == kindUnlimited || d.kind == kindNegative {
 		return // the reference does not count them
 	}
-	rest := strings.TrimPrefix(key, r.Domain+".")
-	key1, key2, _ := strings.Cut(rest, ".")
-	if i := strings.IndexByte(key2, '.'); i >= 0 {
-		key2 = key2[:i]
-	}
 	add := func(stat int, n uint64) {
 		if n > 0 {
-			s.metrics.peer[stat].WithLabelValues(r.Domain, key1, key2).Add(float64(n))
+			s.metrics.peerStat(sr, stat).Add(float64(n))
 		}
 	}
 	// The reference's arithmetic (limiter.BaseRateLimiter): its counter
@@ -46,10 +47,10 @@ func (s *Service) count(domainName string, known bool, desc *ratelimitv3.RateLim
 	near := uint64(math.Floor(float64(float32(q) * float32(s.near))))
 	add(statTotalHits, h)
 	switch {
-	case cached && outcome == outcomeOverLimit:
+	case cached && o == outcomeOverLimit:
 		add(statOverLimit, h)
 		add(statOverLimitWithLocalCache, h)
-	case outcome == outcomeOverLimit, outcome == outcomeBlocked, outcome == outcomeShadowOverLimit:
+	case o == outcomeOverLimit, o == outcomeBlocked, o == outcomeShadowOverLimit:
 		before := q - rem
 		after := before + h
 		if before >= q {
@@ -65,7 +66,7 @@ func (s *Service) count(domainName string, known bool, desc *ratelimitv3.RateLim
 				add(statShadowMode, after-q)
 			}
 		}
-	case outcome == outcomeOK:
+	case o == outcomeOK:
 		after := q - rem
 		before := after - min(h, after)
 		if after > near {

@@ -44,9 +44,13 @@ const StreamWorkers = 128
 // NewGRPCServer returns a gRPC server with s, the health service and the
 // reflection service (v1 and v1alpha, so grpcurl and grpc_cli can list and
 // call the services without the .proto files) registered, and the health server to shut down before
-// stopping. opts are passed to grpc.NewServer.
+// stopping. opts are passed to grpc.NewServer, after the server's own:
+// StreamWorkers, and a protobuf codec that reads ShouldRateLimit's request
+// and writes its answer without protobuf's reflection (the same bytes,
+// other messages left to protobuf).
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers)}, opts...)...)
+	own := []grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers), grpc.ForceServerCodecV2(newCodec())}
+	g := grpc.NewServer(append(own, opts...)...)
 	s.Register(g)
 	h := RegisterHealth(g)
 	reflection.Register(g)

@@ -396,7 +396,7 @@ func TestStoreKey(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
-		got := storeKey(decide.NewKeySpace(keyNamespace, tt.domain), desc(tt.pairs...), nil)
+		got := storeKey(newKeySpace(tt.domain), desc(tt.pairs...), nil)
 		if got != tt.want {
 			t.Errorf("storeKey(%q, %v) = %q, want %q", tt.domain, tt.pairs, got, tt.want)
 		}
@@ -443,10 +443,15 @@ func TestStoreKeyUnchanged(t *testing.T) {
 					{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}, {Key: v + "k", Value: k}}},
 				} {
 					want := before(dom, d)
-					if len(want)-len(before(dom, nil))-1 > decide.MaxKeyLen {
-						continue // hashed now
+					got := storeKey(newKeySpace(dom), d, nil)
+					if entries := want[len(before(dom, nil))+1:]; len(entries) > decide.MaxKeyLen {
+						// Hashed now, as decide.StoreKey hashes long keys.
+						if hashed := decide.StoreKey(keyNamespace, dom, entries); got != hashed {
+							t.Errorf("storeKey(%q, %v) = %q, want decide.StoreKey's %q", dom, d, got, hashed)
+						}
+						continue
 					}
-					if got := storeKey(decide.NewKeySpace(keyNamespace, dom), d, nil); got != want {
+					if got != want {
 						t.Errorf("storeKey(%q, %v) = %q, earlier %q", dom, d, got, want)
 					}
 				}

@@ -11,6 +11,21 @@ import (
 // keyNamespace is the namespace of the service's store keys.
 const keyNamespace = "rls|"
 
+// keySpace is a domain's store keys: decide.KeySpace in the "rls|"
+// namespace with the domain as the rule, and the prefix of its keys short
+// enough to be kept as they are (KeySpace.Key("")), so that such a key is
+// built in one allocation.
+type keySpace struct {
+	space  decide.KeySpace
+	prefix string
+}
+
+// newKeySpace returns the key space of domain.
+func newKeySpace(domain string) keySpace {
+	ks := decide.NewKeySpace(keyNamespace, domain)
+	return keySpace{space: ks, prefix: ks.Key("")}
+}
+
 // storeKey is the store key of a descriptor in its domain's key space:
 // decide.StoreKey in the "rls|" namespace, with the domain as the rule and
 // every entry as the key,
@@ -23,9 +38,9 @@ const keyNamespace = "rls|"
 // (the value as the file writes it, such as "files*"), so every value the
 // wildcard matches shares one counter, as in the reference; no request's
 // own value can produce it, as a value's '=' is escaped.
-func storeKey(keys decide.KeySpace, d *ratelimitv3.RateLimitDescriptor, r *Rule) string {
-	var buf [128]byte // most keys are built on the stack
-	b := buf[:0]
+func storeKey(keys keySpace, d *ratelimitv3.RateLimitDescriptor, r *Rule) string {
+	var buf [192]byte // most keys are built on the stack
+	b := append(buf[:0], keys.prefix...)
 	for i, e := range d.GetEntries() {
 		if i > 0 {
 			b = append(b, '|')
@@ -39,7 +54,10 @@ func storeKey(keys decide.KeySpace, d *ratelimitv3.RateLimitDescriptor, r *Rule)
 		}
 		b = appendEscaped(b, e.GetValue())
 	}
-	return keys.Key(string(b))
+	if entries := b[len(keys.prefix):]; len(entries) > decide.MaxKeyLen {
+		return keys.space.Key(string(entries)) // hashed
+	}
+	return string(b)
 }
 
 // appendEscaped appends s to b with '\' before every '\', '|' and '='.

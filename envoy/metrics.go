@@ -3,6 +3,7 @@ package envoy
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -12,6 +13,8 @@ import (
 // Registerer the caller passes (no global state).
 type metrics struct {
 	requests     *prometheus.CounterVec
+	requestsOK   lazyCounter // requests{code="ok"}
+	requestsOver lazyCounter // requests{code="over_limit"}
 	descriptors  *prometheus.CounterVec
 	duration     prometheus.Histogram
 	storeErrors  prometheus.Counter
@@ -26,6 +29,25 @@ type metrics struct {
 	globalShadow prometheus.Counter
 
 	dynamic dynamicKeys // the detailed_metric and value_to_metric keys seen
+}
+
+// lazyCounter is one counter of a vector, looked up once, on first use (so
+// that it is exported only once counted, as WithLabelValues would).
+type lazyCounter struct {
+	vec    *prometheus.CounterVec
+	labels []string
+	c      atomic.Pointer[prometheus.Counter]
+}
+
+// Inc adds one.
+func (l *lazyCounter) Inc() {
+	c := l.c.Load()
+	if c == nil {
+		v := l.vec.WithLabelValues(l.labels...)
+		c = &v
+		l.c.Store(c)
+	}
+	(*c).Inc()
 }
 
 // The reference's per-rule statistics, in the order of peerStatNames.
@@ -126,6 +148,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests not admitted whose refund failed, so they kept quota one of their descriptors took.",
 		}),
 	}
+	m.requestsOK.vec, m.requestsOK.labels = m.requests, []string{codeOK}
+	m.requestsOver.vec, m.requestsOver.labels = m.requests, []string{codeOverLimit}
 	for i, name := range peerStatNames {
 		m.peer[i] = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_rate_limit_" + name,

@@ -18,7 +18,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
@@ -166,7 +165,7 @@ func ParseWith(opts LoadOptions, srcs ...Source) (*Rules, error) {
 			r.sources = append(r.sources, src.Name)
 			continue
 		}
-		d.keys = decide.NewKeySpace(keyNamespace, d.name)
+		d.keys = newKeySpace(d.name)
 		r.domains[d.name] = d
 		r.sources = append(r.sources, src.Name)
 	}

@@ -246,7 +246,7 @@ type domain struct {
 	alg     floodgate.Algorithm // the domain's default algorithm
 	failure failure             // the domain's failure_mode
 	headers bool                // response_headers: add rate-limit headers to answers
-	keys    decide.KeySpace     // the store keys of the domain's descriptors
+	keys    keySpace            // the store keys of the domain's descriptors
 }
 
 // keyTable is one level of the tree: the configured descriptors by key.

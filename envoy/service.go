@@ -111,7 +111,7 @@ const logInterval = 10 * time.Second
 type Service struct {
 	engine  *decide.Engine
 	store   floodgate.Store
-	rules   atomic.Pointer[Rules]
+	rules   atomic.Pointer[ruleSet]
 	failure failure // for rules whose file sets none
 	headers bool
 	now     func() time.Time // the Clock's Now, or time.Now
@@ -121,6 +121,7 @@ type Service struct {
 	peerHdr *PeerHeaders
 	near    float64
 	metrics *metrics
+	unknown *series // the descriptors of unknown domains
 	warn    *logthrottle.Logger
 }
 
@@ -182,6 +183,7 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		peerHdr: peerHdr,
 		near:    opts.NearLimitRatio,
 		metrics: m,
+		unknown: newSeries(unknownLabel, ""),
 		warn:    logthrottle.New(opts.Logger, logInterval, now),
 	}
 	s.SetRules(rules)
@@ -194,7 +196,7 @@ func (s *Service) SetRules(r *Rules) {
 	if r == nil {
 		r = &Rules{domains: map[string]*domain{}}
 	}
-	s.rules.Store(r)
+	s.rules.Store(newRuleSet(r))
 	s.metrics.loadSuccess.Inc()
 }
 
@@ -203,7 +205,7 @@ func (s *Service) SetRules(r *Rules) {
 func (s *Service) LoadFailed() { s.metrics.loadError.Inc() }
 
 // Rules returns the rules in force.
-func (s *Service) Rules() *Rules { return s.rules.Load() }
+func (s *Service) Rules() *Rules { return s.rules.Load().rules }
 
 // kind is how a descriptor is decided.
 type kind uint8
@@ -283,9 +285,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			s.metrics.callErrors.WithLabelValues("redis_error").Inc()
 		}
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-		s.metrics.requests.WithLabelValues(codeOverLimit).Inc()
+		s.metrics.requestsOver.Inc()
 	default:
-		s.metrics.requests.WithLabelValues(codeOK).Inc()
+		s.metrics.requestsOK.Inc()
 	}
 	return resp, err
 }
@@ -294,7 +296,8 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err := validate(req); err != nil {
 		return nil, err
 	}
-	dom := s.rules.Load().domains[req.GetDomain()]
+	set := s.rules.Load()
+	dom := set.rules.domains[req.GetDomain()]
 	descs := req.GetDescriptors()
 	var (
 		dsBuf     [maxInline]descriptor
@@ -356,15 +359,12 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds)),
-	}
+	resp, bufs := newResponse(len(ds))
 	now := s.now()
 	var violations []int // quota-mode descriptors over their quota
 	for i := range ds {
 		d := &ds[i]
-		st, outcome := s.status(d, &res, now)
+		st, outcome := s.status(d, &res, now, &bufs[i])
 		resp.Statuses[i] = st
 		switch {
 		case d.quota && d.over:
@@ -375,7 +375,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		cached := d.kind == kindCheck && res.Outcomes[d.check].Cached
-		s.count(req.GetDomain(), dom != nil, descs[i], d, st, outcome, cached)
+		s.count(set, dom, descs[i], d, st, outcome, cached)
 	}
 	if err := callError(ds, checks, &res); err != nil {
 		return nil, err
@@ -394,6 +394,26 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.DynamicMetadata = dynamicMetadata(req, ds, violations)
 	}
 	return resp, nil
+}
+
+// answer is a one-descriptor response, allocated at once.
+type answer struct {
+	resp rlsv3.RateLimitResponse
+	ptr  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	buf  [1]statusBuf
+}
+
+// newResponse returns an OK response with room for n statuses, and the
+// buffers to build them in: one allocation for the usual single
+// descriptor, three for more.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []statusBuf) {
+	if n == 1 {
+		a := &answer{}
+		a.resp.OverallCode, a.resp.Statuses = rlsv3.RateLimitResponse_OK, a.ptr[:]
+		return &a.resp, a.buf[:]
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)},
+		make([]statusBuf, n)
 }
 
 // match finds each descriptor's rule in dom, and drops the rules that

@@ -12,42 +12,90 @@ import (
 	"github.com/floodgate-rl/floodgate/decide"
 )
 
-// Outcomes, the "outcome" label of floodgate_envoy_descriptors_total.
+// outcome is what became of a descriptor: the "outcome" label of
+// floodgate_envoy_descriptors_total.
+type outcome uint8
+
+// The outcomes, in the order of outcomeNames.
 const (
-	outcomeOK              = "ok"
-	outcomeOverLimit       = "over_limit"
-	outcomeShadowOverLimit = "shadow_over_limit"
-	outcomeUnlimited       = "unlimited"
-	outcomeNoRule          = "no_rule"
-	outcomeReplaced        = "replaced"
-	outcomeBlocked         = "blocked"
-	outcomeRefunded        = "negative_hits"
-	outcomeFailOpen        = "fail_open"
-	outcomeFailClosed      = "fail_closed"
-	outcomeFailError       = "fail_error"
-	outcomeError           = "error"
-	outcomeSkipped         = "skipped"
+	outcomeOK outcome = iota
+	outcomeOverLimit
+	outcomeShadowOverLimit
+	outcomeUnlimited
+	outcomeNoRule
+	outcomeReplaced
+	outcomeBlocked
+	outcomeRefunded
+	outcomeFailOpen
+	outcomeFailClosed
+	outcomeFailError
+	outcomeError
+	outcomeSkipped
+	numOutcomes
 )
 
-// status turns a descriptor into its status and metric outcome. A status
-// the store decided carries its duration_until_reset; one that a rule
-// blocks (requests_per_unit 0) or whose cost is above the quota carries the
-// time until the rule's clock-aligned unit ends, as the reference reports
-// every duration. Outages, give-backs and descriptors the store was not
-// asked about carry none: nothing was counted.
-func (s *Service) status(d *descriptor, res *decide.Result, now time.Time) (*rlsv3.RateLimitResponse_DescriptorStatus, string) {
+var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow_over_limit", "unlimited", "no_rule", "replaced", "blocked",
+	"negative_hits", "fail_open", "fail_closed", "fail_error", "error", "skipped"}
+
+// String returns the outcome's label value, such as "over_limit".
+func (o outcome) String() string { return outcomeNames[o] }
+
+// statusBuf holds a status and the parts it may point to, so that one
+// allocation makes a whole status.
+type statusBuf struct {
+	st  rlsv3.RateLimitResponse_DescriptorStatus
+	lim rlsv3.RateLimitResponse_RateLimit
+	dur durationpb.Duration
+}
+
+// limit points the status's current_limit at the rule's limit.
+func (b *statusBuf) limit(r *Rule) {
+	b.lim.Name, b.lim.RequestsPerUnit, b.lim.Unit = r.Name, r.RequestsPerUnit, r.Unit
+	b.st.CurrentLimit = &b.lim
+}
+
+// reset sets the status's duration_until_reset to d, as durationpb.New
+// writes it.
+func (b *statusBuf) reset(d time.Duration) {
+	secs := d / time.Second
+	b.dur.Seconds, b.dur.Nanos = int64(secs), int32(d-secs*time.Second)
+	b.st.DurationUntilReset = &b.dur
+}
+
+// alignedReset sets duration_until_reset to the time from now until the end
+// of the rule's clock-aligned unit, as envoyproxy/ratelimit computes every
+// duration_until_reset (none for an unknown unit).
+func (b *statusBuf) alignedReset(u rlsv3.RateLimitResponse_RateLimit_Unit, now time.Time) {
+	w := UnitDuration(u)
+	if w <= 0 {
+		return
+	}
+	us := now.UnixMicro()
+	b.reset(w - time.Duration(us%w.Microseconds())*time.Microsecond)
+}
+
+// status turns a descriptor into its status, built in b, and metric
+// outcome. A status the store decided carries its duration_until_reset; one
+// that a rule blocks (requests_per_unit 0) or whose cost is above the quota
+// carries the time until the rule's clock-aligned unit ends, as the
+// reference reports every duration. Outages, give-backs and descriptors the
+// store was not asked about carry none: nothing was counted.
+func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *statusBuf) (*rlsv3.RateLimitResponse_DescriptorStatus, outcome) {
 	ok := rlsv3.RateLimitResponse_OK
 	over := rlsv3.RateLimitResponse_OVER_LIMIT
 	r := d.rule
+	st := &b.st
+	st.Code = ok
 	switch d.kind {
 	case kindNoRule:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeNoRule
+		return st, outcomeNoRule
 	case kindReplaced:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}, outcomeReplaced
+		return st, outcomeReplaced
 	case kindUnlimited:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, LimitRemaining: math.MaxUint32}, outcomeUnlimited
+		st.LimitRemaining = math.MaxUint32
+		return st, outcomeUnlimited
 	}
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: ok, CurrentLimit: currentLimit(r)}
+	b.limit(r)
 	switch d.kind {
 	case kindNegative:
 		if d.err != nil {
@@ -55,7 +103,7 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time) (*rls
 		}
 		return st, outcomeRefunded
 	case kindBlocked:
-		st.DurationUntilReset = alignedReset(r.Unit, now)
+		b.alignedReset(r.Unit, now)
 		switch {
 		case d.peek: // nothing counted: 0 is not over 0
 			return st, outcomeOK
@@ -74,24 +122,24 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time) (*rls
 		case o.Decision.Allowed:
 			switch {
 			case o.Decision.ResetAfter > 0:
-				st.DurationUntilReset = durationpb.New(o.Decision.ResetAfter)
+				b.reset(o.Decision.ResetAfter)
 			case r.Limit.Algorithm == floodgate.FixedWindow:
 				// A check-only look at an empty fixed window: the
 				// window's end, as the reference reports it.
-				st.DurationUntilReset = alignedReset(r.Unit, now)
+				b.alignedReset(r.Unit, now)
 			}
 			return st, outcomeOK
 		case r.ShadowMode:
-			st.DurationUntilReset = durationpb.New(o.Decision.RetryAfter)
+			b.reset(o.Decision.RetryAfter)
 			return st, outcomeShadowOverLimit
 		}
 		d.over = true
 		st.Code = over
-		st.DurationUntilReset = durationpb.New(o.Decision.RetryAfter)
+		b.reset(o.Decision.RetryAfter)
 		return st, outcomeOverLimit
 	case o.Verdict == decide.Invalid && errors.Is(o.Err, floodgate.ErrCostExceedsLimit):
 		// A cost above the quota can never be admitted.
-		st.DurationUntilReset = alignedReset(r.Unit, now)
+		b.alignedReset(r.Unit, now)
 		if r.ShadowMode {
 			return st, outcomeShadowOverLimit
 		}
@@ -116,20 +164,4 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time) (*rls
 		return st, outcomeError
 	}
 	return st, outcomeSkipped
-}
-
-// alignedReset is the time from now until the end of the clock-aligned
-// unit, as envoyproxy/ratelimit computes every duration_until_reset.
-func alignedReset(u rlsv3.RateLimitResponse_RateLimit_Unit, now time.Time) *durationpb.Duration {
-	w := UnitDuration(u)
-	if w <= 0 {
-		return nil
-	}
-	us := now.UnixMicro()
-	return durationpb.New(w - time.Duration(us%w.Microseconds())*time.Microsecond)
-}
-
-// currentLimit is a rule's limit as the answer reports it.
-func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
-	return &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
 }

@@ -342,7 +342,7 @@ func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, 
 	if err := s.connected(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	return refundReply(ctx, limit, s.exec(ctx, key, limit, opRefund, n))
 }
@@ -369,7 +369,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 	if err := s.connected(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	k := s.Key(key, limit.Algorithm)
 	if err := s.client.Do(ctx, s.client.B().Del().Key(k).Build()).Error(); err != nil {
@@ -383,13 +383,24 @@ const (
 	opRefund = "refund"
 )
 
+// bounded returns ctx bounded by the store's timeout: ctx itself when its
+// own deadline comes first (as Envoy's, gRPC's grpc-timeout, sets one for
+// every call), so that a call sets one deadline, not two; otherwise a
+// child of ctx with the timeout.
+func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // run executes limit's script for op on key under the store's timeout and
 // returns its reply, or an error already classified.
 func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op string, n int64) (rueidis.RedisMessage, error) {
 	if err := s.connected(); err != nil {
 		return rueidis.RedisMessage{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	msg, err := s.exec(ctx, key, limit, op, n).ToMessage()
 	if err != nil {

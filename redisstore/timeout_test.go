@@ -107,7 +107,8 @@ func TestHungPrimary(t *testing.T) {
 }
 
 // TestHungStandalone: the same for a single server, including a call whose
-// caller's own context has a later deadline.
+// caller's own context has a later deadline, and calls whose caller's
+// deadline comes before the store's timeout.
 func TestHungStandalone(t *testing.T) {
 	server := redistest.Spawn(t)
 	s, err := New(Config{Addrs: []string{server.Addr}, Timeout: callTimeout})
@@ -115,9 +116,16 @@ func TestHungStandalone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	l := floodgate.NewTokenBucket(10, 1, time.Second)
-	if _, err := s.Allow(t.Context(), "k", l); err != nil {
+	slow, err := New(Config{Addrs: []string{server.Addr}, Timeout: time.Hour})
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer slow.Close()
+	l := floodgate.NewTokenBucket(10, 1, time.Second)
+	for _, st := range []*Store{s, slow} {
+		if _, err := st.Allow(t.Context(), "k", l); err != nil {
+			t.Fatal(err)
+		}
 	}
 	server.Stop(t)
 	checkUnavailable(t, s, "k", l)
@@ -132,6 +140,20 @@ func TestHungStandalone(t *testing.T) {
 	}
 	if elapsed := time.Since(start); elapsed > 2*callTimeout+blockingBound {
 		t.Errorf("RefundN and Reset blocked %s in all, want at most %s", elapsed, 2*callTimeout+blockingBound)
+	}
+	// A caller's deadline before the store's timeout bounds the call alone
+	// (the store sets no second one): the calls end at the caller's.
+	short, cancelShort := context.WithTimeout(t.Context(), callTimeout)
+	defer cancelShort()
+	start = time.Now()
+	if _, err := slow.Allow(short, "k", l); !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Errorf("Allow under the caller's deadline on a hung server = %v, want ErrStoreUnavailable", err)
+	}
+	if err := slow.RefundN(short, "k", l, 1); !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Errorf("RefundN under the caller's deadline on a hung server = %v, want ErrStoreUnavailable", err)
+	}
+	if elapsed := time.Since(start); elapsed > callTimeout+blockingBound {
+		t.Errorf("calls under a %s caller deadline blocked %s, want at most %s", callTimeout, elapsed, callTimeout+blockingBound)
 	}
 	server.Cont(t)
 	eventually(t, s, "k", l)

@@ -36,6 +36,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	storeAPI := fs.Bool("store-api", false, "serve the store API (POST /v1/store/...) for remote stores (package remotestore); off by default: whoever can call it can spend or reset any key in its namespace")
 	storeAPIClientClock := fs.Bool("store-api-client-clock", false, "with --store-api: decide store API calls at the time each client sends, one call at a time (for tests and simulations only)")
 	envoyConfig := fs.String("envoy-config", "", "`folder` of envoyproxy/ratelimit rule files, overriding the config's envoy_config; starts the gRPC service")
+	pprofListen := fs.String("pprof-listen", "", "serve Go's runtime profiles (/debug/pprof/) on this loopback `address`, for profiling; off by default")
 	envoyEnv := fs.Bool("envoy-env", false, "configure from envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...) instead of --config: a drop-in for its image")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -67,6 +68,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	for _, w := range plan.warnings {
 		logger.Warn(w)
+	}
+	if *pprofListen != "" {
+		_, stop, err := startPprof(*pprofListen, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	var storeOpts *server.StoreAPI
 	var clock floodgate.Clock
@@ -103,6 +111,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go keepHeapFloor(ctx, os.Getenv, heapFloor, time.Second)
 	for _, n := range compatNotes(compat) {
 		logger.Warn("envoyproxy/ratelimit environment: " + n)
 	}

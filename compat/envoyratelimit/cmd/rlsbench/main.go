@@ -3,12 +3,18 @@
 // built here, started as processes with the same environment of a peer
 // deployment (floodgate as its drop-in, serve --envoy-env), on one Redis
 // server spawned for the run (each keeps its own keys) and the same rule
-// file, loaded in turns (rounds alternate the two) by the same closed-loop
-// gRPC client. It prints, per service, decisions per second, p50/p99
-// latency as the client sees it, and the server process's CPU time (user +
-// system, from /proc) per decision.
+// file, loaded in turns (rounds rotate which goes first) by the same
+// closed-loop gRPC client. It prints, per service, decisions per second,
+// p50/p99 latency as the client sees it, and the server process's CPU time
+// (user + system, from /proc) per decision.
+//
+// -services picks the services (the peer, this tree's floodgate, or both);
+// -base REV adds floodgate built at a git revision, interleaved with the
+// others, so that two floodgates are compared in one run; -profile DIR
+// writes each floodgate's CPU and allocation profiles over one more load.
 //
 //	go run ./cmd/rlsbench [-rounds 3] [-duration 10s] [-concurrency 64] [-keys 10000]
+//	    [-services peer,floodgate] [-base main] [-profile DIR]
 package main
 
 import (
@@ -16,8 +22,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,15 +54,55 @@ descriptors:
 `
 
 func main() {
-	rounds := flag.Int("rounds", 3, "rounds; each loads the peer and floodgate once, alternating which goes first")
+	rounds := flag.Int("rounds", 3, "rounds; each loads every service once, rotating which goes first")
 	duration := flag.Duration("duration", 10*time.Second, "load time per service per round")
 	concurrency := flag.Int("concurrency", 64, "calls in flight")
 	keys := flag.Int("keys", 10000, "distinct descriptor values")
+	services := flag.String("services", "peer,floodgate", "the services to load, comma-separated: peer (envoyproxy/ratelimit), floodgate (this tree's)")
+	base := flag.String("base", "", "also load floodgate built at this git `revision` (such as main), interleaved with the others, to compare two floodgates in one run")
+	profile := flag.String("profile", "", "after the rounds, load each floodgate that can serve profiles once more (not counted) and write its CPU profile "+
+		"and allocation profile over that load into this `folder` (cpu-NAME.pprof, allocs-NAME.pprof)")
+	env := flag.String("env", "", "extra environment of this tree's floodgate only, comma-separated `VAR=VALUE` pairs (such as GOGC=200), to measure a setting against -base")
 	flag.Parse()
-	if err := run(*rounds, *duration, *concurrency, *keys); err != nil {
+	cfg := config{rounds: *rounds, duration: *duration, concurrency: *concurrency, keys: *keys, base: *base, profile: *profile}
+	if *env != "" {
+		for _, kv := range strings.Split(*env, ",") {
+			if !strings.Contains(kv, "=") {
+				fmt.Fprintf(os.Stderr, "rlsbench: -env: %q is not VAR=VALUE\n", kv)
+				os.Exit(2)
+			}
+			cfg.env = append(cfg.env, kv)
+		}
+	}
+	for _, s := range strings.Split(*services, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "peer":
+			cfg.peer = true
+		case "floodgate":
+			cfg.floodgate = true
+		default:
+			fmt.Fprintf(os.Stderr, "rlsbench: -services: %q is not peer or floodgate\n", s)
+			os.Exit(2)
+		}
+	}
+	if !cfg.peer && !cfg.floodgate && cfg.base == "" {
+		fmt.Fprintln(os.Stderr, "rlsbench: nothing to load: -services is empty and there is no -base")
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsbench:", err)
 		os.Exit(1)
 	}
+}
+
+// config is what the flags ask for.
+type config struct {
+	rounds, concurrency, keys int
+	duration                  time.Duration
+	peer, floodgate           bool     // load the peer, this tree's floodgate
+	base                      string   // a git revision of floodgate to load too
+	profile                   string   // a folder for profiles
+	env                       []string // this tree's floodgate's extra environment
 }
 
 // result is one load of one service.
@@ -63,11 +111,24 @@ type result struct {
 	errors      int64
 	elapsed     time.Duration
 	cpu         time.Duration
+	syscalls    int64 // the server's read and write system calls
 	p50, p99    time.Duration
 	overLimited int64
 }
 
-func run(rounds int, duration time.Duration, concurrency, keys int) error {
+// service is one server process under test.
+type service struct {
+	name   string
+	file   string // a name for its profile files
+	peer   bool
+	env    []string // extra environment
+	client rlsv3.RateLimitServiceClient
+	pid    int
+	pprof  string // the address of its Go profiles, if it serves them
+	res    []result
+}
+
+func run(cfg config) error {
 	dir, err := os.MkdirTemp("", "rlsbench-")
 	if err != nil {
 		return err
@@ -77,14 +138,35 @@ func run(rounds int, duration time.Duration, concurrency, keys int) error {
 	if err != nil {
 		return err
 	}
-	peerBin, fgBin := filepath.Join(dir, "ratelimit"), filepath.Join(dir, "floodgate")
-	for _, b := range []struct {
-		out  string
-		peer bool
-	}{{peerBin, true}, {fgBin, false}} {
-		if err := envoyratelimit.Build(b.out, b.peer); err != nil {
+	type build struct {
+		svc *service
+		bin string
+	}
+	var builds []build
+	if cfg.peer {
+		bin := filepath.Join(dir, "ratelimit")
+		if err := envoyratelimit.Build(bin, true); err != nil {
 			return err
 		}
+		builds = append(builds, build{&service{name: "envoyproxy/ratelimit " + version, file: "peer", peer: true}, bin})
+	}
+	if cfg.floodgate {
+		bin := filepath.Join(dir, "floodgate")
+		if err := envoyratelimit.Build(bin, false); err != nil {
+			return err
+		}
+		name := "floodgate"
+		if len(cfg.env) > 0 {
+			name += " " + strings.Join(cfg.env, " ")
+		}
+		builds = append(builds, build{&service{name: name, file: "floodgate", env: cfg.env}, bin})
+	}
+	if cfg.base != "" {
+		bin := filepath.Join(dir, "floodgate-base")
+		if err := buildAt(bin, cfg.base, dir); err != nil {
+			return err
+		}
+		builds = append(builds, build{&service{name: "floodgate@" + cfg.base, file: "floodgate-base"}, bin})
 	}
 	redisAddr, stopRedis, err := spawnRedis(dir)
 	if err != nil {
@@ -98,27 +180,26 @@ func run(rounds int, duration time.Duration, concurrency, keys int) error {
 	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(rules), 0o644); err != nil {
 		return err
 	}
-	type svc struct {
-		name   string
-		client rlsv3.RateLimitServiceClient
-		pid    int
-		res    []result
-	}
-	var svcs []*svc
-	for _, s := range []struct {
-		name string
-		bin  string
-		args []string
-	}{{"envoyproxy/ratelimit " + version, peerBin, nil}, {"floodgate", fgBin, []string{"serve", "--envoy-env"}}} {
+	var svcs []*service
+	for _, b := range builds {
+		s := b.svc
 		p, err := envoyratelimit.FreePorts()
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(s.bin, s.args...)
+		var args []string
+		if !s.peer {
+			args = []string{"serve", "--envoy-env"}
+			if cfg.profile != "" && servesProfiles(b.bin) {
+				s.pprof = "127.0.0.1:" + strconv.Itoa(p.Debug)
+				args = append(args, "--pprof-listen", s.pprof)
+			}
+		}
+		cmd := exec.Command(b.bin, args...)
 		// One store timeout for both (the peer's default is 10s, floodgate's
 		// 50ms): a loaded machine must not turn floodgate's calls into
 		// outages the peer would have waited out.
-		cmd.Env = append(envoyratelimit.Env(root, redisAddr, p), "LOG_LEVEL=error", "REDIS_TIMEOUT=1s")
+		cmd.Env = append(append(envoyratelimit.Env(root, redisAddr, p), "LOG_LEVEL=error", "REDIS_TIMEOUT=1s"), s.env...)
 		if err := cmd.Start(); err != nil {
 			return err
 		}
@@ -128,33 +209,32 @@ func run(rounds int, duration time.Duration, concurrency, keys int) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		defer conn.Close()
-		svcs = append(svcs, &svc{name: s.name, client: rlsv3.NewRateLimitServiceClient(conn), pid: cmd.Process.Pid})
+		s.client, s.pid = rlsv3.NewRateLimitServiceClient(conn), cmd.Process.Pid
+		svcs = append(svcs, s)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("rlsbench: %d rounds x %s per service, %d calls in flight, %d keys; Redis %s; load average at start: %s",
-		rounds, duration, concurrency, keys, redisAddr, load)
-	for r := range rounds {
-		order := svcs
-		if r%2 == 1 {
-			order = []*svc{svcs[1], svcs[0]}
-		}
+		cfg.rounds, cfg.duration, cfg.concurrency, cfg.keys, redisAddr, load)
+	for r := range cfg.rounds {
+		// Round r starts with service r mod n: each goes first in turn.
+		order := append(slices.Clone(svcs[r%len(svcs):]), svcs[:r%len(svcs)]...)
 		for _, s := range order {
-			warm(s.client, concurrency, keys)
-			res, err := loadOnce(s.client, s.pid, duration, concurrency, keys)
+			warm(s.client, cfg.concurrency, cfg.keys)
+			res, err := loadOnce(s.client, s.pid, cfg.duration, cfg.concurrency, cfg.keys)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
 			s.res = append(s.res, res)
-			fmt.Printf("round %d %-42s %8.0f decisions/s  p50 %-8s p99 %-8s CPU/decision %-8s errors %d\n", r+1, s.name,
+			fmt.Printf("round %d %-42s %8.0f decisions/s  p50 %-8s p99 %-8s CPU/decision %-8s syscalls/decision %.2f  errors %d\n", r+1, s.name,
 				float64(res.decisions)/res.elapsed.Seconds(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond),
-				(res.cpu / time.Duration(max(res.decisions, 1))).Round(100*time.Nanosecond), res.errors)
+				(res.cpu / time.Duration(max(res.decisions, 1))).Round(100*time.Nanosecond), float64(res.syscalls)/float64(max(res.decisions, 1)), res.errors)
 		}
 	}
 	load, _ = os.ReadFile("/proc/loadavg")
 	fmt.Printf("load average at end: %s\n", load)
 	fmt.Println("| service | decisions/s (median, range) | p50 | p99 | server CPU per decision | errors |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
-	med := map[string][2]float64{}
+	med := map[*service][2]float64{}
 	for _, s := range svcs {
 		var rate, cpu []float64
 		var p50, p99 []time.Duration
@@ -166,12 +246,128 @@ func run(rounds int, duration time.Duration, concurrency, keys int) error {
 			p50, p99 = append(p50, r.p50), append(p99, r.p99)
 		}
 		m := [2]float64{median(rate), median(cpu)}
-		med[s.name] = m
+		med[s] = m
 		fmt.Printf("| %s | %.1fk (%.1f–%.1fk) | %s | %s | %.1f µs | %d |\n", s.name, m[0]/1000, slices.Min(rate)/1000, slices.Max(rate)/1000,
 			medianD(p50).Round(time.Microsecond), medianD(p99).Round(time.Microsecond), m[1]/1000, errs)
 	}
-	p, f := med[svcs[0].name], med[svcs[1].name]
-	fmt.Printf("floodgate / peer: %.2fx decisions/s at %.2fx the server CPU per decision\n", f[0]/p[0], f[1]/p[1])
+	// Each floodgate against the peer, and this tree's against the base.
+	for _, a := range svcs {
+		for _, b := range svcs {
+			if a.peer || a == b || !(b.peer || (a.file == "floodgate" && b.file == "floodgate-base")) {
+				continue
+			}
+			x, y := med[a], med[b]
+			fmt.Printf("%s / %s: %.2fx decisions/s at %.2fx the server CPU per decision\n", a.name, b.name, x[0]/y[0], x[1]/y[1])
+		}
+	}
+	if cfg.profile != "" {
+		return profileAll(cfg, svcs)
+	}
+	return nil
+}
+
+// profileAll loads each floodgate that serves profiles once more, for the
+// round's duration, and writes its CPU and allocation profiles over that
+// load into cfg.profile.
+func profileAll(cfg config, svcs []*service) error {
+	if err := os.MkdirAll(cfg.profile, 0o755); err != nil {
+		return err
+	}
+	for _, s := range svcs {
+		if s.pprof == "" {
+			if !s.peer {
+				fmt.Printf("%s: no --pprof-listen in that build, not profiled\n", s.name)
+			}
+			continue
+		}
+		warm(s.client, cfg.concurrency, cfg.keys)
+		secs := max(1, int(cfg.duration.Seconds()))
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, kind := range []string{"profile", "allocs"} {
+			wg.Go(func() {
+				url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", s.pprof, kind, secs)
+				errs[i] = fetch(url, filepath.Join(cfg.profile, map[string]string{"profile": "cpu", "allocs": "allocs"}[kind]+"-"+s.file+".pprof"))
+			})
+		}
+		time.Sleep(100 * time.Millisecond) // both profiles have started
+		res, err := loadOnce(s.client, s.pid, time.Duration(secs)*time.Second, cfg.concurrency, cfg.keys)
+		wg.Wait()
+		if err := errors.Join(append(errs, err)...); err != nil {
+			return fmt.Errorf("profiling %s: %w", s.name, err)
+		}
+		fmt.Printf("profiled %s over %d decisions (%.0f/s, CPU/decision %s): %s\n", s.name, res.decisions,
+			float64(res.decisions)/res.elapsed.Seconds(), (res.cpu / time.Duration(max(res.decisions, 1))).Round(100*time.Nanosecond),
+			filepath.Join(cfg.profile, "{cpu,allocs}-"+s.file+".pprof"))
+	}
+	return nil
+}
+
+// fetch writes what GET url answers into the file out.
+func fetch(url, out string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// servesProfiles reports whether the floodgate binary bin has serve's
+// --pprof-listen flag (a build of an older revision may not).
+func servesProfiles(bin string) bool {
+	out, _ := exec.Command(bin, "serve", "-h").CombinedOutput()
+	return strings.Contains(string(out), "pprof-listen")
+}
+
+// buildAt builds floodgate's command at the git revision rev of the
+// repository this module sits in (its files as committed, through git
+// archive, in a folder under tmp) into the binary out.
+func buildAt(out, rev, tmp string) error {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/floodgate-rl/floodgate").Output()
+	if err != nil {
+		return fmt.Errorf("finding floodgate's module: %w", err)
+	}
+	src, err := os.MkdirTemp(tmp, "base-")
+	if err != nil {
+		return err
+	}
+	archive := exec.Command("git", "-C", strings.TrimSpace(string(root)), "archive", "--format=tar", rev)
+	untar := exec.Command("tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	untar.Stdin = pipe
+	var archiveErr strings.Builder
+	archive.Stderr = &archiveErr
+	if err := untar.Start(); err != nil {
+		return err
+	}
+	if err := archive.Run(); err != nil {
+		_ = untar.Wait()
+		return fmt.Errorf("git archive %s: %w: %s", rev, err, archiveErr.String())
+	}
+	if err := untar.Wait(); err != nil {
+		return fmt.Errorf("unpacking %s: %w", rev, err)
+	}
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/floodgate")
+	cmd.Dir = src
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building floodgate at %s: %w\n%s", rev, err, b)
+	}
 	return nil
 }
 
@@ -215,6 +411,7 @@ func loadOnce(c rlsv3.RateLimitServiceClient, pid int, d time.Duration, concurre
 	if err != nil {
 		return res, err
 	}
+	sys0 := procSyscalls(pid)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
@@ -249,6 +446,7 @@ func loadOnce(c rlsv3.RateLimitServiceClient, pid int, d time.Duration, concurre
 		return res, err
 	}
 	res.cpu = cpu1 - cpu0
+	res.syscalls = procSyscalls(pid) - sys0
 	res.decisions, res.errors, res.overLimited = int64(len(lats)), errs.Load(), over.Load()
 	if len(lats) == 0 {
 		err, _ := lastErr.Load().(error)
@@ -285,6 +483,26 @@ func procCPU(pid int) (time.Duration, error) {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	const hz = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / hz, nil
+}
+
+// procSyscalls returns the read and write system calls process pid has
+// made (syscr + syscw of /proc/PID/io; 0 for pid 0 or when unreadable).
+func procSyscalls(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && (k == "syscr" || k == "syscw") {
+			c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			n += c
+		}
+	}
+	return n
 }
 
 // spawnRedis starts a redis-server of the run's own on a free loopback
