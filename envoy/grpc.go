@@ -44,13 +44,9 @@ const StreamWorkers = 128
 // NewGRPCServer returns a gRPC server with s, the health service and the
 // reflection service (v1 and v1alpha, so grpcurl and grpc_cli can list and
 // call the services without the .proto files) registered, and the health server to shut down before
-// stopping. opts are passed to grpc.NewServer, after the server's own:
-// StreamWorkers, and a protobuf codec that reads ShouldRateLimit's request
-// and writes its answer without protobuf's reflection (the same bytes,
-// other messages left to protobuf).
+// stopping. opts are passed to grpc.NewServer.
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	own := []grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers), grpc.ForceServerCodecV2(newCodec())}
-	g := grpc.NewServer(append(own, opts...)...)
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers)}, opts...)...)
 	s.Register(g)
 	h := RegisterHealth(g)
 	reflection.Register(g)
