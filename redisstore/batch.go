@@ -72,7 +72,7 @@ func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, res
 		results[i] = floodgate.BatchResult{Decision: d, Err: err}
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := s.bounded(ctx)
 	defer cancel()
 	calls := make([]evalCall, len(groups))
 	for g := range groups {
