@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // TestClusterFailover: on a 3+3 cluster under 64 callers, one primary is
@@ -26,24 +25,10 @@ func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failover")
 	}
-	cluster := redistest.SpawnClusterWithReplicas(t, 3)
 	const timeout = 2 * time.Second
-	s, err := New(Config{Addrs: cluster.Addrs(), Mode: ModeCluster, Timeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	cluster, s := spawnClusterStore(t, timeout)
 	victim := cluster.Nodes[0]
 	always := floodgate.NewLimit(floodgate.SlidingWindowLog, 1<<20, time.Hour)
-	// keyOn returns an identity whose key lives on node's slots.
-	keyOn := func(node *redistest.SpawnedServer, prefix string, l floodgate.Limit) string {
-		for j := 0; ; j++ {
-			id := prefix + strconv.Itoa(j)
-			if cluster.NodeForSlot(keySlot(s.Key(id, l.Algorithm))) == node {
-				return id
-			}
-		}
-	}
 
 	const callers = 64
 	var (
@@ -60,7 +45,7 @@ func TestClusterFailover(t *testing.T) {
 	)
 	for i := range callers {
 		node := cluster.Nodes[i%3]
-		id := keyOn(node, "failover-"+strconv.Itoa(i)+"-", always)
+		id := idOn(s, cluster, node, "failover-"+strconv.Itoa(i)+"-", always.Algorithm)
 		wg.Go(func() {
 			for !stop.Load() {
 				start := time.Now()
@@ -135,7 +120,7 @@ func TestClusterFailover(t *testing.T) {
 
 	// Exact again on the promoted primary.
 	quota := floodgate.PerMinute(100)
-	id := keyOn(victim, "after-failover-", quota) // the victim's slots: the promoted replica's now
+	id := idOn(s, cluster, victim, "after-failover-", quota.Algorithm) // the victim's slots: the promoted replica's now
 	var admitted, denied atomic.Int64
 	for range callers {
 		wg.Go(func() {

@@ -110,3 +110,26 @@ func infoFloat(info, name string) float64 {
 	}
 	return 0
 }
+
+// spawnClusterStore spawns a 3+3 cluster for t and a store on it with
+// timeout, closed at t's end.
+func spawnClusterStore(t *testing.T, timeout time.Duration) (*redistest.SpawnedCluster, *Store) {
+	t.Helper()
+	cluster := redistest.SpawnClusterWithReplicas(t, 3)
+	s, err := New(Config{Addrs: cluster.Addrs(), Mode: ModeCluster, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return cluster, s
+}
+
+// idOn returns the first identity prefix+N whose key for alg lives on
+// node's slots.
+func idOn(s *Store, cluster *redistest.SpawnedCluster, node *redistest.SpawnedServer, prefix string, alg floodgate.Algorithm) string {
+	for j := 0; ; j++ {
+		if id := prefix + strconv.Itoa(j); cluster.NodeForSlot(keySlot(s.Key(id, alg))) == node {
+			return id
+		}
+	}
+}

@@ -277,15 +277,10 @@ func TestHungClusterPrimary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 15s hang")
 	}
-	cluster := redistest.SpawnClusterWithReplicas(t, 3)
 	// Healthy nodes' calls must never miss it, even under -race on a
 	// machine loaded many times over.
 	const timeout = 2 * time.Second
-	s, err := New(Config{Addrs: cluster.Addrs(), Mode: ModeCluster, Timeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	cluster, s := spawnClusterStore(t, timeout)
 	eng, err := decide.New(s, decide.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -294,15 +289,8 @@ func TestHungClusterPrimary(t *testing.T) {
 	hungNode := cluster.Nodes[0]
 	onNode := make([]int, 256) // the index of each caller's primary
 	for i := range 256 {
-		want := cluster.Nodes[i%3]
-		for j := 0; ; j++ {
-			id := "caller-" + strconv.Itoa(i) + "-" + strconv.Itoa(j)
-			if cluster.NodeForSlot(keySlot(s.Key(id, l.limit.Algorithm))) == want {
-				l.ids = append(l.ids, id)
-				onNode[i] = i % 3
-				break
-			}
-		}
+		l.ids = append(l.ids, idOn(s, cluster, cluster.Nodes[i%3], "caller-"+strconv.Itoa(i)+"-", l.limit.Algorithm))
+		onNode[i] = i % 3
 	}
 	l.run(func(i int) bool { return cluster.Nodes[onNode[i]] == hungNode })
 	time.Sleep(time.Second)
