@@ -342,16 +342,9 @@ func compileRule(i int, r Rule, keyPrefix string, peerKey KeyFunc) (rule, error)
 			return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "must be printable ASCII"}
 		}
 	}
-	if err := r.Limit.Validate(); err != nil {
-		return rule{}, &ConfigError{Field: field("Limit"), Value: r.Limit.String(), Reason: "is invalid", Err: err}
-	}
-	if r.Failure > FailLocal {
-		return rule{}, &ConfigError{Field: field("Failure"), Value: r.Failure.String(), Reason: "must be FailOpen, FailClosed or FailLocal"}
-	}
-	if r.LocalShare != 0 {
-		if _, err := decide.LocalLimit(r.Limit, r.LocalShare); err != nil {
-			return rule{}, &ConfigError{Field: field("LocalShare"), Value: fmt.Sprint(r.LocalShare), Reason: "is not a usable share of the limit", Err: err}
-		}
+	if errs := decide.CheckRule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
+		e := errs[0]
+		return rule{}, &ConfigError{Field: field(e.Field), Value: e.Value, Reason: e.Reason, Err: e.Err}
 	}
 	if r.MessageCost < 0 || r.MessageCost > r.Limit.Quota {
 		return rule{}, &ConfigError{Field: field("MessageCost"), Value: fmt.Sprint(r.MessageCost), Reason: fmt.Sprintf("must be between 0 (count calls) and the limit's quota %d", r.Limit.Quota)}

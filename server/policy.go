@@ -105,16 +105,8 @@ func (p *Policy) Validate() error {
 		} else {
 			seen[r.Name] = i
 		}
-		if err := r.Limit.Validate(); err != nil {
-			bad(field("Limit"), r.Limit.String(), "is invalid: "+err.Error(), err)
-		}
-		if !r.Failure.Valid() {
-			bad(field("Failure"), r.Failure.String(), "must be FailOpen, FailClosed or FailLocal", nil)
-		}
-		if r.LocalShare != 0 {
-			if _, err := decide.LocalLimit(r.Limit, r.LocalShare); err != nil && r.Limit.Validate() == nil {
-				bad(field("LocalShare"), strconv.FormatFloat(r.LocalShare, 'g', -1, 64), "is not a usable share of the limit: "+err.Error(), err)
-			}
+		for _, e := range decide.CheckRule(r.Limit, r.Failure, r.LocalShare) {
+			bad(field(e.Field), e.Value, e.Reason, e.Err)
 		}
 	}
 	if p.Headers > httplimit.HeadersNone {

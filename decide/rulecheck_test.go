@@ -1,0 +1,43 @@
+package decide_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+)
+
+func TestCheckRule(t *testing.T) {
+	ok := floodgate.PerMinute(10)
+	bad := floodgate.Limit{Algorithm: floodgate.SlidingWindowLog, Quota: 0, Window: time.Minute}
+	for _, tc := range []struct {
+		name    string
+		limit   floodgate.Limit
+		failure decide.FailureMode
+		share   float64
+		want    []string // "Field: reason prefix"
+	}{
+		{"usable", ok, decide.FailLocal, 0.5, nil},
+		{"no share", ok, decide.FailClosed, 0, nil},
+		{"bad limit", bad, decide.FailOpen, 0, []string{"Limit: is invalid: "}},
+		{"bad mode", ok, decide.FailureMode(9), 0, []string{"Failure: must be FailOpen, FailClosed or FailLocal"}},
+		{"bad share", ok, decide.FailLocal, 1.5, []string{"LocalShare: is not a usable share of the limit: "}},
+		{"a share is not checked against a bad limit", bad, decide.FailLocal, 1.5, []string{"Limit: is invalid: "}},
+		{"all reported", bad, decide.FailureMode(9), 0, []string{"Limit: ", "Failure: "}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decide.CheckRule(tc.limit, tc.failure, tc.share)
+			if len(got) != len(tc.want) {
+				t.Fatalf("CheckRule = %+v, want %d errors", got, len(tc.want))
+			}
+			for i, w := range tc.want {
+				field, reason, _ := strings.Cut(w, ": ")
+				if got[i].Field != field || !strings.HasPrefix(got[i].Reason, reason) || got[i].Value == "" {
+					t.Errorf("error %d = %+v, want field %s, reason %q...", i, got[i], field, reason)
+				}
+			}
+		})
+	}
+}
