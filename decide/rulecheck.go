@@ -2,6 +2,7 @@ package decide
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -37,4 +38,30 @@ func CheckRule(limit floodgate.Limit, failure FailureMode, localShare float64) [
 		}
 	}
 	return errs
+}
+
+// CheckRuleName returns why name cannot name a rule of the library front
+// ends (the middleware, the gRPC interceptors), or "" if it can: a rule's
+// name reaches response headers and metadata, logs and store keys, so it
+// is required and printable ASCII.
+func CheckRuleName(name string) string {
+	if name == "" {
+		return "is required"
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return "must be printable ASCII"
+		}
+	}
+	return ""
+}
+
+// CheckKeyPrefix returns why prefix cannot begin the store keys of a
+// [KeySpace] (a front end's KeyPrefix, the server's store-API namespace),
+// or "" if it can.
+func CheckKeyPrefix(prefix string) string {
+	if strings.ContainsAny(prefix, "{}") {
+		return "must not hold '{' or '}': it would give every key one Redis Cluster hash tag"
+	}
+	return ""
 }

@@ -41,3 +41,16 @@ func TestCheckRule(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckRuleNameAndKeyPrefix(t *testing.T) {
+	for name, want := range map[string]string{"per-ip": "", "a b.c/d": "", "": "is required", "tab\there": "must be printable ASCII", "é": "must be printable ASCII"} {
+		if got := decide.CheckRuleName(name); got != want {
+			t.Errorf("CheckRuleName(%q) = %q, want %q", name, got, want)
+		}
+	}
+	for prefix, ok := range map[string]bool{"": true, "app:": true, "a{b": false, "}": false} {
+		if got := decide.CheckKeyPrefix(prefix); (got == "") != ok {
+			t.Errorf("CheckKeyPrefix(%q) = %q", prefix, got)
+		}
+	}
+}

@@ -301,8 +301,8 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.UnavailableRetryAfter < 0 {
 		return nil, &ConfigError{Field: "UnavailableRetryAfter", Value: cfg.UnavailableRetryAfter.String(), Reason: "must not be negative"}
 	}
-	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
-		return nil, &ConfigError{Field: "KeyPrefix", Value: fmt.Sprintf("%q", cfg.KeyPrefix), Reason: "must not hold '{' or '}': it would give every key one Redis Cluster hash tag"}
+	if reason := decide.CheckKeyPrefix(cfg.KeyPrefix); reason != "" {
+		return nil, &ConfigError{Field: "KeyPrefix", Value: fmt.Sprintf("%q", cfg.KeyPrefix), Reason: reason}
 	}
 	if cfg.LogInterval < 0 {
 		return nil, &ConfigError{Field: "LogInterval", Value: cfg.LogInterval.String(), Reason: "must not be negative"}
@@ -501,13 +501,8 @@ type rule struct {
 
 func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
-	if r.Name == "" {
-		return rule{}, &ConfigError{Field: field("Name"), Value: `""`, Reason: "is required"}
-	}
-	for j := 0; j < len(r.Name); j++ {
-		if c := r.Name[j]; c < 0x20 || c > 0x7e {
-			return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "must be printable ASCII"}
-		}
+	if reason := decide.CheckRuleName(r.Name); reason != "" {
+		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: reason}
 	}
 	if errs := decide.CheckRule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
 		e := errs[0]
