@@ -12,34 +12,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe to write from the server goroutine and
-// read from the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // startServe runs `floodgate serve args...` in-process and returns its base
 // URL, its log, and a stop function that cancels it and returns run's error.
-func startServe(t *testing.T, args ...string) (base string, logs *syncBuffer, stop func() error) {
+func startServe(t *testing.T, args ...string) (base string, logs *syncbuf.Buffer, stop func() error) {
 	t.Helper()
 	base, _, logs, stop = startServeRLS(t, false, args...)
 	return base, logs, stop

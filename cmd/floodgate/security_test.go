@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-rl/floodgate/internal/tlstest"
@@ -31,7 +33,7 @@ import (
 // process is a running floodgate binary.
 type process struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	lines  chan string // stdout, line by line
 }
 
@@ -41,7 +43,7 @@ func startBinary(t *testing.T, env []string, args ...string) (*process, string) 
 	t.Helper()
 	cmd := exec.Command(binary(t), append([]string{"serve"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &process{cmd: cmd, stderr: &syncBuffer{}, lines: make(chan string, 64)}
+	p := &process{cmd: cmd, stderr: &syncbuf.Buffer{}, lines: make(chan string, 64)}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -24,11 +26,11 @@ import (
 // startServeRLS runs `floodgate serve args...` in-process and returns its
 // HTTP base URL, its gRPC address (read from the banner when wantGRPC), its
 // log and a stop function.
-func startServeRLS(t *testing.T, wantGRPC bool, args ...string) (base, grpcAddr string, logs *syncBuffer, stop func() error) {
+func startServeRLS(t *testing.T, wantGRPC bool, args ...string) (base, grpcAddr string, logs *syncbuf.Buffer, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	logs = &syncBuffer{}
+	logs = &syncbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...), pw, logs)

@@ -1,7 +1,6 @@
 package envoyratelimit
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
@@ -19,24 +20,6 @@ import (
 type service struct {
 	client rlsv3.RateLimitServiceClient
 	http   string // its HTTP address (POST /json, GET /healthcheck, /metrics)
-}
-
-// syncBuffer is a process's log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // binDir holds the binaries the tests build, for the whole run.
@@ -70,7 +53,7 @@ func start(t *testing.T, what, bin string, env []string, p Ports, args ...string
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

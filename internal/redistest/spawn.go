@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 
 	"github.com/redis/rueidis"
 )
@@ -34,26 +35,8 @@ type SpawnedServer struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	killed bool
-}
-
-// syncBuffer collects a process's output for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // redisServerPath returns the redis-server binary, or skips t (fails it
@@ -147,7 +130,7 @@ func spawnFrom(t testing.TB, path, conf string, extra []string) (*SpawnedServer,
 	if err != nil {
 		return nil, err
 	}
-	s := &SpawnedServer{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, path: path, conf: conf, args: extra, log: &syncBuffer{}}
+	s := &SpawnedServer{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, path: path, conf: conf, args: extra, log: &syncbuf.Buffer{}}
 	t.Cleanup(s.Kill)
 	return s, s.start(t)
 }
