@@ -64,6 +64,9 @@ bench:
 
 # bench-envoy: floodgate's Envoy service against envoyproxy/ratelimit (its own
 # spawned Redis; docs/PERFORMANCE.md, "Envoy RLS against envoyproxy/ratelimit").
+# Each round loads both services uncapped (sharing the 2 cores with the client
+# and Redis) and capped at half a core each (a cgroup quota, needs root).
+RLSBENCHFLAGS ?= -server-cpus 0,0.5
 bench-envoy:
 	$(GO) -C compat/envoyratelimit run ./cmd/rlsbench $(RLSBENCHFLAGS)
 

@@ -5,8 +5,17 @@
 // server spawned for the run (each keeps its own keys) and the same rule
 // file, loaded in turns (rounds rotate which goes first) by the same
 // closed-loop gRPC client. It prints, per service, decisions per second,
-// p50/p99 latency as the client sees it, and the server process's CPU time
-// (user + system, from /proc) per decision.
+// p50/p99 latency as the client sees it, and the CPU time (user + system,
+// from /proc) per decision of the server process, of the client (this
+// process) and of Redis.
+//
+// A closed loop on one machine measures the machine: the client and Redis
+// spend CPU on the same cores as the server, so a cheaper server gains
+// decisions/s only as far as they let it. -server-cpus runs every round
+// once per CPU cap listed: 0 uncapped, a number of cores as a cgroup CPU
+// quota on each server (as a pod's CPU limit), which makes the server the
+// bottleneck, so that its decisions/s are its own capacity at that CPU.
+// -deadline sends every call with a gRPC deadline, as Envoy does.
 //
 // -services picks the services (the peer, this tree's floodgate, or both);
 // -base REV adds floodgate built at a git revision, interleaved with the
@@ -14,7 +23,7 @@
 // writes each floodgate's CPU and allocation profiles over one more load.
 //
 //	go run ./cmd/rlsbench [-rounds 3] [-duration 10s] [-concurrency 64] [-keys 10000]
-//	    [-services peer,floodgate] [-base main] [-profile DIR]
+//	    [-services peer,floodgate] [-base main] [-profile DIR] [-server-cpus 0,0.5] [-deadline 20ms]
 package main
 
 import (
@@ -62,9 +71,25 @@ func main() {
 	base := flag.String("base", "", "also load floodgate built at this git `revision` (such as main), interleaved with the others, to compare two floodgates in one run")
 	profile := flag.String("profile", "", "after the rounds, load each floodgate that can serve profiles once more (not counted) and write its CPU profile "+
 		"and allocation profile over that load into this `folder` (cpu-NAME.pprof, allocs-NAME.pprof)")
+	serverCPUs := flag.String("server-cpus", "0", "comma-separated CPU caps, in `cores`, each server is loaded under in every round: 0 leaves it uncapped, sharing "+
+		"this machine's cores with the client and Redis; a number caps it with a cgroup CPU quota, as a pod's CPU limit (needs root), so that its decisions/s "+
+		"measure the server's capacity rather than this machine's")
+	deadline := flag.Duration("deadline", 0, "send every call with this gRPC `deadline`, as Envoy does (its filter's timeout, 20ms by default); 0 sends none")
 	env := flag.String("env", "", "extra environment of this tree's floodgate only, comma-separated `VAR=VALUE` pairs (such as GOGC=200), to measure a setting against -base")
 	flag.Parse()
-	cfg := config{rounds: *rounds, duration: *duration, concurrency: *concurrency, keys: *keys, base: *base, profile: *profile}
+	cfg := config{rounds: *rounds, duration: *duration, concurrency: *concurrency, keys: *keys, base: *base, profile: *profile, deadline: *deadline}
+	for _, c := range strings.Split(*serverCPUs, ",") {
+		cores, err := strconv.ParseFloat(strings.TrimSpace(c), 64)
+		if err != nil || cores < 0 || (cores > 0 && cores < 0.1) {
+			fmt.Fprintf(os.Stderr, "rlsbench: -server-cpus: %q is not 0 or a number of cores of at least 0.1\n", c)
+			os.Exit(2)
+		}
+		cfg.serverCPUs = append(cfg.serverCPUs, cores)
+	}
+	if cfg.deadline < 0 {
+		fmt.Fprintln(os.Stderr, "rlsbench: -deadline cannot be negative")
+		os.Exit(2)
+	}
 	if *env != "" {
 		for _, kv := range strings.Split(*env, ",") {
 			if !strings.Contains(kv, "=") {
@@ -89,6 +114,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rlsbench: nothing to load: -services is empty and there is no -base")
 		os.Exit(2)
 	}
+	cfg.requests = requests(cfg.keys)
 	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsbench:", err)
 		os.Exit(1)
@@ -99,10 +125,13 @@ func main() {
 type config struct {
 	rounds, concurrency, keys int
 	duration                  time.Duration
-	peer, floodgate           bool     // load the peer, this tree's floodgate
-	base                      string   // a git revision of floodgate to load too
-	profile                   string   // a folder for profiles
-	env                       []string // this tree's floodgate's extra environment
+	serverCPUs                []float64                 // the CPU caps in cores to load each server under (0: none)
+	deadline                  time.Duration             // each call's deadline (0: none)
+	peer, floodgate           bool                      // load the peer, this tree's floodgate
+	base                      string                    // a git revision of floodgate to load too
+	profile                   string                    // a folder for profiles
+	env                       []string                  // this tree's floodgate's extra environment
+	requests                  []*rlsv3.RateLimitRequest // one per key
 }
 
 // result is one load of one service.
@@ -110,8 +139,11 @@ type result struct {
 	decisions   int64
 	errors      int64
 	elapsed     time.Duration
-	cpu         time.Duration
-	syscalls    int64 // the server's read and write system calls
+	cpu         time.Duration // the server's
+	clientCPU   time.Duration // this process's: the load client
+	redisCPU    time.Duration // the Redis server's
+	syscalls    int64         // the server's read and write system calls
+	throttled   time.Duration // how long the server waited for its CPU quota
 	p50, p99    time.Duration
 	overLimited int64
 }
@@ -124,8 +156,9 @@ type service struct {
 	env    []string // extra environment
 	client rlsv3.RateLimitServiceClient
 	pid    int
-	pprof  string // the address of its Go profiles, if it serves them
-	res    []result
+	pprof  string     // the address of its Go profiles, if it serves them
+	cap    *cpuCap    // its cgroup, if any mode caps its CPU
+	res    [][]result // per mode (cfg.serverCPUs), per round
 }
 
 func run(cfg config) error {
@@ -168,7 +201,7 @@ func run(cfg config) error {
 		}
 		builds = append(builds, build{&service{name: "floodgate@" + cfg.base, file: "floodgate-base"}, bin})
 	}
-	redisAddr, stopRedis, err := spawnRedis(dir)
+	redisAddr, redisPID, stopRedis, err := spawnRedis(dir)
 	if err != nil {
 		return err
 	}
@@ -195,7 +228,17 @@ func run(cfg config) error {
 				args = append(args, "--pprof-listen", s.pprof)
 			}
 		}
-		cmd := exec.Command(b.bin, args...)
+		name, argv := b.bin, args
+		if slices.Max(cfg.serverCPUs) > 0 {
+			cg, err := newCPUCap(fmt.Sprintf("rlsbench-%d-%s", os.Getpid(), s.file))
+			if err != nil {
+				return err
+			}
+			defer cg.remove() // runs after the kill below
+			name, argv = cg.wrap(b.bin, args)
+			s.cap = cg
+		}
+		cmd := exec.Command(name, argv...)
 		// One store timeout for both (the peer's default is 10s, floodgate's
 		// 50ms): a loaded machine must not turn floodgate's calls into
 		// outages the peer would have waited out.
@@ -215,40 +258,91 @@ func run(cfg config) error {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("rlsbench: %d rounds x %s per service, %d calls in flight, %d keys; Redis %s; load average at start: %s",
 		cfg.rounds, cfg.duration, cfg.concurrency, cfg.keys, redisAddr, load)
+	for _, s := range svcs {
+		s.res = make([][]result, len(cfg.serverCPUs))
+	}
 	for r := range cfg.rounds {
 		// Round r starts with service r mod n: each goes first in turn.
 		order := append(slices.Clone(svcs[r%len(svcs):]), svcs[:r%len(svcs)]...)
-		for _, s := range order {
-			warm(s.client, cfg.concurrency, cfg.keys)
-			res, err := loadOnce(s.client, s.pid, cfg.duration, cfg.concurrency, cfg.keys)
-			if err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
+		for m, cores := range cfg.serverCPUs {
+			for _, s := range order {
+				if s.cap != nil {
+					if err := s.cap.set(cores); err != nil {
+						return err
+					}
+				}
+				warm(s, cfg)
+				res, err := loadOnce(s, cfg, procs{server: s.pid, redis: redisPID}, cfg.duration)
+				if err != nil {
+					return fmt.Errorf("%s: %w", s.name, err)
+				}
+				s.res[m] = append(s.res[m], res)
+				per := func(d time.Duration) time.Duration {
+					return (d / time.Duration(max(res.decisions, 1))).Round(100 * time.Nanosecond)
+				}
+				throttled := ""
+				if cores > 0 {
+					throttled = fmt.Sprintf("  waited for its quota %.0f%% of the time", 100*res.throttled.Seconds()/res.elapsed.Seconds())
+				}
+				fmt.Printf("round %d %-9s %-42s %8.0f decisions/s  p50 %-8s p99 %-8s CPU/decision %-8s (client %s, Redis %s)  syscalls/decision %.2f  errors %d%s\n",
+					r+1, capName(cores), s.name, float64(res.decisions)/res.elapsed.Seconds(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond),
+					per(res.cpu), per(res.clientCPU), per(res.redisCPU), float64(res.syscalls)/float64(max(res.decisions, 1)), res.errors, throttled)
 			}
-			s.res = append(s.res, res)
-			fmt.Printf("round %d %-42s %8.0f decisions/s  p50 %-8s p99 %-8s CPU/decision %-8s syscalls/decision %.2f  errors %d\n", r+1, s.name,
-				float64(res.decisions)/res.elapsed.Seconds(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond),
-				(res.cpu / time.Duration(max(res.decisions, 1))).Round(100*time.Nanosecond), float64(res.syscalls)/float64(max(res.decisions, 1)), res.errors)
 		}
 	}
 	load, _ = os.ReadFile("/proc/loadavg")
 	fmt.Printf("load average at end: %s\n", load)
-	fmt.Println("| service | decisions/s (median, range) | p50 | p99 | server CPU per decision | errors |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	for m, cores := range cfg.serverCPUs {
+		summarize(svcs, m, cores)
+	}
+	if cfg.profile != "" {
+		for _, s := range svcs {
+			if s.cap != nil {
+				if err := s.cap.set(0); err != nil {
+					return err
+				}
+			}
+		}
+		return profileAll(cfg, svcs)
+	}
+	return nil
+}
+
+// capName names a CPU cap in the output.
+func capName(cores float64) string {
+	if cores == 0 {
+		return "uncapped"
+	}
+	return strconv.FormatFloat(cores, 'g', -1, 64) + " cores"
+}
+
+// summarize prints the table of mode m (the servers capped at cores) and
+// each floodgate against the peer and this tree's against the base.
+func summarize(svcs []*service, m int, cores float64) {
+	if cores > 0 {
+		fmt.Printf("\neach server capped at %g cores (a cgroup CPU quota, %d µs period):\n", cores, cpuPeriod)
+	} else {
+		fmt.Println("\nthe servers uncapped, sharing the machine's cores with the client and Redis:")
+	}
+	fmt.Println("| service | decisions/s (median, range) | p50 | p99 | server CPU per decision | client, Redis CPU per decision | errors |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	med := map[*service][2]float64{}
 	for _, s := range svcs {
-		var rate, cpu []float64
+		var rate, cpu, client, redis []float64
 		var p50, p99 []time.Duration
 		var errs int64
-		for _, r := range s.res {
+		for _, r := range s.res[m] {
 			errs += r.errors
 			rate = append(rate, float64(r.decisions)/r.elapsed.Seconds())
 			cpu = append(cpu, float64(r.cpu)/float64(max(r.decisions, 1)))
+			client = append(client, float64(r.clientCPU)/float64(max(r.decisions, 1)))
+			redis = append(redis, float64(r.redisCPU)/float64(max(r.decisions, 1)))
 			p50, p99 = append(p50, r.p50), append(p99, r.p99)
 		}
-		m := [2]float64{median(rate), median(cpu)}
-		med[s] = m
-		fmt.Printf("| %s | %.1fk (%.1f–%.1fk) | %s | %s | %.1f µs | %d |\n", s.name, m[0]/1000, slices.Min(rate)/1000, slices.Max(rate)/1000,
-			medianD(p50).Round(time.Microsecond), medianD(p99).Round(time.Microsecond), m[1]/1000, errs)
+		x := [2]float64{median(rate), median(cpu)}
+		med[s] = x
+		fmt.Printf("| %s | %.1fk (%.1f–%.1fk) | %s | %s | %.1f µs | %.1f, %.1f µs | %d |\n", s.name, x[0]/1000, slices.Min(rate)/1000, slices.Max(rate)/1000,
+			medianD(p50).Round(time.Microsecond), medianD(p99).Round(time.Microsecond), x[1]/1000, median(client)/1000, median(redis)/1000, errs)
 	}
 	// Each floodgate against the peer, and this tree's against the base.
 	for _, a := range svcs {
@@ -260,10 +354,6 @@ func run(cfg config) error {
 			fmt.Printf("%s / %s: %.2fx decisions/s at %.2fx the server CPU per decision\n", a.name, b.name, x[0]/y[0], x[1]/y[1])
 		}
 	}
-	if cfg.profile != "" {
-		return profileAll(cfg, svcs)
-	}
-	return nil
 }
 
 // profileAll loads each floodgate that serves profiles once more, for the
@@ -280,7 +370,7 @@ func profileAll(cfg config, svcs []*service) error {
 			}
 			continue
 		}
-		warm(s.client, cfg.concurrency, cfg.keys)
+		warm(s, cfg)
 		secs := max(1, int(cfg.duration.Seconds()))
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
@@ -291,7 +381,7 @@ func profileAll(cfg config, svcs []*service) error {
 			})
 		}
 		time.Sleep(100 * time.Millisecond) // both profiles have started
-		res, err := loadOnce(s.client, s.pid, time.Duration(secs)*time.Second, cfg.concurrency, cfg.keys)
+		res, err := loadOnce(s, cfg, procs{server: s.pid}, time.Duration(secs)*time.Second)
 		wg.Wait()
 		if err := errors.Join(append(errs, err)...); err != nil {
 			return fmt.Errorf("profiling %s: %w", s.name, err)
@@ -383,21 +473,46 @@ func medianD(v []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// request is one call for key.
-func request(key int) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client", Value: "c" + strconv.Itoa(key)}},
-	}}}
+// requests returns one call per key, built once: the client's own cost per
+// call is then gRPC's alone (messages are safe to marshal concurrently).
+func requests(keys int) []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, keys)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client", Value: "c" + strconv.Itoa(i)}},
+		}}}
+	}
+	return reqs
 }
 
 // warm sends a second of calls, so connections and caches are warm.
-func warm(c rlsv3.RateLimitServiceClient, concurrency, keys int) {
-	_, _ = loadOnce(c, 0, time.Second, concurrency, keys)
+func warm(s *service, cfg config) {
+	_, _ = loadOnce(s, cfg, procs{}, time.Second)
+}
+
+// procs are the processes whose CPU time a load measures: the server under
+// test and Redis (0: not measured). The client's, this process's, is
+// measured with the server's.
+type procs struct{ server, redis int }
+
+// cpu returns the CPU times of the server, this process and Redis.
+func (p procs) cpu() (server, client, redis time.Duration, err error) {
+	if p.server == 0 {
+		return 0, 0, 0, nil
+	}
+	if server, err = procCPU(p.server); err != nil {
+		return
+	}
+	if client, err = procCPU(os.Getpid()); err != nil {
+		return
+	}
+	redis, err = procCPU(p.redis)
+	return
 }
 
 // loadOnce keeps concurrency calls in flight for d and measures them, with
-// the CPU time the process pid spent meanwhile (none for pid 0).
-func loadOnce(c rlsv3.RateLimitServiceClient, pid int, d time.Duration, concurrency, keys int) (result, error) {
+// the CPU time the processes p spent meanwhile.
+func loadOnce(s *service, cfg config, p procs, d time.Duration) (result, error) {
 	var (
 		res     result
 		mu      sync.Mutex
@@ -407,15 +522,20 @@ func loadOnce(c rlsv3.RateLimitServiceClient, pid int, d time.Duration, concurre
 		over    atomic.Int64
 		lastErr atomic.Value
 	)
-	cpu0, err := procCPU(pid)
+	cpu0, client0, redis0, err := p.cpu()
 	if err != nil {
 		return res, err
 	}
-	sys0 := procSyscalls(pid)
+	sys0 := procSyscalls(p.server)
+	var thr0 int64
+	if s.cap != nil {
+		thr0 = s.cap.throttledMicros()
+	}
+	reqs := cfg.requests
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
-	for w := range concurrency {
+	for w := range cfg.concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -423,7 +543,12 @@ func loadOnce(c rlsv3.RateLimitServiceClient, pid int, d time.Duration, concurre
 			var mine []time.Duration
 			for ctx.Err() == nil {
 				t := time.Now()
-				resp, err := c.ShouldRateLimit(context.Background(), request(rng.IntN(keys)))
+				call, cancel := context.Background(), context.CancelFunc(func() {})
+				if cfg.deadline > 0 {
+					call, cancel = context.WithTimeout(call, cfg.deadline)
+				}
+				resp, err := s.client.ShouldRateLimit(call, reqs[rng.IntN(len(reqs))])
+				cancel()
 				if err != nil {
 					errs.Add(1)
 					lastErr.Store(err)
@@ -441,12 +566,15 @@ func loadOnce(c rlsv3.RateLimitServiceClient, pid int, d time.Duration, concurre
 	}
 	wg.Wait()
 	res.elapsed = time.Since(start)
-	cpu1, err := procCPU(pid)
+	cpu1, client1, redis1, err := p.cpu()
 	if err != nil {
 		return res, err
 	}
-	res.cpu = cpu1 - cpu0
-	res.syscalls = procSyscalls(pid) - sys0
+	res.cpu, res.clientCPU, res.redisCPU = cpu1-cpu0, client1-client0, redis1-redis0
+	res.syscalls = procSyscalls(p.server) - sys0
+	if s.cap != nil {
+		res.throttled = time.Duration(s.cap.throttledMicros()-thr0) * time.Microsecond
+	}
 	res.decisions, res.errors, res.overLimited = int64(len(lats)), errs.Load(), over.Load()
 	if len(lats) == 0 {
 		err, _ := lastErr.Load().(error)
@@ -506,17 +634,18 @@ func procSyscalls(pid int) int64 {
 }
 
 // spawnRedis starts a redis-server of the run's own on a free loopback
-// port, without persistence, and returns its address and a stop function.
-func spawnRedis(dir string) (string, func(), error) {
+// port, without persistence, and returns its address, process id and a
+// stop function.
+func spawnRedis(dir string) (string, int, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("redis-server: %w", err)
+		return "", 0, nil, fmt.Errorf("redis-server: %w", err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	for i := 0; ; i++ {
@@ -527,9 +656,9 @@ func spawnRedis(dir string) (string, func(), error) {
 		}
 		if i > 200 {
 			_ = cmd.Process.Kill()
-			return "", nil, fmt.Errorf("redis-server on %s never answered", addr)
+			return "", 0, nil, fmt.Errorf("redis-server on %s never answered", addr)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	return addr, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+	return addr, cmd.Process.Pid, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
 }
