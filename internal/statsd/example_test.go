@@ -14,7 +14,9 @@ func Example() {
 	defer conn.Close()
 	hits := uint64(0)
 	c, _ := statsd.New(statsd.Config{Addr: conn.LocalAddr().String(), Tags: map[string]string{"release": "v1.2"}},
-		func(emit func(string, statsd.Kind, uint64)) { emit("ratelimit.service.rate_limit.api.user.total_hits", statsd.Counter, hits) })
+		func(emit func(string, statsd.Kind, uint64)) {
+			emit("ratelimit.service.rate_limit.api.user.total_hits", statsd.Counter, hits)
+		})
 	defer c.Close()
 	buf := make([]byte, 1500)
 	for _, total := range []uint64{5, 12} {
