@@ -36,9 +36,10 @@ func (s *Service) count(set *ruleSet, dom *domain, desc *ratelimitv3.RateLimitDe
 	if d.kind == kindUnlimited || d.kind == kindNegative {
 		return // the reference does not count them
 	}
+	pc := s.metrics.peerStats(sr)
 	add := func(stat int, n uint64) {
 		if n > 0 {
-			s.metrics.peerStat(sr, stat).Add(float64(n))
+			pc.n[stat].Add(n)
 		}
 	}
 	// The reference's arithmetic (limiter.BaseRateLimiter): its counter

@@ -21,8 +21,9 @@ type metrics struct {
 	refundErrors prometheus.Counter
 
 	// envoyproxy/ratelimit's statistics, named as its Prometheus mapping
-	// names them.
-	peer         [peerStats]*prometheus.CounterVec
+	// names them; the per-rule ones are kept in stats, exported by
+	// peerCollector, and sent by statsd (Service.PeerStats).
+	stats        peerTable
 	loadSuccess  prometheus.Counter
 	loadError    prometheus.Counter
 	callErrors   *prometheus.CounterVec
@@ -150,13 +151,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.requestsOK.vec, m.requestsOK.labels = m.requests, []string{codeOK}
 	m.requestsOver.vec, m.requestsOver.labels = m.requests, []string{codeOverLimit}
-	for i, name := range peerStatNames {
-		m.peer[i] = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_service_rate_limit_" + name,
-			Help: "envoyproxy/ratelimit's ratelimit.service.rate_limit.<domain>.<key>." + name + " (hits), labelled as its Prometheus mapping labels it: " +
-				"domain, and the first two parts of the rule's key (key1, key2).",
-		}, []string{"domain", "key1", "key2"})
-	}
 	m.loadSuccess = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ratelimit_service_config_load_success", Help: "Rule folders loaded (at start and on each reload), as envoyproxy/ratelimit counts them."})
 	m.loadError = prometheus.NewCounter(prometheus.CounterOpts{
@@ -171,10 +165,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	cs := []prometheus.Collector{m.requests, m.descriptors, m.duration, m.storeErrors, m.refundErrors,
-		m.loadSuccess, m.loadError, m.callErrors, m.globalShadow}
-	for _, c := range m.peer {
-		cs = append(cs, c)
-	}
+		m.loadSuccess, m.loadError, m.callErrors, m.globalShadow, peerCollector{&m.stats}}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("envoy: registering metrics: %w", err)

@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,23 +14,14 @@ import (
 // series are the same as without the cache.
 type series struct {
 	domain, key string // the labels domain and descriptor
-	key1, key2  string // the reference's key1 and key2 labels (rules only)
 	outcomes    [numOutcomes]atomic.Pointer[prometheus.Counter]
-	peer        [peerStats]atomic.Pointer[prometheus.Counter]
+	peer        atomic.Pointer[peerCounters]
 }
 
 // newSeries returns the series of a descriptor counted under domain and
 // key (the rule's metric key, or "" when no rule applies).
 func newSeries(domain, key string) *series {
-	sr := &series{domain: domain, key: key}
-	if key != "" {
-		rest := strings.TrimPrefix(key, domain+".")
-		sr.key1, sr.key2, _ = strings.Cut(rest, ".")
-		if i := strings.IndexByte(sr.key2, '.'); i >= 0 {
-			sr.key2 = sr.key2[:i]
-		}
-	}
-	return sr
+	return &series{domain: domain, key: key}
 }
 
 // outcome returns the descriptors counter of outcome o.
@@ -44,13 +34,14 @@ func (m *metrics) outcome(sr *series, o outcome) prometheus.Counter {
 	return c
 }
 
-// peerStat returns the counter of the reference's statistic stat.
-func (m *metrics) peerStat(sr *series, stat int) prometheus.Counter {
-	if c := sr.peer[stat].Load(); c != nil {
-		return *c
+// peerStats returns the counters of the reference's statistics of sr's
+// key (which must not be "").
+func (m *metrics) peerStats(sr *series) *peerCounters {
+	if c := sr.peer.Load(); c != nil {
+		return c
 	}
-	c := m.peer[stat].WithLabelValues(sr.domain, sr.key1, sr.key2)
-	sr.peer[stat].Store(&c)
+	c := m.stats.get(sr.domain, sr.key)
+	sr.peer.Store(c)
 	return c
 }
 
