@@ -31,6 +31,7 @@ type envoyCompat struct {
 	force    bool              // FORCE_START_WITHOUT_INITIAL_CONFIG
 	health   bool              // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 	notes    []string          // variables read but not honoured as the peer does, for the start-up log
+	statsd   *statsdSettings   // USE_STATSD's push, nil if off
 }
 
 // grpcSettings are the Envoy gRPC listener's settings beyond its address.
@@ -49,7 +50,7 @@ var envoyVars = []string{
 	"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
 	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN",
 	"LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE", "FORCE_START_WITHOUT_INITIAL_CONFIG",
-	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
+	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
 	"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML",
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES", "RUNTIME_WATCH_ROOT",
 	"EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "CACHE_KEY_PREFIX", "BACKEND_TYPE",
@@ -304,12 +305,7 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	if format != "json" {
 		format = "text"
 	}
-	if e.bool("USE_STATSD", true) && !e.bool("DISABLE_STATS", false) {
-		note("USE_STATSD: floodgate has no statsd sink; the peer's stats are Prometheus series (ratelimit_service_*) on %s/metrics; set USE_STATSD=false to silence this", listen)
-	}
-	if e.bool("USE_DOG_STATSD", false) {
-		note("USE_DOG_STATSD: not supported; use the Prometheus series on /metrics")
-	}
+	c.statsd = readStatsdEnv(e, note) // USE_STATSD, STATSD_*, STATS_FLUSH_INTERVAL, EXTRA_TAGS, DISABLE_STATS
 	if e.bool("USE_PROMETHEUS", false) {
 		c.metrics = e.str("PROMETHEUS_ADDR", ":9090")
 		c.metricsP = e.str("PROMETHEUS_PATH", "/metrics")

@@ -152,7 +152,43 @@ func TestReadEnvoyEnv(t *testing.T) {
 					t.Errorf("notes %q", c.notes)
 				}
 			}, "", ""},
-		{"statsd is noted", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379"}, nil, "", "USE_STATSD: floodgate has no statsd sink"},
+		{"statsd by default, as the peer", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379"}, func(t *testing.T, c *envoyCompat) {
+			want := statsdSettings{network: "tcp", addr: "localhost:8125", interval: 10 * time.Second, tags: map[string]string{}}
+			if c.statsd == nil || c.statsd.network != want.network || c.statsd.addr != want.addr || c.statsd.interval != want.interval || len(c.statsd.tags) != 0 {
+				t.Errorf("statsd %+v, want %+v", c.statsd, want)
+			}
+		}, "", ""},
+		{"statsd settings", with(map[string]string{"USE_STATSD": "true", "STATSD_HOST": "statsd", "STATSD_PORT": "9125", "STATSD_PROTOCOL": "UDP",
+			"STATS_FLUSH_INTERVAL": "200ms", "EXTRA_TAGS": "release:v1.2,zone:eu"}), func(t *testing.T, c *envoyCompat) {
+			s := c.statsd
+			if s == nil || s.network != "udp" || s.addr != "statsd:9125" || s.interval != 200*time.Millisecond ||
+				len(s.tags) != 2 || s.tags["release"] != "v1.2" || s.tags["zone"] != "eu" {
+				t.Errorf("statsd %+v", s)
+			}
+			if n := strings.Join(c.notes, "\n"); strings.Contains(n, "STATSD_PROTOCOL") {
+				t.Errorf("STATSD_PROTOCOL (lyft/gostats' variable) noted as unknown: %q", c.notes)
+			}
+		}, "", ""},
+		{"DISABLE_STATS", with(map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}), func(t *testing.T, c *envoyCompat) {
+			if c.statsd != nil {
+				t.Errorf("statsd %+v, want none", c.statsd)
+			}
+		}, "", "DISABLE_STATS: no statsd push"},
+		{"USE_STATSD=false", base, func(t *testing.T, c *envoyCompat) {
+			if c.statsd != nil {
+				t.Errorf("statsd %+v, want none", c.statsd)
+			}
+		}, "", ""},
+		{"statsd and Prometheus", with(map[string]string{"USE_STATSD": "true", "USE_PROMETHEUS": "true"}), func(t *testing.T, c *envoyCompat) {
+			if c.statsd == nil || c.metrics == "" {
+				t.Errorf("statsd %+v, metrics %q: want both", c.statsd, c.metrics)
+			}
+		}, "", "the peer refuses both at once"},
+		{"dogstatsd", with(map[string]string{"USE_DOG_STATSD": "true"}), nil, "", "USE_DOG_STATSD: not supported"},
+		{"bad EXTRA_TAGS", with(map[string]string{"EXTRA_TAGS": "release:v1,zone"}), nil, `EXTRA_TAGS="release:v1,zone": item "zone" is not key:value`, ""},
+		{"bad STATS_FLUSH_INTERVAL", with(map[string]string{"USE_STATSD": "true", "STATS_FLUSH_INTERVAL": "0s"}), nil, `STATS_FLUSH_INTERVAL="0s" must be a positive duration`, ""},
+		{"bad STATSD_PROTOCOL", with(map[string]string{"STATSD_PROTOCOL": "quic"}), nil, `STATSD_PROTOCOL="quic" is not tcp or udp`, ""},
+		{"bad STATSD_PORT", with(map[string]string{"STATSD_PORT": "eighty"}), nil, `STATSD_PORT="eighty" is not a whole number`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -40,6 +40,7 @@ type rlsServer struct {
 	logger  *slog.Logger
 	cancel  context.CancelFunc // ends the health and folder watches
 	metrics *http.Server       // USE_PROMETHEUS's listener, if any
+	statsd  func()             // USE_STATSD's push: its last flush, if any
 	rules   bool               // health requires loaded rules
 	once    sync.Once
 }
@@ -117,6 +118,12 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 		}, func(err error) {
 			logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
 		})
+	}
+	if compat != nil && compat.statsd != nil {
+		if r.statsd, err = startStatsd(compat.statsd, svc, logger); err != nil {
+			r.stop()
+			return nil, err
+		}
 	}
 	if compat != nil && compat.metrics != "" {
 		mux := http.NewServeMux()
@@ -213,6 +220,9 @@ func (r *rlsServer) stop() {
 			r.logger.Warn("envoy rate-limit calls still in flight after the grace period; closing them")
 			r.grpc.Stop()
 			<-stopped
+		}
+		if r.statsd != nil {
+			r.statsd() // after the last call, so that it is counted
 		}
 	})
 }
