@@ -60,7 +60,7 @@ func (s *Service) count(set *ruleSet, dom *domain, desc *ratelimitv3.RateLimitDe
 			add(statOverLimit, after-q)
 			add(statNearLimit, q-max(near, before))
 		}
-		if r.ShadowMode || s.shadow {
+		if r.ShadowMode { // the rule's own: global SHADOW_MODE counts in global_shadow_mode only
 			if before >= q {
 				add(statShadowMode, h)
 			} else {

@@ -68,7 +68,8 @@ func TestQuotaMode(t *testing.T) {
 }
 
 // TestGlobalShadowMode: with SHADOW_MODE every status says what it found,
-// the overall code is OK, and each such answer is counted.
+// the overall code is OK, and each such answer is counted in
+// global_shadow_mode (not in the rule's shadow_mode).
 func TestGlobalShadowMode(t *testing.T) {
 	mem, _ := memoryStore()
 	e := start(t, mem, true, Options{ShadowMode: true}, peerRules)
@@ -85,8 +86,13 @@ func TestGlobalShadowMode(t *testing.T) {
 	if got := e.counter(t, "ratelimit_service_global_shadow_mode"); got != 1 {
 		t.Errorf("global_shadow_mode %v, want 1", got)
 	}
-	if got := e.counter(t, "ratelimit_service_rate_limit_shadow_mode", "domain=p", "key1=files_f/*"); got != 1 {
-		t.Errorf("shadow_mode %v, want 1", got)
+	// As the reference: the rule's shadow_mode statistic counts for rules in
+	// shadow_mode only; the global mode's answer is over_limit.
+	if got := e.counter(t, "ratelimit_service_rate_limit_shadow_mode", "domain=p", "key1=files_f/*"); got != 0 {
+		t.Errorf("shadow_mode %v, want 0", got)
+	}
+	if got := e.counter(t, "ratelimit_service_rate_limit_over_limit", "domain=p", "key1=files_f/*"); got != 1 {
+		t.Errorf("over_limit %v, want 1", got)
 	}
 }
 

@@ -46,4 +46,18 @@ var Differences = []Difference{
 			"the peer reports the first error without a line.",
 		Why: "A typo never becomes a silently missing limit.",
 	},
+	{
+		Name: "never-fits-stats",
+		What: "A descriptor whose hits exceed its whole quota (hits_addend 30 against 20 per minute) counts all its hits as over_limit in the " +
+			"statistics (statsd and Prometheus); the peer counts only the hits past the quota as over_limit, and those between the near-limit " +
+			"threshold and the quota as near_limit, when its counter had room.",
+		Why: "Such a request can never be admitted, so floodgate answers it without asking the store, and does not know how full the counter is; " +
+			"the statistics say the request was over, as its answer does.",
+	},
+	{
+		Name: "statsd-domain-not-found",
+		What: "No ratelimit.service.rate_limit.<domain>.domain_not_found statistic for requests to a domain no file configures; floodgate " +
+			"counts them in floodgate_envoy_descriptors_total{domain=\"(unknown)\", outcome=\"no_rule\"}.",
+		Why: "The peer names the statistic by the request's domain, so any caller can create names without bound.",
+	},
 }

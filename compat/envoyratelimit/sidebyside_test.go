@@ -199,6 +199,11 @@ func TestSideBySide(t *testing.T) {
 type pair struct {
 	peer, fg       *service
 	peerCfg, fgCfg string
+	// statsKeys are the statistics keys (ratelimit.service.rate_limit.<key>)
+	// whose counts a Difference lets differ, with its name; shadowKeys
+	// those of rules in shadow_mode.
+	statsKeys  map[string]string
+	shadowKeys map[string]bool
 }
 
 // sideBySide runs every scenario against a new pair started with the
@@ -226,10 +231,12 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both push their statistics to a statsd sink of the test.
+	peerStats, fgStats := newStatsdSink(t), newStatsdSink(t)
 	ps := pair{
-		peer:    start(t, "envoyproxy/ratelimit", bins[0], append(Env(peerRoot, peerRedis.Addr, pp), env...), pp),
-		fg:      start(t, "floodgate", bins[1], append(Env(fgRoot, fgRedis.Addr, fp), env...), fp, "serve", "--envoy-env"),
-		peerCfg: pc, fgCfg: fc,
+		peer:    start(t, "envoyproxy/ratelimit", bins[0], append(append(Env(peerRoot, peerRedis.Addr, pp), env...), peerStats.env()...), pp),
+		fg:      start(t, "floodgate", bins[1], append(append(Env(fgRoot, fgRedis.Addr, fp), env...), fgStats.env()...), fp, "serve", "--envoy-env"),
+		peerCfg: pc, fgCfg: fc, statsKeys: map[string]string{}, shadowKeys: map[string]bool{},
 	}
 	diffs := map[string]int{}
 	for _, sc := range scenarios() {
@@ -247,6 +254,9 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 	if line := `ratelimit_service_rate_limit_over_limit{domain="rl",key1="unspec_unspecified_value",key2=""} 1`; !strings.Contains(metrics, line) {
 		t.Errorf("floodgate's /metrics lacks %s, as the peer's script checks", line)
 	}
+	// The statistics both pushed over statsd, before the reload's polling
+	// calls.
+	ps.diffStats(t, peerStats, fgStats, diffs)
 	// Health as the peer's probes ask for it.
 	for _, svc := range []*service{ps.peer, ps.fg} {
 		if body := get(t, "http://"+svc.http+"/healthcheck"); body != "OK" {
@@ -272,8 +282,10 @@ func (ps *pair) step(t *testing.T, what string, m *model, s step, diffs map[stri
 	if perr != nil || ferr != nil {
 		t.Fatalf("%s: peer error %v, floodgate error %v", what, perr, ferr)
 	}
+	rs, _, hits, peek := m.match(s)
 	want, overall := m.apply(s)
 	compare(t, what, pr, fr, want, overall, diffs)
+	ps.noteStats(s, rs, hits, peek, want)
 }
 
 // reload is the peer's testConfigReload: its reload.yaml written into both

@@ -1,0 +1,215 @@
+package envoyratelimit
+
+import (
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/envoy"
+)
+
+// statsdTag is the EXTRA_TAGS both services run with, and the suffix it
+// gives every name.
+const (
+	statsdTag    = "suite:sidebyside"
+	statsdSuffix = ".__suite=sidebyside"
+)
+
+// statsdFlush is both services' STATS_FLUSH_INTERVAL.
+const statsdFlush = 200 * time.Millisecond
+
+// statsdSink is a statsd server on a real UDP socket: it sums the counters
+// a service pushes, by name.
+type statsdSink struct {
+	conn     *net.UDPConn
+	mu       sync.Mutex
+	counters map[string]uint64
+	packets  int
+	bad      []string
+}
+
+func newStatsdSink(t *testing.T) *statsdSink {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &statsdSink{conn: conn, counters: map[string]uint64{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b := make([]byte, 65536)
+		for {
+			n, err := conn.Read(b)
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.packets++
+			for _, line := range strings.Split(strings.TrimSuffix(string(b[:n]), "\n"), "\n") {
+				name, rest, ok1 := strings.Cut(line, ":")
+				v, typ, ok2 := strings.Cut(rest, "|")
+				n, err := strconv.ParseUint(v, 10, 64)
+				switch {
+				case !ok1 || !ok2 || err != nil:
+					s.bad = append(s.bad, line)
+				case typ == "c":
+					s.counters[name] += n
+				}
+			}
+			s.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { conn.Close(); <-done })
+	return s
+}
+
+// env is the statistics environment of a service pushing to s.
+func (s *statsdSink) env() []string {
+	return []string{"USE_STATSD=true", "DISABLE_STATS=false", "STATSD_PROTOCOL=udp", "STATSD_HOST=127.0.0.1",
+		"STATSD_PORT=" + strconv.Itoa(s.conn.LocalAddr().(*net.UDPAddr).Port),
+		"STATS_FLUSH_INTERVAL=" + statsdFlush.String(), "EXTRA_TAGS=" + statsdTag}
+}
+
+// snapshot returns the service's counters' totals by name (not the Go
+// runtime's, which change at every flush).
+func (s *statsdSink) snapshot() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := maps.Clone(s.counters)
+	maps.DeleteFunc(m, func(name string, _ uint64) bool {
+		return !strings.HasPrefix(name, "ratelimit.service.") && !strings.HasPrefix(name, "ratelimit_server.")
+	})
+	return m
+}
+
+// settle waits until the sinks' totals have not changed for a few flushes
+// (both services have pushed what the requests counted), within a
+// generous bound.
+func settle(t *testing.T, sinks ...*statsdSink) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last []map[string]uint64
+	stable := 0
+	for stable < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("statsd totals never settled")
+		}
+		time.Sleep(statsdFlush)
+		now := make([]map[string]uint64, len(sinks))
+		for i, s := range sinks {
+			now[i] = s.snapshot()
+		}
+		if last != nil && slices.EqualFunc(last, now, maps.Equal) && len(now[0]) > 0 {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = now
+	}
+}
+
+// noteStats records the statistics keys of a step's descriptors whose
+// counts may differ: those a Difference applies to (floodgate counts what
+// it did not consume as not consumed), and those whose hits exceed the
+// whole quota (floodgate never asks the store about them).
+func (ps *pair) noteStats(s step, rs []*envoy.Rule, hits []uint64, peek []bool, want []expected) {
+	for i, r := range rs {
+		if r == nil || !want[i].limited {
+			continue
+		}
+		key := r.Key
+		if r.DetailedMetric {
+			var b strings.Builder
+			b.WriteString(s.domain)
+			for _, e := range s.descs[i] {
+				k, v, _ := strings.Cut(e, "=")
+				b.WriteString("." + k + "_" + v)
+			}
+			key = b.String()
+		}
+		if r.ShadowMode {
+			ps.shadowKeys[key] = true
+		}
+		switch {
+		case want[i].differs != "":
+			ps.statsKeys[key] = want[i].differs
+		case !peek[i] && hits[i] > uint64(r.RequestsPerUnit) && r.RequestsPerUnit > 0 && !r.Unlimited:
+			ps.statsKeys[key] = "never-fits-stats"
+		}
+	}
+}
+
+// diffStats compares the ratelimit.service.rate_limit.* names and totals
+// the two services pushed: the same names, with the same totals, but
+// where a listed Difference applies: the names of domains no file
+// configures (statsd-domain-not-found); over_limit and near_limit of the
+// keys in statsKeys, and also within_limit (and shadow_mode, for shadow
+// rules) under denied-consumes-nothing. total_hits are always equal.
+func (ps *pair) diffStats(t *testing.T, peer, fg *statsdSink, diffs map[string]int) {
+	t.Helper()
+	settle(t, peer, fg)
+	pt, ft := peer.snapshot(), fg.snapshot()
+	for _, s := range []*statsdSink{peer, fg} {
+		s.mu.Lock()
+		if len(s.bad) > 0 {
+			t.Errorf("lines not in statsd form: %q", s.bad)
+		}
+		s.mu.Unlock()
+	}
+	names := map[string]bool{}
+	for _, m := range []map[string]uint64{pt, ft} {
+		for name := range m {
+			base, ok := strings.CutSuffix(name, statsdSuffix)
+			if !ok {
+				t.Errorf("%s: no EXTRA_TAGS suffix %s", name, statsdSuffix)
+			}
+			if strings.HasPrefix(base, "ratelimit.service.rate_limit.") {
+				names[base] = true
+			}
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no ratelimit.service.rate_limit.* statistics pushed")
+	}
+	matched := 0
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		p, pok := pt[name+statsdSuffix]
+		f, fok := ft[name+statsdSuffix]
+		if p == f && pok == fok {
+			matched++
+			continue
+		}
+		key := strings.TrimPrefix(name, "ratelimit.service.rate_limit.")
+		stat := key[strings.LastIndexByte(key, '.')+1:]
+		key = key[:len(key)-len(stat)-1]
+		df := ps.statsKeys[key]
+		switch {
+		case stat == "domain_not_found" && pok && !fok:
+			df = "statsd-domain-not-found"
+		case stat == "total_hits":
+			df = "" // every hit counts in both
+		case stat == "shadow_mode" && !ps.shadowKeys[key], stat == "over_limit_with_local_cache":
+			df = ""
+		case stat == "within_limit" && df != "denied-consumes-nothing":
+			df = ""
+		}
+		if df != "" {
+			diffs[df]++
+			t.Logf("statsd %s: peer %d, floodgate %d (deliberate: %s)", name, p, f, df)
+			continue
+		}
+		t.Errorf("statsd %s: peer %d (pushed %v), floodgate %d (pushed %v)", name, p, pok, f, fok)
+	}
+	t.Logf("statsd: %d of %d ratelimit.service.rate_limit.* names with equal totals", matched, len(names))
+	for _, name := range []string{"ratelimit.service.config_load_success", "ratelimit_server.ShouldRateLimit.total_requests"} {
+		if p, f := pt[name+statsdSuffix], ft[name+statsdSuffix]; p != f || p == 0 {
+			t.Errorf("statsd %s: peer %d, floodgate %d", name, p, f)
+		}
+	}
+}
