@@ -61,3 +61,39 @@ var Differences = []Difference{
 		Why: "The peer names the statistic by the request's domain, so any caller can create names without bound.",
 	},
 }
+
+// UnsentStats are the statsd names envoyproxy/ratelimit pushes that
+// floodgate does not push, and why: Name is a pattern (path.Match, its '*'
+// spanning dots too), matched against the name without its EXTRA_TAGS. The
+// side-by-side test holds floodgate to push every other name the peer
+// pushes (and no other), and docs/ENVOY.md repeats each Name.
+var UnsentStats = []Difference{
+	{
+		Name: "ratelimit_server.*.response_time",
+		What: "The peer sends a timer sample (|ms) per gRPC call.",
+		Why: "A line per decision costs CPU per decision and a statsd server's work; the time is in " +
+			"floodgate_envoy_request_duration_seconds, a Prometheus histogram.",
+	},
+	{
+		Name: "ratelimit_server.Check.total_requests",
+		What: "The peer counts every unary gRPC call by method, health checks (Check) among them; floodgate counts ShouldRateLimit only.",
+		Why:  "Health checks are not rate-limit traffic; floodgate's total_requests counts the service's calls (POST /json ones too).",
+	},
+	{
+		Name: "ratelimit.redis_pool.*",
+		What: "The peer's Redis pool gauges and counters (cx_active, cx_total, cx_local_close; redis_per_second_pool likewise).",
+		Why: "floodgate's Redis client multiplexes every call on one pipelined connection per node: there is no pool; the store's " +
+			"latency and errors are floodgate_store_* Prometheus series.",
+	},
+	{
+		Name: "ratelimit.localcache.*",
+		What: "The peer's freecache statistics (with LOCAL_CACHE_SIZE_IN_BYTES).",
+		Why: "floodgate's over-limit cache is another structure; its hits, entries, bytes and evictions are floodgate_overlimit_cache_* " +
+			"Prometheus series, and its denials count in over_limit_with_local_cache as the peer's.",
+	},
+	{
+		Name: "runtime.*",
+		What: "The peer's file loader's statistics (load_attempts, load_failures, num_values).",
+		Why:  "floodgate loads the folder itself; config_load_success and config_load_error count each load as the peer counts them.",
+	},
+}

@@ -3,6 +3,7 @@ package envoyratelimit
 import (
 	"maps"
 	"net"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,7 @@ type statsdSink struct {
 	conn     *net.UDPConn
 	mu       sync.Mutex
 	counters map[string]uint64
+	types    map[string]string // every name pushed: its type (c, g, ms)
 	packets  int
 	bad      []string
 }
@@ -39,7 +41,7 @@ func newStatsdSink(t *testing.T) *statsdSink {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &statsdSink{conn: conn, counters: map[string]uint64{}}
+	s := &statsdSink{conn: conn, counters: map[string]uint64{}, types: map[string]string{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -56,11 +58,12 @@ func newStatsdSink(t *testing.T) *statsdSink {
 				v, typ, ok2 := strings.Cut(rest, "|")
 				n, err := strconv.ParseUint(v, 10, 64)
 				switch {
-				case !ok1 || !ok2 || err != nil:
+				case !ok1 || !ok2 || err != nil && typ != "ms":
 					s.bad = append(s.bad, line)
 				case typ == "c":
 					s.counters[name] += n
 				}
+				s.types[name] = typ
 			}
 			s.mu.Unlock()
 		}
@@ -136,11 +139,17 @@ func (ps *pair) noteStats(s step, rs []*envoy.Rule, hits []uint64, peek []bool, 
 		if r.ShadowMode {
 			ps.shadowKeys[key] = true
 		}
-		switch {
-		case want[i].differs != "":
-			ps.statsKeys[key] = want[i].differs
-		case !peek[i] && hits[i] > uint64(r.RequestsPerUnit) && r.RequestsPerUnit > 0 && !r.Unlimited:
-			ps.statsKeys[key] = "never-fits-stats"
+		note := func(df string) {
+			if ps.statsKeys[key] == nil {
+				ps.statsKeys[key] = map[string]bool{}
+			}
+			ps.statsKeys[key][df] = true
+		}
+		if want[i].differs != "" {
+			note(want[i].differs)
+		}
+		if !peek[i] && hits[i] > uint64(r.RequestsPerUnit) && r.RequestsPerUnit > 0 {
+			note("never-fits-stats")
 		}
 	}
 }
@@ -188,16 +197,18 @@ func (ps *pair) diffStats(t *testing.T, peer, fg *statsdSink, diffs map[string]i
 		key := strings.TrimPrefix(name, "ratelimit.service.rate_limit.")
 		stat := key[strings.LastIndexByte(key, '.')+1:]
 		key = key[:len(key)-len(stat)-1]
-		df := ps.statsKeys[key]
+		why, df := ps.statsKeys[key], ""
 		switch {
 		case stat == "domain_not_found" && pok && !fok:
 			df = "statsd-domain-not-found"
-		case stat == "total_hits":
-			df = "" // every hit counts in both
-		case stat == "shadow_mode" && !ps.shadowKeys[key], stat == "over_limit_with_local_cache":
-			df = ""
-		case stat == "within_limit" && df != "denied-consumes-nothing":
-			df = ""
+		case stat == "total_hits", stat == "over_limit_with_local_cache":
+			// every hit counts in both; no local cache here
+		case stat == "shadow_mode" && !ps.shadowKeys[key]:
+			// only rules in shadow_mode count it, in both
+		case why["never-fits-stats"] && (stat == "over_limit" || stat == "near_limit"):
+			df = "never-fits-stats"
+		case why["denied-consumes-nothing"]:
+			df = "denied-consumes-nothing"
 		}
 		if df != "" {
 			diffs[df]++
@@ -212,4 +223,36 @@ func (ps *pair) diffStats(t *testing.T, peer, fg *statsdSink, diffs map[string]i
 			t.Errorf("statsd %s: peer %d, floodgate %d", name, p, f)
 		}
 	}
+	// The other names: all the peer's but for UnsentStats, and no other.
+	peer.mu.Lock()
+	fg.mu.Lock()
+	defer fg.mu.Unlock()
+	defer peer.mu.Unlock()
+	for _, d := range []struct {
+		who        string
+		from, to   map[string]string
+		unsentOnly bool
+	}{{"the peer", peer.types, fg.types, true}, {"floodgate", fg.types, peer.types, false}} {
+		for name, typ := range d.from {
+			base := strings.TrimSuffix(name, statsdSuffix)
+			if _, ok := d.to[name]; ok || strings.HasPrefix(base, "ratelimit.service.rate_limit.") {
+				continue
+			}
+			if df := unsent(base); d.unsentOnly && df != "" {
+				diffs[df]++
+				continue
+			}
+			t.Errorf("statsd %s (|%s) pushed by %s only", base, typ, d.who)
+		}
+	}
+}
+
+// unsent returns the UnsentStats name that covers a statsd name, or "".
+func unsent(name string) string {
+	for _, u := range UnsentStats {
+		if ok, _ := path.Match(u.Name, name); ok {
+			return u.Name
+		}
+	}
+	return ""
 }
