@@ -3,10 +3,13 @@ package envoy_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/memory"
 )
@@ -92,4 +95,53 @@ descriptors:
 	// messaging.to_number 100 DAY
 	// messaging.to_number_+1555* 10 DAY
 	// no rule
+}
+
+// The reference's statistics under its statsd names, with their totals: what
+// floodgate serve --envoy-env pushes with USE_STATSD (as gains per flush).
+func ExampleService_PeerStats() {
+	rules, err := envoy.Parse(envoy.Source{Name: "db.yaml", Data: []byte(`
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit: {unit: second, requests_per_unit: 2}
+`)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// A clock of the example's own, so that the three calls share a window.
+	clock := clocktest.NewManual(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	svc, err := envoy.New(memory.New(memory.WithClock(clock)), rules, envoy.Options{Clock: clock})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "database", Value: "users"}},
+	}}}
+	for range 3 {
+		if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	var lines []string
+	svc.PeerStats(func(name string, total uint64) {
+		if total > 0 {
+			lines = append(lines, fmt.Sprintf("%s %d", name, total))
+		}
+	})
+	slices.Sort(lines)
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	// Output:
+	// ratelimit.service.config_load_success 1
+	// ratelimit.service.rate_limit.mongo_cps.database_users.near_limit 1
+	// ratelimit.service.rate_limit.mongo_cps.database_users.over_limit 1
+	// ratelimit.service.rate_limit.mongo_cps.database_users.total_hits 3
+	// ratelimit.service.rate_limit.mongo_cps.database_users.within_limit 2
+	// ratelimit_server.ShouldRateLimit.total_requests 3
 }
