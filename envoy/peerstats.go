@@ -52,9 +52,16 @@ var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
 // sanitizeStatName is the reference's utils.SanitizeStatName: ':' and '|'
 // become '_', and so do the dots of IPv4 addresses (a request's values in
-// a detailed_metric key), so that they do not split the name.
+// a detailed_metric key), so that they do not split the name. Control
+// characters become '_' too (the reference keeps them): a newline in a
+// request's value would end the statsd line and start one of the caller's.
 func sanitizeStatName(s string) string {
-	s = strings.NewReplacer(":", "_", "|", "_").Replace(s)
+	s = strings.Map(func(r rune) rune {
+		if r == ':' || r == '|' || r < 0x20 || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, s)
 	return ipv4.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 }
 
@@ -97,7 +104,9 @@ func (c peerCollector) Collect(ch chan<- prometheus.Metric) {
 	for l, s := range sums {
 		for i, v := range s {
 			if v > 0 {
-				ch <- prometheus.MustNewConstMetric(peerDescs[i], prometheus.CounterValue, float64(v), l[0], l[1], l[2])
+				if m, err := prometheus.NewConstMetric(peerDescs[i], prometheus.CounterValue, float64(v), l[0], l[1], l[2]); err == nil {
+					ch <- m // (an error is a label value that is not UTF-8, which gRPC and /json refuse anyway)
+				}
 			}
 		}
 	}

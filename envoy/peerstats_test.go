@@ -27,6 +27,7 @@ func TestPeerStatsNames(t *testing.T) {
 	}
 	e.raw(t, request("p", desc("route=/api/v1", "user=u")))
 	e.raw(t, request("p", desc("det=10.1.2.3:80|x")))
+	e.raw(t, request("p", desc("det=a\nforged:1|c")))
 	if _, err := e.client.ShouldRateLimit(t.Context(), request("")); err == nil {
 		t.Fatal("an empty domain was accepted")
 	}
@@ -45,12 +46,14 @@ func TestPeerStatsNames(t *testing.T) {
 		{"ratelimit.service.rate_limit.p.route_/api/v1.user.total_hits", 1},
 		// The reference's sanitising: ':' '|' and the dots of an IPv4 address.
 		{"ratelimit.service.rate_limit.p.det_10_1_2_3_80_x.total_hits", 1},
+		// A newline cannot end the line and forge another.
+		{"ratelimit.service.rate_limit.p.det_a_forged_1_c.total_hits", 1},
 		{"ratelimit.service.config_load_success", 1},
 		{"ratelimit.service.config_load_error", 0},
 		{"ratelimit.service.global_shadow_mode", 0},
 		{"ratelimit.service.call.should_rate_limit.service_error", 1},
 		{"ratelimit.service.call.should_rate_limit.redis_error", 0},
-		{"ratelimit_server.ShouldRateLimit.total_requests", 15},
+		{"ratelimit_server.ShouldRateLimit.total_requests", 16},
 	} {
 		if v, ok := got[tc.name]; !ok || v != tc.want {
 			t.Errorf("%s = %d (present %v), want %d", tc.name, v, ok, tc.want)
