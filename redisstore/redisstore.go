@@ -154,6 +154,7 @@ func New(cfg Config) (*Store, error) {
 			TopologyRefreshInterval: 5 * time.Second,
 		}
 	}
+	applyDial(&opt, &cfg)
 	connect := func() (rueidis.Client, error) {
 		client, err := rueidis.NewClient(opt)
 		if err != nil {
@@ -200,7 +201,8 @@ func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
 	}{
 		{"Addrs", len(cfg.Addrs) > 0}, {"Mode", cfg.Mode != ModeAuto}, {"SentinelMaster", cfg.SentinelMaster != ""},
 		{"SentinelUsername", cfg.SentinelUsername != ""}, {"SentinelPassword", cfg.SentinelPassword != ""},
-		{"Username", cfg.Username != ""}, {"Password", cfg.Password != ""}, {"TLS", cfg.TLS != nil}, {"DB", cfg.DB != 0}, {"FlushDelay", cfg.FlushDelay != 0},
+		{"Username", cfg.Username != ""}, {"Password", cfg.Password != ""}, {"TLS", cfg.TLS != nil},
+		{"TLSSkipHostnameVerification", cfg.TLSSkipHostnameVerification}, {"DB", cfg.DB != 0}, {"FlushDelay", cfg.FlushDelay != 0},
 	}
 	for _, f := range conn {
 		if f.set {
