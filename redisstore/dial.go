@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 
 	"github.com/redis/rueidis"
@@ -74,4 +76,20 @@ func skipHostname(c *tls.Config) *tls.Config {
 		return nil
 	}
 	return out
+}
+
+// errHandshake explains a connection that the server closed while rueidis
+// opened it: what a proxy that does not speak the Redis commands a
+// connection starts with (HELLO, CLIENT SETNAME) does, such as twemproxy
+// (nutcracker), the usual target of envoyproxy/ratelimit's default unix
+// socket.
+var errHandshake = errors.New("the server closed the connection during the handshake (HELLO, CLIENT SETNAME): is it a proxy such as twemproxy (nutcracker)? floodgate needs Redis itself (7.0 or later; Sentinel and Cluster are fine), which runs its Lua scripts")
+
+// connectError adds errHandshake to err when the server closed the
+// connection before answering.
+func connectError(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w (%w)", errHandshake, err)
+	}
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -192,4 +193,58 @@ func TestTLSSkipHostnameVerification(t *testing.T) {
 			t.Fatalf("New changed the caller's tls.Config: %+v", tc)
 		}
 	})
+}
+
+// TestTwemproxySocket connects to a twemproxy (nutcracker, the Debian
+// package) unix socket in front of a Redis of its own: envoyproxy/ratelimit's
+// default REDIS_URL points at one. twemproxy closes the connection at the
+// first command it does not proxy (HELLO), so floodgate cannot use it: New
+// and a LazyConnect store's health say so in words, not just "EOF".
+func TestTwemproxySocket(t *testing.T) {
+	bin, err := exec.LookPath("nutcracker")
+	if err != nil {
+		bin = "/usr/sbin/nutcracker" // the Debian package's, outside a user's PATH
+		if _, serr := os.Stat(bin); serr != nil {
+			msg := "nutcracker (twemproxy) is not installed: scripts/proxies.sh ensure (apt-get install nutcracker)"
+			if os.Getenv("FLOODGATE_REQUIRE_PROXIES") == "1" {
+				t.Fatal(msg + ", and FLOODGATE_REQUIRE_PROXIES=1")
+			}
+			t.Skip(msg)
+		}
+	}
+	srv := redistest.Spawn(t)
+	dir := socketDir(t)
+	sock, conf := filepath.Join(dir, "twemproxy.sock"), filepath.Join(dir, "nutcracker.yml")
+	yml := "floodgate:\n  listen: " + sock + " 0600\n  redis: true\n  servers:\n    - " + srv.Addr + ":1\n"
+	if err := os.WriteFile(conf, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", conf)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nutcracker did not listen on its socket within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err = New(Config{Addrs: []string{sock}, Mode: ModeStandalone, Timeout: testTimeout})
+	if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), "twemproxy") || !strings.Contains(err.Error(), "needs Redis itself") {
+		t.Fatalf("New = %v, want an outage that names twemproxy", err)
+	}
+	s, err := New(Config{Addrs: []string{sock}, Mode: ModeStandalone, Timeout: testTimeout, LazyConnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if h := s.Health(); h.Connected || !strings.Contains(h.Error, "twemproxy") {
+		t.Fatalf("health %+v: want not connected, naming twemproxy", h)
+	}
 }

@@ -158,7 +158,7 @@ func New(cfg Config) (*Store, error) {
 	connect := func() (rueidis.Client, error) {
 		client, err := rueidis.NewClient(opt)
 		if err != nil {
-			return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, err)
+			return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, connectError(err))
 		}
 		if mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
 			client.Close()

@@ -295,7 +295,13 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 		}
 	}
 	if len(e.errs) > 0 {
-		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(e.errs, "; "))
+		var errs []string // each once: a variable read twice (REDIS_TLS) fails once
+		for _, m := range e.errs {
+			if !slices.Contains(errs, m) {
+				errs = append(errs, m)
+			}
+		}
+		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
 	}
 
 	// floodgate's config, validated as a file would be.

@@ -208,6 +208,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 					t.Errorf("per-second store %+v", ps)
 				}
 			}, "", ""},
+		{"a bad REDIS_TLS is reported once", with(map[string]string{"REDIS_TLS": "maybe"}), nil, `REDIS_TLS="maybe" is not a boolean (true or false)`, ""},
 		{"per-second bad type", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "twin"}), nil, `REDIS_PERSECOND_TYPE="twin" is not single, sentinel or cluster`, ""},
 		{"per-second sentinel without master", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_URL": "s:26379"}), nil,
 			`REDIS_PERSECOND_URL="s:26379": with REDIS_PERSECOND_TYPE=sentinel it is <master name>,<sentinel1>,...`, ""},
@@ -243,6 +244,9 @@ func TestReadEnvoyEnv(t *testing.T) {
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				if n := strings.Count(err.Error(), tt.wantErr); n != 1 {
+					t.Fatalf("error %v says %q %d times", err, tt.wantErr, n)
 				}
 				return
 			}
