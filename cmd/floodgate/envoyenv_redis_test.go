@@ -133,6 +133,18 @@ func TestServeEnvoyEnvRedisSettings(t *testing.T) {
 		t.Fatalf("/readyz %d %s (%v): want both Redis", code, body, err)
 	}
 
+	mresp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{`floodgate_store_node_available{node="` + sock + `"} 1`, `floodgate_store_node_available{node="per-second 127.0.0.1:` + strconv.Itoa(tlsPort) + `"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
 	// The per-second Redis goes away: only its rule fails (failure_mode
 	// error: UNAVAILABLE, as with the peer), the per-minute one is decided.
 	psSrv.Kill()
