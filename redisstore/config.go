@@ -61,7 +61,8 @@ type Config struct {
 	// sentinels (ModeSentinel) or any cluster nodes (ModeCluster). A
 	// single server (ModeStandalone, or ModeAuto with one address) may
 	// instead be reached over a unix socket: "unix:///path/to/redis.sock"
-	// or a path starting with "/".
+	// or a path starting with "/" (with TLS over it, set TLS.ServerName to
+	// the name in Redis's certificate).
 	Addrs []string
 	// Mode selects standalone, Sentinel or Cluster. Zero (ModeAuto) infers
 	// it.
