@@ -217,6 +217,11 @@ func (c *Config) validate() error {
 	if _, err := c.RedisConfig(); err != nil {
 		errs = append(errs, err)
 	}
+	if ps := c.Store.PerSecond; ps != nil && ps.Type != "" && ps.Type != StoreMemory {
+		if _, err := ps.redisConfig(c.lines, perSecondPath); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if _, err := c.Policy(); err != nil {
 		errs = append(errs, err)
 	}

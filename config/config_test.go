@@ -85,6 +85,22 @@ func TestRedisConfig(t *testing.T) {
 		rc.LazyConnect || rc.MaxInFlight != 100 || rc.BreakerFailures != -1 || rc.SentinelUsername != "su" || rc.SentinelPassword != "sp" {
 		t.Fatalf("RedisConfig() = %+v", rc)
 	}
+	// A unix socket, hostname verification off, and a per-second store.
+	c, err = Parse([]byte("store:\n  type: redis\n  addrs: [unix:///run/redis.sock]\n  per_second:\n    type: redis\n    addrs: [\"10.0.0.8:6379\"]\n"+
+		"    tls: true\n    tls_skip_hostname_verification: true\n    timeout: 2s\n    password: ps\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, err := c.RedisConfig(); err != nil || rc.Addrs[0] != "unix:///run/redis.sock" || rc.TLS != nil || rc.TLSSkipHostnameVerification {
+		t.Fatalf("RedisConfig() = %+v, %v", rc, err)
+	}
+	ps, err := c.Store.PerSecondRedisConfig()
+	if err != nil || ps == nil || ps.Addrs[0] != "10.0.0.8:6379" || ps.TLS == nil || !ps.TLSSkipHostnameVerification || ps.Timeout != 2*time.Second || ps.Password != "ps" || ps.Mode != redisstore.ModeStandalone || !ps.LazyConnect {
+		t.Fatalf("PerSecondRedisConfig() = %+v, %v", ps, err)
+	}
+	if got := c.Store.String(); !strings.Contains(got, "per-second limits: redis 10.0.0.8:6379") {
+		t.Fatalf("String() = %q", got)
+	}
 	// The library's defaults apply to what the file leaves out.
 	c, err = Parse([]byte("store:\n  type: redis\n  addrs: [\"127.0.0.1:6379\"]\n"), "f.yaml")
 	if err != nil {
@@ -186,6 +202,18 @@ func TestParseErrors(t *testing.T) {
 		{"listen bad host", "listen: \"exa mple:80\"\n", []string{"line 1", "listen", "host"}},
 		{"grpc_listen bad port", "grpc_listen: \"127.0.0.1:http-ish\"\n", []string{"line 1", "grpc_listen", "port"}},
 		{"bad log level", "log:\n  level: loud\n", []string{"line 2", "log.level", "loud"}},
+		{"relative unix socket", "store:\n  type: redis\n  addrs: [\"unix://redis.sock\"]\n", []string{"line 3", "store.addrs[0]", "unix:///absolute/path"}},
+		{"unix socket on a cluster", "store:\n  type: redis-cluster\n  addrs: [/run/redis.sock]\n", []string{"line 3", "store.addrs[0]", "unix socket", "cluster mode needs host:port"}},
+		{"unix socket for sentinels", "store:\n  type: redis-sentinel\n  master_name: m\n  addrs: [unix:///run/s.sock]\n", []string{"line 4", "store.addrs[0]", "sentinel mode needs host:port"}},
+		{"skip hostname without tls", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls_skip_hostname_verification: true\n", []string{"line 4", "store.tls_skip_hostname_verification", "store.tls: true"}},
+		{"per-second store beside memory", "store:\n  type: memory\n  per_second:\n    type: redis\n    addrs: [127.0.0.1:6380]\n", []string{"line 3", "store.per_second", "store.type is memory"}},
+		{"per-second store without type", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    addrs: [127.0.0.1:6380]\n", []string{"store.per_second.type", "is required"}},
+		{"per-second memory store", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: memory\n", []string{"line 5", "store.per_second.type", "memory", "is a Redis"}},
+		{"per-second bad addr", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    addrs: [localhost]\n", []string{"line 6", "store.per_second.addrs[0]", "localhost"}},
+		{"per-second bad timeout", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    addrs: [127.0.0.1:6380]\n    timeout: 2h\n", []string{"line 7", "store.per_second.timeout", "2h0m0s"}},
+		{"per-second unknown key", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    adrs: [127.0.0.1:6380]\n", []string{"line 6", "store.per_second.adrs", `did you mean "addrs"?`}},
+		{"per-second over-limit cache", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    addrs: [127.0.0.1:6380]\n    over_limit_cache:\n      disabled: true\n", []string{"line 7", "store.per_second.over_limit_cache", "store.over_limit_cache instead"}},
+		{"per-second tls key without tls", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    addrs: [127.0.0.1:6380]\n    tls_server_name: x\n", []string{"line 7", "store.per_second.tls_server_name", "store.per_second.tls: true"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

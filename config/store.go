@@ -49,6 +49,12 @@ type Store struct {
 	// TLSServerName is the name Redis's certificate must hold (empty: the
 	// host of each address).
 	TLSServerName string `yaml:"tls_server_name"`
+	// TLSSkipHostnameVerification accepts a Redis certificate that names
+	// another host, as long as it chains to the trusted CAs (TLSCAFile, or
+	// the system's roots): envoyproxy/ratelimit's
+	// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION. Prefer TLSServerName. See
+	// redisstore.Config.TLSSkipHostnameVerification.
+	TLSSkipHostnameVerification bool `yaml:"tls_skip_hostname_verification"`
 	// MaxKeys bounds the keys of the memory store, evicting the least
 	// recently decided (0 or absent: DefaultMaxKeys; memory store only).
 	MaxKeys int `yaml:"max_keys"`
@@ -78,6 +84,11 @@ type Store struct {
 	BreakerFailures int `yaml:"breaker_failures"`
 	// OverLimitCache bounds the server's over-limit cache of denials.
 	OverLimitCache OverLimitCache `yaml:"over_limit_cache"`
+	// PerSecond, if set, is a second Redis for the limits whose window is
+	// exactly one second (envoyproxy/ratelimit's REDIS_PERSECOND): the
+	// same keys as this section but for over_limit_cache, max_keys and
+	// per_second, which apply to the whole store. See package splitstore.
+	PerSecond *Store `yaml:"per_second"`
 }
 
 // OverLimitCache bounds the engine's cache of denials
@@ -128,20 +139,37 @@ func (s Store) String() string {
 	if s.Type == StoreMemory || s.Type == "" {
 		return "memory (embedded, this process only)"
 	}
-	return fmt.Sprintf("%s %s", s.Type, strings.Join(s.Addrs, ","))
+	desc := fmt.Sprintf("%s %s", s.Type, strings.Join(s.Addrs, ","))
+	if s.PerSecond != nil {
+		desc += "; per-second limits: " + s.PerSecond.String()
+	}
+	return desc
 }
 
 // RedisConfig returns the Redis store's config for the store section,
 // checked by redisstore.Config.Validate; nil for the memory store.
 func (c *Config) RedisConfig() (*redisstore.Config, error) {
-	return c.Store.redisConfig(c.lines)
+	return c.Store.redisConfig(c.lines, "store")
 }
 
 // RedisConfig returns the Redis store's config for s, checked by
 // redisstore.Config.Validate; nil for the memory store.
-func (s Store) RedisConfig() (*redisstore.Config, error) { return s.redisConfig(nil) }
+func (s Store) RedisConfig() (*redisstore.Config, error) { return s.redisConfig(nil, "store") }
 
-func (s Store) redisConfig(lines yamlfield.Lines) (*redisstore.Config, error) {
+// PerSecondRedisConfig returns the config of the per-second Redis store
+// (store.per_second), checked by redisstore.Config.Validate; nil when
+// there is none.
+func (s Store) PerSecondRedisConfig() (*redisstore.Config, error) {
+	if s.PerSecond == nil {
+		return nil, nil
+	}
+	return s.PerSecond.redisConfig(nil, perSecondPath)
+}
+
+// perSecondPath is the YAML path of the per-second store's section.
+const perSecondPath = "store.per_second"
+
+func (s Store) redisConfig(lines yamlfield.Lines, p string) (*redisstore.Config, error) {
 	rc := &redisstore.Config{
 		Addrs:      s.Addrs,
 		Username:   s.Username,
@@ -167,22 +195,23 @@ func (s Store) redisConfig(lines yamlfield.Lines) (*redisstore.Config, error) {
 		rc.SentinelMaster = s.MasterName
 		rc.SentinelUsername, rc.SentinelPassword = s.SentinelUsername, s.SentinelPasswordValue()
 	default:
-		return nil, lines.Error("store.type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel")
+		return nil, lines.Error(p+".type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel")
 	}
 	if s.TLS {
 		tc, err := tlsfiles.Client(s.TLSCAFile, s.TLSCertFile, s.TLSKeyFile, s.TLSServerName)
 		if err != nil {
-			return nil, lines.Error("store.tls", "", "cannot be set up: "+err.Error())
+			return nil, lines.Error(p+".tls", "", "cannot be set up: "+err.Error())
 		}
 		rc.TLS = tc
+		rc.TLSSkipHostnameVerification = s.TLSSkipHostnameVerification
 	}
 	if err := rc.Validate(); err != nil {
 		var ce *redisstore.ConfigError
 		if !errors.As(err, &ce) {
-			return nil, lines.Error("store", "", err.Error())
+			return nil, lines.Error(p, "", err.Error())
 		}
-		path, value := redisField(ce.Field), ce.Value
-		if path == "store.type" {
+		path, value := p+redisField(ce.Field), ce.Value
+		if path == p+".type" {
 			value = s.Type
 		}
 		return nil, lines.Error(path, value, ce.Reason)
@@ -190,86 +219,123 @@ func (s Store) redisConfig(lines yamlfield.Lines) (*redisstore.Config, error) {
 	return rc, nil
 }
 
-// redisField maps a redisstore.Config field to the YAML path the user wrote.
+// redisField maps a redisstore.Config field to the YAML key the user wrote,
+// after the section's path: ".addrs[1]", or "" for the section.
 func redisField(field string) string {
 	switch {
 	case strings.HasPrefix(field, "Addrs"):
-		return "store.addrs" + strings.TrimPrefix(field, "Addrs")
+		return ".addrs" + strings.TrimPrefix(field, "Addrs")
 	case field == "SentinelMaster":
-		return "store.master_name"
+		return ".master_name"
 	case field == "DB":
-		return "store.db"
+		return ".db"
 	case field == "KeyPrefix":
-		return "store.key_prefix"
+		return ".key_prefix"
 	case field == "FlushDelay":
-		return "store.flush_delay"
+		return ".flush_delay"
 	case field == "MaxInFlight":
-		return "store.max_in_flight"
+		return ".max_in_flight"
 	case field == "Timeout":
-		return "store.timeout"
+		return ".timeout"
 	case field == "Mode":
-		return "store.type"
+		return ".type"
+	case field == "TLSSkipHostnameVerification":
+		return ".tls_skip_hostname_verification"
 	}
-	return "store"
+	return ""
 }
 
 // check reports what no library checks: the store type, the timeout's
-// range, and where the password comes from.
+// range, and where the password comes from; and so for the per-second
+// store's section.
 func (s *Store) check(lines yamlfield.Lines) []error {
+	errs := s.checkAt(lines, "store")
+	ps := s.PerSecond
+	if ps == nil {
+		return errs
+	}
+	p := perSecondPath
+	switch ps.Type {
+	case StoreRedis, StoreRedisCluster, StoreRedisSentinel:
+		if s.Type == "" || s.Type == StoreMemory {
+			errs = append(errs, lines.Error(p, "", "needs a Redis store section: store.type is memory, which keeps every limit in this process; set store.type to redis, redis-cluster or redis-sentinel, or remove store.per_second"))
+		}
+	case "":
+		errs = append(errs, lines.Error(p+".type", "", "is required: redis, redis-cluster or redis-sentinel"))
+	default:
+		errs = append(errs, lines.Error(p+".type", ps.Type, "is not one of redis, redis-cluster, redis-sentinel (the per-second store is a Redis)"))
+	}
+	if ps.OverLimitCache != (OverLimitCache{}) {
+		errs = append(errs, lines.Error(p+".over_limit_cache", "", "applies to the whole store: set store.over_limit_cache instead"))
+	}
+	if ps.PerSecond != nil {
+		errs = append(errs, lines.Error(p+".per_second", "", "cannot be nested: there is one per-second store"))
+	}
+	if ps.Type != "" && !(ps.Type == StoreRedis || ps.Type == StoreRedisCluster || ps.Type == StoreRedisSentinel) {
+		return errs
+	}
+	return append(errs, ps.checkAt(lines, p)...)
+}
+
+// checkAt checks the section s at path p (store, store.per_second).
+func (s *Store) checkAt(lines yamlfield.Lines, p string) []error {
 	var errs []error
 	switch s.Type {
 	case "", StoreMemory, StoreRedis, StoreRedisCluster, StoreRedisSentinel:
 	default:
-		errs = append(errs, lines.Error("store.type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel"))
+		errs = append(errs, lines.Error(p+".type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel"))
 	}
 	if s.Timeout != 0 && (s.Timeout < time.Millisecond || s.Timeout > time.Minute) {
-		errs = append(errs, lines.Error("store.timeout", s.Timeout.String(), "must be between 1ms and 1m (0 or absent: "+redisstore.DefaultTimeout.String()+")"))
+		errs = append(errs, lines.Error(p+".timeout", s.Timeout.String(), "must be between 1ms and 1m (0 or absent: "+redisstore.DefaultTimeout.String()+")"))
 	}
 	if n := s.OverLimitCache.MaxEntries; n < 0 {
-		errs = append(errs, lines.Error("store.over_limit_cache.max_entries", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
+		errs = append(errs, lines.Error(p+".over_limit_cache.max_entries", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
 	}
 	if n := s.OverLimitCache.MaxBytes; n < 0 {
-		errs = append(errs, lines.Error("store.over_limit_cache.max_bytes", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
+		errs = append(errs, lines.Error(p+".over_limit_cache.max_bytes", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
 	}
 	if s.Password != "" && s.PasswordEnv != "" {
-		errs = append(errs, lines.Error("store.password_env", s.PasswordEnv, "cannot be used together with store.password"))
+		errs = append(errs, lines.Error(p+".password_env", s.PasswordEnv, "cannot be used together with "+p+".password"))
 	}
 	if s.SentinelPassword != "" && s.SentinelPasswordEnv != "" {
-		errs = append(errs, lines.Error("store.sentinel_password_env", s.SentinelPasswordEnv, "cannot be used together with store.sentinel_password"))
+		errs = append(errs, lines.Error(p+".sentinel_password_env", s.SentinelPasswordEnv, "cannot be used together with "+p+".sentinel_password"))
 	}
 	if s.Type != StoreRedisSentinel {
 		for _, f := range []struct{ key, value string }{
-			{"store.sentinel_username", s.SentinelUsername}, {"store.sentinel_password", s.SentinelPassword},
-			{"store.sentinel_password_env", s.SentinelPasswordEnv},
+			{p + ".sentinel_username", s.SentinelUsername}, {p + ".sentinel_password", s.SentinelPassword},
+			{p + ".sentinel_password_env", s.SentinelPasswordEnv},
 		} {
 			if f.value != "" {
-				errs = append(errs, lines.Error(f.key, f.value, "applies only with store.type: redis-sentinel"))
+				errs = append(errs, lines.Error(f.key, f.value, "applies only with "+p+".type: redis-sentinel"))
 			}
 		}
 	}
 	if s.SentinelPasswordEnv != "" {
 		if _, ok := os.LookupEnv(s.SentinelPasswordEnv); !ok {
-			errs = append(errs, lines.Error("store.sentinel_password_env", s.SentinelPasswordEnv, "names an environment variable that is not set; export it or remove the key"))
+			errs = append(errs, lines.Error(p+".sentinel_password_env", s.SentinelPasswordEnv, "names an environment variable that is not set; export it or remove the key"))
 		}
 	}
 	if !s.TLS {
 		for _, f := range []struct{ key, value string }{
-			{"store.tls_ca_file", s.TLSCAFile}, {"store.tls_cert_file", s.TLSCertFile},
-			{"store.tls_key_file", s.TLSKeyFile}, {"store.tls_server_name", s.TLSServerName},
+			{p + ".tls_ca_file", s.TLSCAFile}, {p + ".tls_cert_file", s.TLSCertFile},
+			{p + ".tls_key_file", s.TLSKeyFile}, {p + ".tls_server_name", s.TLSServerName},
 		} {
 			if f.value != "" {
-				errs = append(errs, lines.Error(f.key, f.value, "applies only with store.tls: true; add it"))
+				errs = append(errs, lines.Error(f.key, f.value, "applies only with "+p+".tls: true; add it"))
 			}
+		}
+		if s.TLSSkipHostnameVerification {
+			errs = append(errs, lines.Error(p+".tls_skip_hostname_verification", "true", "applies only with "+p+".tls: true; add it"))
 		}
 	}
 	if s.MaxKeys < 0 {
-		errs = append(errs, lines.Error("store.max_keys", fmt.Sprint(s.MaxKeys), fmt.Sprintf("must be positive (0 or absent: %d)", DefaultMaxKeys)))
+		errs = append(errs, lines.Error(p+".max_keys", fmt.Sprint(s.MaxKeys), fmt.Sprintf("must be positive (0 or absent: %d)", DefaultMaxKeys)))
 	} else if s.MaxKeys != 0 && s.Type != "" && s.Type != StoreMemory {
-		errs = append(errs, lines.Error("store.max_keys", fmt.Sprint(s.MaxKeys), "applies to the memory store only; Redis bounds its memory with maxmemory"))
+		errs = append(errs, lines.Error(p+".max_keys", fmt.Sprint(s.MaxKeys), "applies to the memory store only; Redis bounds its memory with maxmemory"))
 	}
 	if s.PasswordEnv != "" {
 		if _, ok := os.LookupEnv(s.PasswordEnv); !ok {
-			errs = append(errs, lines.Error("store.password_env", s.PasswordEnv, "names an environment variable that is not set"))
+			errs = append(errs, lines.Error(p+".password_env", s.PasswordEnv, "names an environment variable that is not set"))
 		}
 	}
 	return errs

@@ -58,7 +58,11 @@ func (m Mode) String() string {
 // required. Every other field has a working default.
 type Config struct {
 	// Addrs are the host:port addresses to connect to: the server, the
-	// sentinels (ModeSentinel) or any cluster nodes (ModeCluster).
+	// sentinels (ModeSentinel) or any cluster nodes (ModeCluster). A
+	// single server (ModeStandalone, or ModeAuto with one address) may
+	// instead be reached over a unix socket: "unix:///path/to/redis.sock"
+	// or a path starting with "/" (with TLS over it, set TLS.ServerName to
+	// the name in Redis's certificate).
 	Addrs []string
 	// Mode selects standalone, Sentinel or Cluster. Zero (ModeAuto) infers
 	// it.
@@ -74,6 +78,15 @@ type Config struct {
 	Username, Password string
 	// TLS, if not nil, connects with TLS (to the sentinels too).
 	TLS *tls.Config
+	// TLSSkipHostnameVerification, with TLS, accepts a server certificate
+	// that does not name the address dialled (or TLS.ServerName), as
+	// envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION does:
+	// the certificate must still chain to TLS.RootCAs (nil: the system's
+	// roots), be valid now and be meant for a server. Only the name is not
+	// checked, so any certificate of those CAs is accepted: prefer a
+	// certificate that names the address, or TLS.ServerName. New logs a
+	// warning when it is set.
+	TLSSkipHostnameVerification bool
 	// DB selects the database (standalone and Sentinel only: a cluster has
 	// only database 0).
 	DB int
@@ -166,16 +179,29 @@ func (c *Config) Validate() error {
 	if len(c.Addrs) == 0 {
 		return &ConfigError{Field: "Addrs", Value: "[]", Reason: "must name at least one host:port"}
 	}
-	for i, a := range c.Addrs {
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: "is not host:port"}
-		}
-	}
 	if c.Mode > ModeCluster {
 		return &ConfigError{Field: "Mode", Value: c.Mode.String(), Reason: "is not auto, standalone, sentinel or cluster"}
 	}
 	mode := c.mode()
+	for i, a := range c.Addrs {
+		if path, ok := unixPath(a); ok {
+			switch {
+			case path == "" || path[0] != '/':
+				return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: "is not a unix socket address: write unix:///absolute/path/to/redis.sock"}
+			case mode == ModeSentinel || mode == ModeCluster:
+				return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: "is a unix socket, which reaches one server only: " + mode.String() + " mode needs host:port addresses (its nodes announce each other by host:port)"}
+			case len(c.Addrs) > 1:
+				return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: "is a unix socket, which reaches one server only: it must be the only address"}
+			}
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: "is not host:port (nor a unix socket: unix:///path or /path)"}
+		}
+	}
 	switch {
+	case c.TLSSkipHostnameVerification && c.TLS == nil:
+		return &ConfigError{Field: "TLSSkipHostnameVerification", Value: "true", Reason: "applies only with TLS; set TLS too"}
 	case mode == ModeSentinel && c.SentinelMaster == "":
 		return &ConfigError{Field: "SentinelMaster", Value: `""`, Reason: "must name the monitored primary in sentinel mode"}
 	case mode != ModeSentinel && c.SentinelMaster != "":
@@ -190,6 +216,15 @@ func (c *Config) Validate() error {
 		return &ConfigError{Field: "Mode", Value: "auto", Reason: "cannot be used with LazyConnect (the server would have to say whether it is a cluster); set standalone, sentinel or cluster"}
 	}
 	return c.validateStore()
+}
+
+// unixPath reports whether addr names a unix socket ("unix://path" or a
+// path starting with "/"), and its path.
+func unixPath(addr string) (string, bool) {
+	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return rest, true
+	}
+	return addr, strings.HasPrefix(addr, "/")
 }
 
 func (c *Config) mode() Mode {

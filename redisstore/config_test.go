@@ -36,6 +36,14 @@ func TestConfigValidate(t *testing.T) {
 		{"negative timeout", Config{Addrs: one, Timeout: -time.Millisecond}, "Timeout"},
 		{"flush delay off", Config{Addrs: one, FlushDelay: -1}, ""},
 		{"flush delay 1ms", Config{Addrs: one, FlushDelay: time.Millisecond}, ""},
+		{"unix socket URL", Config{Addrs: []string{"unix:///run/redis.sock"}, Mode: ModeStandalone}, ""},
+		{"unix socket path, auto", Config{Addrs: []string{"/run/redis.sock"}}, ""},
+		{"unix socket, relative", Config{Addrs: []string{"unix://run/redis.sock"}}, "Addrs[0]"},
+		{"unix socket in cluster mode", Config{Addrs: []string{"/run/redis.sock"}, Mode: ModeCluster}, "Addrs[0]"},
+		{"unix socket in sentinel mode", Config{Addrs: []string{"unix:///run/s.sock"}, SentinelMaster: "m"}, "Addrs[0]"},
+		{"unix socket beside another address", Config{Addrs: []string{"a:1", "/run/redis.sock"}}, "Addrs[1]"},
+		{"skip hostname with TLS", Config{Addrs: one, TLS: &tls.Config{}, TLSSkipHostnameVerification: true}, ""},
+		{"skip hostname without TLS", Config{Addrs: one, TLSSkipHostnameVerification: true}, "TLSSkipHostnameVerification"},
 		{"flush delay too long", Config{Addrs: one, FlushDelay: time.Millisecond + 1}, "FlushDelay"},
 	}
 	for _, c := range cases {

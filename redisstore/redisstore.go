@@ -154,10 +154,11 @@ func New(cfg Config) (*Store, error) {
 			TopologyRefreshInterval: 5 * time.Second,
 		}
 	}
+	applyDial(&opt, &cfg)
 	connect := func() (rueidis.Client, error) {
 		client, err := rueidis.NewClient(opt)
 		if err != nil {
-			return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, err)
+			return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, connectError(err))
 		}
 		if mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
 			client.Close()
@@ -200,7 +201,8 @@ func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
 	}{
 		{"Addrs", len(cfg.Addrs) > 0}, {"Mode", cfg.Mode != ModeAuto}, {"SentinelMaster", cfg.SentinelMaster != ""},
 		{"SentinelUsername", cfg.SentinelUsername != ""}, {"SentinelPassword", cfg.SentinelPassword != ""},
-		{"Username", cfg.Username != ""}, {"Password", cfg.Password != ""}, {"TLS", cfg.TLS != nil}, {"DB", cfg.DB != 0}, {"FlushDelay", cfg.FlushDelay != 0},
+		{"Username", cfg.Username != ""}, {"Password", cfg.Password != ""}, {"TLS", cfg.TLS != nil},
+		{"TLSSkipHostnameVerification", cfg.TLSSkipHostnameVerification}, {"DB", cfg.DB != 0}, {"FlushDelay", cfg.FlushDelay != 0},
 	}
 	for _, f := range conn {
 		if f.set {

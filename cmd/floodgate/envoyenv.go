@@ -168,85 +168,45 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	c.grpc.requireRulesHealth = c.health
 
 	// Store.
-	store := config.Store{}
 	switch b := strings.ToLower(e.str("BACKEND_TYPE", "redis")); b {
 	case "redis":
 	default:
 		e.fail("BACKEND_TYPE=%q is not supported: floodgate's shared store is Redis (standalone, Sentinel or Cluster)", b)
 	}
-	if st := strings.ToLower(e.str("REDIS_SOCKET_TYPE", "unix")); st != "tcp" {
-		e.fail("REDIS_SOCKET_TYPE=%q is not supported: floodgate reaches Redis over TCP; set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port", st)
-	}
-	url := e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
-	switch t := strings.ToLower(e.str("REDIS_TYPE", "single")); t {
-	case "single":
-		store.Type, store.Addrs = config.StoreRedis, []string{url}
-	case "cluster":
-		store.Type, store.Addrs = config.StoreRedisCluster, strings.Split(url, ",")
-	case "sentinel":
-		parts := strings.Split(url, ",")
-		if len(parts) < 2 {
-			e.fail("REDIS_URL=%q: with REDIS_TYPE=sentinel it is <master name>,<sentinel1>,...", url)
-		} else {
-			store.Type, store.MasterName, store.Addrs = config.StoreRedisSentinel, parts[0], parts[1:]
-		}
-	default:
-		e.fail("REDIS_TYPE=%q is not single, sentinel or cluster", t)
-	}
-	if auth := e.str("REDIS_AUTH", ""); auth != "" {
-		if user, pass, ok := strings.Cut(auth, ":"); ok {
-			store.Username, store.Password = user, pass
-		} else {
-			store.Password = auth
-		}
-	}
-	// The peer reads the certificate files only with REDIS_TLS, and so does
-	// floodgate (store.tls_*).
-	store.TLS = e.bool("REDIS_TLS", false)
-	if store.TLS {
-		store.TLSCertFile, store.TLSKeyFile = e.str("REDIS_TLS_CLIENT_CERT", ""), e.str("REDIS_TLS_CLIENT_KEY", "")
-		store.TLSCAFile = e.str("REDIS_TLS_CACERT", "")
-		if (store.TLSCertFile == "") != (store.TLSKeyFile == "") {
+	// The peer reads one set of TLS files, for both of its Redis, when
+	// either has TLS; floodgate too (store.tls_* and store.per_second.tls_*).
+	perSecond := e.bool("REDIS_PERSECOND", false)
+	var tf redisTLSFiles
+	if e.bool("REDIS_TLS", false) || e.bool("REDIS_PERSECOND_TLS", false) {
+		tf = redisTLSFiles{cert: e.str("REDIS_TLS_CLIENT_CERT", ""), key: e.str("REDIS_TLS_CLIENT_KEY", ""), ca: e.str("REDIS_TLS_CACERT", ""),
+			skipHostname: e.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)}
+		if (tf.cert == "") != (tf.key == "") {
 			e.fail("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together: set both for a client certificate, or neither")
 		}
 	} else {
-		for _, v := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT"} {
+		for _, v := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"} {
 			if e.str(v, "") != "" {
-				note("%s: ignored, as by the peer, because REDIS_TLS is not true", v)
+				note("%s: ignored, as by the peer, because neither REDIS_TLS nor REDIS_PERSECOND_TLS is true", v)
 			}
 		}
 	}
-	if e.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
-		e.fail("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true is not supported: floodgate always verifies Redis's certificate (set REDIS_TLS_CACERT to the CA that signs it)")
-	}
-	if auth := e.str("REDIS_SENTINEL_AUTH", ""); auth != "" {
-		if store.Type != config.StoreRedisSentinel {
-			note("REDIS_SENTINEL_AUTH: ignored, as by the peer, because REDIS_TYPE is not sentinel")
-		} else if user, pass, ok := strings.Cut(auth, ":"); ok {
-			store.SentinelUsername, store.SentinelPassword = user, pass
-		} else {
-			store.SentinelPassword = auth
-		}
-	}
-	if e.set("REDIS_TIMEOUT") {
-		store.Timeout = e.duration("REDIS_TIMEOUT", 0)
+	store := redisFromEnv(e, note, "REDIS_", "/var/run/nutcracker/ratelimit.sock", tf)
+	if perSecond {
+		ps := redisFromEnv(e, note, "REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock", tf)
+		store.PerSecond = &ps
 	} else {
-		note("REDIS_TIMEOUT: unset, so floodgate's own store timeout applies (50ms), not the peer's 10s")
-	}
-	if w := e.duration("REDIS_PIPELINE_WINDOW", 0); w > 0 {
-		store.FlushDelay = min(w, time.Millisecond)
-		if w > time.Millisecond {
-			note("REDIS_PIPELINE_WINDOW=%s: floodgate gathers calls for at most 1ms", w)
+		for _, v := range []string{"REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_PIPELINE_WINDOW"} {
+			if e.set(v) {
+				note("%s: ignored, as by the peer, because REDIS_PERSECOND is not true", v)
+			}
 		}
 	}
 	store.KeyPrefix = e.str("CACHE_KEY_PREFIX", "")
-	if e.bool("REDIS_PERSECOND", false) {
-		e.fail("REDIS_PERSECOND=true is not supported: floodgate keeps per-second limits in the one Redis of REDIS_URL")
+	if store.PerSecond != nil {
+		store.PerSecond.KeyPrefix = store.KeyPrefix
 	}
-	for _, v := range []string{"REDIS_POOL_SIZE", "REDIS_PIPELINE_LIMIT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"} {
-		if e.set(v) {
-			note("%s: not needed (floodgate multiplexes every call on one pipelined connection per node; health always asks the store)", v)
-		}
+	if e.set("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION") {
+		note("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: not needed (health always asks the store, each Redis)")
 	}
 	if e.set("EXPIRATION_JITTER_MAX_SECONDS") {
 		note("EXPIRATION_JITTER_MAX_SECONDS: not needed (floodgate's keys expire when their window ends)")
@@ -331,23 +291,19 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 		}
 	}
 	if len(e.errs) > 0 {
-		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(e.errs, "; "))
+		var errs []string // each once: a variable read twice (REDIS_TLS) fails once
+		for _, m := range e.errs {
+			if !slices.Contains(errs, m) {
+				errs = append(errs, m)
+			}
+		}
+		return nil, fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(errs, "; "))
 	}
 
 	// floodgate's config, validated as a file would be.
-	st := map[string]any{"type": store.Type, "addrs": store.Addrs, "tls": store.TLS}
-	for k, v := range map[string]string{"master_name": store.MasterName, "username": store.Username, "password": store.Password,
-		"sentinel_username": store.SentinelUsername, "sentinel_password": store.SentinelPassword, "key_prefix": store.KeyPrefix,
-		"tls_cert_file": store.TLSCertFile, "tls_key_file": store.TLSKeyFile, "tls_ca_file": store.TLSCAFile} {
-		if v != "" {
-			st[k] = v
-		}
-	}
-	if store.Timeout != 0 {
-		st["timeout"] = store.Timeout.String()
-	}
-	if store.FlushDelay != 0 {
-		st["flush_delay"] = store.FlushDelay.String()
+	st := storeYAML(store)
+	if store.PerSecond != nil {
+		st["per_second"] = storeYAML(*store.PerSecond)
 	}
 	raw := map[string]any{"listen": listen, "grpc_listen": grpcListen, "envoy_config": dir, "store": st,
 		"log": map[string]string{"format": format, "level": level}}
@@ -364,4 +320,118 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	}
 	c.cfg = cfg
 	return c, nil
+}
+
+// redisTLSFiles are the peer's TLS settings for its Redis, shared by the
+// main and the per-second one (REDIS_TLS_*).
+type redisTLSFiles struct {
+	cert, key, ca string
+	skipHostname  bool
+}
+
+// redisFromEnv reads one of the peer's Redis settings, those of the
+// variables starting with prefix (REDIS_, or REDIS_PERSECOND_ for the
+// per-second Redis), into a store section; defURL is the peer's default
+// address. Errors and notes go to e and note.
+func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string, tf redisTLSFiles) config.Store {
+	store := config.Store{}
+	v := func(name string) string { return prefix + name }
+	url := e.str(v("URL"), defURL)
+	socketType := strings.ToLower(e.str(v("SOCKET_TYPE"), "unix"))
+	switch t := strings.ToLower(e.str(v("TYPE"), "single")); t {
+	case "single":
+		store.Type = config.StoreRedis
+		switch socketType {
+		case "tcp":
+			store.Addrs = []string{url}
+		case "unix":
+			// The peer's default: a socket, often a twemproxy sidecar's,
+			// which cannot run floodgate's scripts (docs/ENVOY.md).
+			if !strings.HasPrefix(url, "/") {
+				e.fail("%s=%q: with %s=unix (the peer's default) it is the absolute path of Redis's unix socket; for host:port set %s=tcp", v("URL"), url, v("SOCKET_TYPE"), v("SOCKET_TYPE"))
+			}
+			store.Addrs = []string{url}
+		default:
+			e.fail("%s=%q is not unix or tcp", v("SOCKET_TYPE"), socketType)
+		}
+	case "cluster", "sentinel":
+		// The peer dials the nodes of a cluster and the sentinels over TCP,
+		// whatever the socket type.
+		if e.set(v("SOCKET_TYPE")) && socketType != "tcp" {
+			note("%s=%s: ignored, as by the peer, with %s=%s (its nodes are reached over TCP)", v("SOCKET_TYPE"), socketType, v("TYPE"), t)
+		}
+		parts := strings.Split(url, ",")
+		if t == "cluster" {
+			store.Type, store.Addrs = config.StoreRedisCluster, parts
+		} else if len(parts) < 2 {
+			e.fail("%s=%q: with %s=sentinel it is <master name>,<sentinel1>,...", v("URL"), url, v("TYPE"))
+		} else {
+			store.Type, store.MasterName, store.Addrs = config.StoreRedisSentinel, parts[0], parts[1:]
+		}
+	default:
+		e.fail("%s=%q is not single, sentinel or cluster", v("TYPE"), t)
+	}
+	if auth := e.str(v("AUTH"), ""); auth != "" {
+		store.Username, store.Password = splitAuth(auth)
+	}
+	store.TLS = e.bool(v("TLS"), false)
+	if store.TLS {
+		store.TLSCertFile, store.TLSKeyFile, store.TLSCAFile = tf.cert, tf.key, tf.ca
+		store.TLSSkipHostnameVerification = tf.skipHostname
+	}
+	if auth := e.str(v("SENTINEL_AUTH"), ""); auth != "" {
+		if store.Type != config.StoreRedisSentinel {
+			note("%s: ignored, as by the peer, because %s is not sentinel", v("SENTINEL_AUTH"), v("TYPE"))
+		} else {
+			store.SentinelUsername, store.SentinelPassword = splitAuth(auth)
+		}
+	}
+	if e.set(v("TIMEOUT")) {
+		store.Timeout = e.duration(v("TIMEOUT"), 0)
+	} else {
+		note("%s: unset, so floodgate's own store timeout applies (50ms), not the peer's 10s", v("TIMEOUT"))
+	}
+	if w := e.duration(v("PIPELINE_WINDOW"), 0); w > 0 {
+		store.FlushDelay = min(w, time.Millisecond)
+		if w > time.Millisecond {
+			note("%s=%s: floodgate gathers calls for at most 1ms", v("PIPELINE_WINDOW"), w)
+		}
+	}
+	for _, name := range []string{v("POOL_SIZE"), v("PIPELINE_LIMIT"), v("POOL_ON_EMPTY_BEHAVIOR")} {
+		if e.set(name) {
+			note("%s: not needed (floodgate multiplexes every call on one pipelined connection per node)", name)
+		}
+	}
+	return store
+}
+
+// splitAuth splits the peer's "user:password" (or "password") credentials.
+func splitAuth(auth string) (user, pass string) {
+	if u, p, ok := strings.Cut(auth, ":"); ok {
+		return u, p
+	}
+	return "", auth
+}
+
+// storeYAML is a store section as floodgate's YAML writes it, for
+// config.Parse to validate as it validates a file.
+func storeYAML(store config.Store) map[string]any {
+	st := map[string]any{"type": store.Type, "addrs": store.Addrs, "tls": store.TLS}
+	for k, v := range map[string]string{"master_name": store.MasterName, "username": store.Username, "password": store.Password,
+		"sentinel_username": store.SentinelUsername, "sentinel_password": store.SentinelPassword, "key_prefix": store.KeyPrefix,
+		"tls_cert_file": store.TLSCertFile, "tls_key_file": store.TLSKeyFile, "tls_ca_file": store.TLSCAFile} {
+		if v != "" {
+			st[k] = v
+		}
+	}
+	if store.TLSSkipHostnameVerification {
+		st["tls_skip_hostname_verification"] = true
+	}
+	if store.Timeout != 0 {
+		st["timeout"] = store.Timeout.String()
+	}
+	if store.FlushDelay != 0 {
+		st["flush_delay"] = store.FlushDelay.String()
+	}
+	return st
 }

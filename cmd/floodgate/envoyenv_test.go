@@ -122,7 +122,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 				if s := c.cfg.Store; s.TLS || s.TLSCAFile != "" {
 					t.Errorf("store %+v", s)
 				}
-			}, "", "REDIS_TLS_CACERT: ignored, as by the peer"},
+			}, "", "REDIS_TLS_CACERT: ignored, as by the peer, because neither REDIS_TLS nor REDIS_PERSECOND_TLS is true"},
 		{"redis client certificate without its key", with(map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": certFile}),
 			nil, "REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together", ""},
 		{"sentinel auth", with(map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379", "REDIS_SENTINEL_AUTH": "sentry:pw"}),
@@ -134,14 +134,98 @@ func TestReadEnvoyEnv(t *testing.T) {
 			}, "", ""},
 		{"sentinel auth without sentinels", with(map[string]string{"REDIS_SENTINEL_AUTH": "pw"}), nil, "", "REDIS_SENTINEL_AUTH: ignored"},
 		{"memcache", with(map[string]string{"BACKEND_TYPE": "memcache"}), nil, `BACKEND_TYPE="memcache" is not supported`, ""},
-		{"unix socket (the peer's default)", map[string]string{}, nil, `REDIS_SOCKET_TYPE="unix" is not supported`, ""},
+		{"unix socket (the peer's default)", map[string]string{"USE_STATSD": "false"}, func(t *testing.T, c *envoyCompat) {
+			if s := c.cfg.Store; s.Type != config.StoreRedis || strings.Join(s.Addrs, ",") != "/var/run/nutcracker/ratelimit.sock" || s.PerSecond != nil {
+				t.Errorf("store %+v, want the peer's default socket", s)
+			}
+		}, "", ""},
+		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis/redis.sock"}, func(t *testing.T, c *envoyCompat) {
+			rc, err := c.cfg.RedisConfig()
+			if err != nil || strings.Join(rc.Addrs, ",") != "/run/redis/redis.sock" {
+				t.Errorf("redis config %+v, %v", rc, err)
+			}
+		}, "", ""},
+		{"unix socket type with host:port", map[string]string{"REDIS_URL": "redis:6379"}, nil,
+			`REDIS_URL="redis:6379": with REDIS_SOCKET_TYPE=unix (the peer's default) it is the absolute path of Redis's unix socket; for host:port set REDIS_SOCKET_TYPE=tcp`, ""},
+		{"another socket type", with(map[string]string{"REDIS_SOCKET_TYPE": "udp"}), nil, `REDIS_SOCKET_TYPE="udp" is not unix or tcp`, ""},
+		{"cluster over the default socket type is TCP, as for the peer", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:1,b:2"}, func(t *testing.T, c *envoyCompat) {
+			if s := c.cfg.Store; s.Type != config.StoreRedisCluster || strings.Join(s.Addrs, ",") != "a:1,b:2" {
+				t.Errorf("store %+v", s)
+			}
+		}, "", ""},
+		{"sentinels with an explicit unix socket type", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379"}, nil, "",
+			"REDIS_SOCKET_TYPE=unix: ignored, as by the peer, with REDIS_TYPE=sentinel"},
+		{"skip hostname verification", with(map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CACERT": caFile, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}),
+			func(t *testing.T, c *envoyCompat) {
+				rc, err := c.cfg.RedisConfig()
+				if err != nil || rc.TLS == nil || rc.TLS.RootCAs == nil || !rc.TLSSkipHostnameVerification || rc.TLS.InsecureSkipVerify {
+					t.Errorf("redis config %+v, %v: want TLS with the CA and only the hostname check skipped", rc, err)
+				}
+			}, "", ""},
+		{"skip hostname verification without TLS", with(map[string]string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}), func(t *testing.T, c *envoyCompat) {
+			if c.cfg.Store.TLSSkipHostnameVerification {
+				t.Errorf("store %+v", c.cfg.Store)
+			}
+		}, "", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: ignored, as by the peer"},
+		{"skip hostname verification, bad value", with(map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "sure"}), nil,
+			`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION="sure" is not a boolean`, ""},
+		{"per-second redis", with(map[string]string{
+			"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "ps:6380", "REDIS_PERSECOND_AUTH": "psuser:pspass",
+			"REDIS_PERSECOND_TLS": "true", "REDIS_TLS_CACERT": caFile, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true",
+			"REDIS_PERSECOND_TIMEOUT": "20ms", "REDIS_PERSECOND_PIPELINE_WINDOW": "100us", "REDIS_PERSECOND_POOL_SIZE": "5", "CACHE_KEY_PREFIX": "rl:",
+			"REDIS_TIMEOUT": "30ms",
+		}), func(t *testing.T, c *envoyCompat) {
+			s := c.cfg.Store
+			if s.TLS || s.TLSCAFile != "" || s.Timeout != 30*time.Millisecond || s.KeyPrefix != "rl:" || s.PerSecond == nil {
+				t.Fatalf("main store %+v: want no TLS (REDIS_TLS unset) and its own timeout", s)
+			}
+			ps := s.PerSecond
+			if ps.Type != config.StoreRedis || strings.Join(ps.Addrs, ",") != "ps:6380" || ps.Username != "psuser" || ps.Password != "pspass" ||
+				!ps.TLS || ps.TLSCAFile != caFile || !ps.TLSSkipHostnameVerification || ps.Timeout != 20*time.Millisecond ||
+				ps.FlushDelay != 100*time.Microsecond || ps.KeyPrefix != "rl:" {
+				t.Errorf("per-second store %+v", ps)
+			}
+			rc, err := c.cfg.Store.PerSecondRedisConfig()
+			if err != nil || rc == nil || rc.TLS == nil || !rc.TLSSkipHostnameVerification || rc.KeyPrefix != "rl:" {
+				t.Errorf("per-second redis config %+v, %v", rc, err)
+			}
+		}, "", "REDIS_PERSECOND_POOL_SIZE: not needed"},
+		{"per-second redis on the peer's default socket", with(map[string]string{"REDIS_PERSECOND": "true"}), func(t *testing.T, c *envoyCompat) {
+			if ps := c.cfg.Store.PerSecond; ps == nil || strings.Join(ps.Addrs, ",") != "/var/run/nutcracker/ratelimitpersecond.sock" {
+				t.Errorf("per-second store %+v", ps)
+			}
+		}, "", "REDIS_PERSECOND_TIMEOUT: unset"},
+		{"per-second sentinels", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "SENTINEL", "REDIS_PERSECOND_URL": "psm,ps1:26379,ps2:26379",
+			"REDIS_PERSECOND_SENTINEL_AUTH": "sentry:pw", "REDIS_SENTINEL_AUTH": "main-only"}), func(t *testing.T, c *envoyCompat) {
+			ps := c.cfg.Store.PerSecond
+			if ps == nil || ps.Type != config.StoreRedisSentinel || ps.MasterName != "psm" || len(ps.Addrs) != 2 || ps.SentinelUsername != "sentry" || ps.SentinelPassword != "pw" {
+				t.Errorf("per-second store %+v", ps)
+			}
+		}, "", "REDIS_SENTINEL_AUTH: ignored, as by the peer, because REDIS_TYPE is not sentinel"},
+		{"per-second cluster", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "cluster", "REDIS_PERSECOND_URL": "c1:7000,c2:7001"}),
+			func(t *testing.T, c *envoyCompat) {
+				if ps := c.cfg.Store.PerSecond; ps == nil || ps.Type != config.StoreRedisCluster || len(ps.Addrs) != 2 {
+					t.Errorf("per-second store %+v", ps)
+				}
+			}, "", ""},
+		{"a bad REDIS_TLS is reported once", with(map[string]string{"REDIS_TLS": "maybe"}), nil, `REDIS_TLS="maybe" is not a boolean (true or false)`, ""},
+		{"per-second bad type", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "twin"}), nil, `REDIS_PERSECOND_TYPE="twin" is not single, sentinel or cluster`, ""},
+		{"per-second sentinel without master", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_URL": "s:26379"}), nil,
+			`REDIS_PERSECOND_URL="s:26379": with REDIS_PERSECOND_TYPE=sentinel it is <master name>,<sentinel1>,...`, ""},
+		{"per-second bad timeout", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TIMEOUT": "soon"}), nil, `REDIS_PERSECOND_TIMEOUT="soon" is not a duration`, ""},
+		{"per-second bad address", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "nowhere"}), nil,
+			`store.per_second.addrs[0]`, ""},
+		{"per-second settings without REDIS_PERSECOND", with(map[string]string{"REDIS_PERSECOND_URL": "ps:6380"}), func(t *testing.T, c *envoyCompat) {
+			if c.cfg.Store.PerSecond != nil {
+				t.Errorf("per-second store %+v", c.cfg.Store.PerSecond)
+			}
+		}, "", "REDIS_PERSECOND_URL: ignored, as by the peer, because REDIS_PERSECOND is not true"},
 		{"xds", with(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}), nil, `CONFIG_TYPE="GRPC_XDS_SOTW" is not supported`, ""},
 		{"local cache", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}), func(t *testing.T, c *envoyCompat) {
 			if c.opts.OverLimitCache != (decide.CacheOptions{MaxBytes: 1048576}) {
 				t.Errorf("over-limit cache %+v, want on with MaxBytes 1048576", c.opts.OverLimitCache)
 			}
 		}, "", ""},
-		{"per-second redis", with(map[string]string{"REDIS_PERSECOND": "true"}), nil, "REDIS_PERSECOND=true is not supported", ""},
 		{"bad boolean", with(map[string]string{"SHADOW_MODE": "yes please"}), nil, `SHADOW_MODE="yes please" is not a boolean`, ""},
 		{"bad ratio", with(map[string]string{"NEAR_LIMIT_RATIO": "2"}), nil, `NEAR_LIMIT_RATIO="2" is not a number in (0, 1]`, ""},
 		{"tls without a key", with(map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c"}), nil, "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY", ""},
@@ -196,6 +280,9 @@ func TestReadEnvoyEnv(t *testing.T) {
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				if n := strings.Count(err.Error(), tt.wantErr); n != 1 {
+					t.Fatalf("error %v says %q %d times", err, tt.wantErr, n)
 				}
 				return
 			}

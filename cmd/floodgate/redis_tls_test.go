@@ -54,7 +54,19 @@ func TestRedisTLS(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the wrong server name with tls_skip_hostname_verification", func(t *testing.T) {
+		store, closeStore, err := open(t, strings.Replace(full, "redis.test", "elsewhere.test", 1)+"  tls_skip_hostname_verification: true\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeStore()
+		if d, err := store.Allow(context.Background(), "tls-skip-key", floodgate.PerMinute(2)); err != nil || !d.Allowed {
+			t.Fatalf("decision over TLS without the name check: %+v %v", d, err)
+		}
+	})
+	other := tlstest.NewCA(t, "other-ca")
 	for _, c := range []struct{ name, extra string }{
+		{"another CA with tls_skip_hostname_verification", strings.Replace(full, caFile, other.CertFile, 1) + "  tls_skip_hostname_verification: true\n"},
 		{"no client certificate", fmt.Sprintf("  tls_ca_file: %s\n  tls_server_name: redis.test\n", caFile)},
 		{"the wrong server name", strings.Replace(full, "redis.test", "elsewhere.test", 1)},
 		{"the system roots only", fmt.Sprintf("  tls_cert_file: %s\n  tls_key_file: %s\n", cliCert, cliKey)},

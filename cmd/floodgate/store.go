@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/splitstore"
 )
 
 // openStore opens the store a config section names and returns it with its
@@ -16,6 +17,11 @@ import (
 // store.require_at_start says.
 func openStore(c config.Store) (floodgate.Store, func(), error) {
 	c.RequireAtStart = true
+	if c.PerSecond != nil {
+		ps := *c.PerSecond
+		ps.RequireAtStart = true
+		c.PerSecond = &ps
+	}
 	return openStoreFor(c, nil, nil)
 }
 
@@ -43,5 +49,29 @@ func openStoreFor(c config.Store, clock floodgate.Clock, logger *slog.Logger) (f
 	if err != nil {
 		return nil, nil, fmt.Errorf("store (%s): %w", c.String(), err)
 	}
-	return s, s.Close, nil
+	psc, err := c.PerSecondRedisConfig()
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	if psc == nil {
+		return s, s.Close, nil
+	}
+	// store.per_second: the limits of a 1s window in a Redis of their own.
+	psc.Clock = clock
+	if logger != nil {
+		psc.Logger = logger.With("store", "per-second")
+	}
+	ps, err := redisstore.New(*psc)
+	if err != nil {
+		s.Close()
+		return nil, nil, fmt.Errorf("per-second store (%s): %w", c.PerSecond.String(), err)
+	}
+	split, err := splitstore.New(s, ps)
+	if err != nil {
+		s.Close()
+		ps.Close()
+		return nil, nil, err
+	}
+	return split, func() { s.Close(); ps.Close() }, nil
 }

@@ -76,6 +76,10 @@ type Leaf struct {
 	// Server makes a server certificate (for 127.0.0.1, ::1 and
 	// DNSNames); otherwise a client certificate.
 	Server bool
+	// NoIPs leaves 127.0.0.1 and ::1 out of a server certificate: it names
+	// DNSNames only, so a client that dials an IP address and checks the
+	// name refuses it.
+	NoIPs bool
 	// DNSNames and URIs are subject alternative names.
 	DNSNames []string
 	URIs     []string
@@ -122,7 +126,9 @@ func (ca *CA) Issue(name string, l Leaf) Issued {
 	}
 	if l.Server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+		if !l.NoIPs {
+			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+		}
 	}
 	for _, s := range l.URIs {
 		u, err := url.Parse(s)

@@ -346,6 +346,14 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
 	if IsNull(n) {
 		return // an empty value keeps the zero value
 	}
+	if v.Kind() == reflect.Pointer && walked(v.Type().Elem()) {
+		// An optional section: present, it is walked as its value would be.
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		d.value(n, path, v.Elem())
+		return
+	}
 	if !walked(v.Type()) {
 		decode := func(n *yaml.Node) error { return decodeScalar(n, reflect.New(v.Type()).Elem()) }
 		if err := decodeScalar(n, v); err != nil {

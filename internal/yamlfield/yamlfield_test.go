@@ -32,6 +32,7 @@ type doc struct {
 	Listen string   `yaml:"listen"`
 	Items  []item   `yaml:"items"`
 	Addrs  []string `yaml:"addrs"`
+	Extra  *item    `yaml:"extra"`
 	Skip   string   `yaml:"-"`
 }
 
@@ -51,8 +52,20 @@ func TestDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Listen != "x" || len(d.Items) != 1 || d.Items[0].Window != time.Minute || d.Items[0].Mode != 1 || len(d.Addrs) != 2 {
+	if d.Listen != "x" || len(d.Items) != 1 || d.Items[0].Window != time.Minute || d.Items[0].Mode != 1 || len(d.Addrs) != 2 || d.Extra != nil {
 		t.Fatalf("decoded %+v", d)
+	}
+	// An optional section (a pointer to a struct) is walked when present.
+	d, lines, err = decode(t, "extra:\n  name: b\n  count: 3\n")
+	if err != nil || d.Extra == nil || d.Extra.Name != "b" || d.Extra.Count != 3 || lines.Line("extra.count") != 3 {
+		t.Fatalf("decoded %+v (%v), extra %+v", d, err, d.Extra)
+	}
+	if d, _, err = decode(t, "extra:\n"); err != nil || d.Extra != nil {
+		t.Fatalf("an empty optional section: %+v %v", d.Extra, err)
+	}
+	d, lines, err = decode(t, "listen: x\nitems:\n  - name: a\n    window: 1m\n    mode: on\naddrs: [a, b]\n")
+	if err != nil {
+		t.Fatal(err)
 	}
 	for path, want := range map[string]int{"listen": 1, "items[0]": 3, "items[0].window": 4, "addrs[1]": 6, "items[0].nothing": 3, "nothing": 1} {
 		if got := lines.Line(path); got != want {
@@ -71,7 +84,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"items:\n  - just-a-string\n", `line 2: items[0]: "just-a-string" is not a mapping`},
 		{"items: 3\n", `line 1: items: "3" is not a list`},
 		{"listen: a\nlisten: b\n", "line 2: listen: is already set on line 1; keep one of the two"},
-		{"bogus: x\n", `line 1: bogus: unknown key "bogus"; known keys here: listen, items, addrs`},
+		{"bogus: x\n", `line 1: bogus: unknown key "bogus"; known keys here: listen, items, addrs, extra`},
+		{"extra:\n  windw: 1m\n", `line 2: extra.windw: unknown key "windw"; did you mean "window"?`},
+		{"extra:\n  window: soon\n", `line 2: extra.window: "soon" is not a duration`},
 		{"items:\n  - name: a\n    count: \"5\"\n", `line 3: items[0].count: "5" is not a whole number; write it without quotes`},
 		{"items:\n  - name: a\n    count: five\n", `line 3: items[0].count: "five" is not a whole number`},
 		{"items:\n  - name: [x]\n", "line 2: items[0].name: a list is not a string"},

@@ -27,14 +27,9 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,11 +37,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate/compat/envoyratelimit"
@@ -356,111 +348,6 @@ func summarize(svcs []*service, m int, cores float64) {
 	}
 }
 
-// profileAll loads each floodgate that serves profiles once more, for the
-// round's duration, and writes its CPU and allocation profiles over that
-// load into cfg.profile.
-func profileAll(cfg config, svcs []*service) error {
-	if err := os.MkdirAll(cfg.profile, 0o755); err != nil {
-		return err
-	}
-	for _, s := range svcs {
-		if s.pprof == "" {
-			if !s.peer {
-				fmt.Printf("%s: no --pprof-listen in that build, not profiled\n", s.name)
-			}
-			continue
-		}
-		warm(s, cfg)
-		secs := max(1, int(cfg.duration.Seconds()))
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		for i, kind := range []string{"profile", "allocs"} {
-			wg.Go(func() {
-				url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", s.pprof, kind, secs)
-				errs[i] = fetch(url, filepath.Join(cfg.profile, map[string]string{"profile": "cpu", "allocs": "allocs"}[kind]+"-"+s.file+".pprof"))
-			})
-		}
-		time.Sleep(100 * time.Millisecond) // both profiles have started
-		res, err := loadOnce(s, cfg, procs{server: s.pid}, time.Duration(secs)*time.Second)
-		wg.Wait()
-		if err := errors.Join(append(errs, err)...); err != nil {
-			return fmt.Errorf("profiling %s: %w", s.name, err)
-		}
-		fmt.Printf("profiled %s over %d decisions (%.0f/s, CPU/decision %s): %s\n", s.name, res.decisions,
-			float64(res.decisions)/res.elapsed.Seconds(), (res.cpu / time.Duration(max(res.decisions, 1))).Round(100*time.Nanosecond),
-			filepath.Join(cfg.profile, "{cpu,allocs}-"+s.file+".pprof"))
-	}
-	return nil
-}
-
-// fetch writes what GET url answers into the file out.
-func fetch(url, out string) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
-	}
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// servesProfiles reports whether the floodgate binary bin has serve's
-// --pprof-listen flag (a build of an older revision may not).
-func servesProfiles(bin string) bool {
-	out, _ := exec.Command(bin, "serve", "-h").CombinedOutput()
-	return strings.Contains(string(out), "pprof-listen")
-}
-
-// buildAt builds floodgate's command at the git revision rev of the
-// repository this module sits in (its files as committed, through git
-// archive, in a folder under tmp) into the binary out.
-func buildAt(out, rev, tmp string) error {
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/floodgate-rl/floodgate").Output()
-	if err != nil {
-		return fmt.Errorf("finding floodgate's module: %w", err)
-	}
-	src, err := os.MkdirTemp(tmp, "base-")
-	if err != nil {
-		return err
-	}
-	archive := exec.Command("git", "-C", strings.TrimSpace(string(root)), "archive", "--format=tar", rev)
-	untar := exec.Command("tar", "-x", "-C", src)
-	pipe, err := archive.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	untar.Stdin = pipe
-	var archiveErr strings.Builder
-	archive.Stderr = &archiveErr
-	if err := untar.Start(); err != nil {
-		return err
-	}
-	if err := archive.Run(); err != nil {
-		_ = untar.Wait()
-		return fmt.Errorf("git archive %s: %w: %s", rev, err, archiveErr.String())
-	}
-	if err := untar.Wait(); err != nil {
-		return fmt.Errorf("unpacking %s: %w", rev, err)
-	}
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/floodgate")
-	cmd.Dir = src
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building floodgate at %s: %w\n%s", rev, err, b)
-	}
-	return nil
-}
-
 func median(v []float64) float64 {
 	s := slices.Clone(v)
 	sort.Float64s(s)
@@ -471,166 +358,6 @@ func medianD(v []time.Duration) time.Duration {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-// requests returns one call per key, built once: the client's own cost per
-// call is then gRPC's alone (messages are safe to marshal concurrently).
-func requests(keys int) []*rlsv3.RateLimitRequest {
-	reqs := make([]*rlsv3.RateLimitRequest, keys)
-	for i := range reqs {
-		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client", Value: "c" + strconv.Itoa(i)}},
-		}}}
-	}
-	return reqs
-}
-
-// warm sends a second of calls, so connections and caches are warm.
-func warm(s *service, cfg config) {
-	_, _ = loadOnce(s, cfg, procs{}, time.Second)
-}
-
-// procs are the processes whose CPU time a load measures: the server under
-// test and Redis (0: not measured). The client's, this process's, is
-// measured with the server's.
-type procs struct{ server, redis int }
-
-// cpu returns the CPU times of the server, this process and Redis.
-func (p procs) cpu() (server, client, redis time.Duration, err error) {
-	if p.server == 0 {
-		return 0, 0, 0, nil
-	}
-	if server, err = procCPU(p.server); err != nil {
-		return
-	}
-	if client, err = procCPU(os.Getpid()); err != nil {
-		return
-	}
-	redis, err = procCPU(p.redis)
-	return
-}
-
-// loadOnce keeps concurrency calls in flight for d and measures them, with
-// the CPU time the processes p spent meanwhile.
-func loadOnce(s *service, cfg config, p procs, d time.Duration) (result, error) {
-	var (
-		res     result
-		mu      sync.Mutex
-		lats    []time.Duration
-		wg      sync.WaitGroup
-		errs    atomic.Int64
-		over    atomic.Int64
-		lastErr atomic.Value
-	)
-	cpu0, client0, redis0, err := p.cpu()
-	if err != nil {
-		return res, err
-	}
-	sys0 := procSyscalls(p.server)
-	var thr0 int64
-	if s.cap != nil {
-		thr0 = s.cap.throttledMicros()
-	}
-	reqs := cfg.requests
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	start := time.Now()
-	for w := range cfg.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
-			var mine []time.Duration
-			for ctx.Err() == nil {
-				t := time.Now()
-				call, cancel := context.Background(), context.CancelFunc(func() {})
-				if cfg.deadline > 0 {
-					call, cancel = context.WithTimeout(call, cfg.deadline)
-				}
-				resp, err := s.client.ShouldRateLimit(call, reqs[rng.IntN(len(reqs))])
-				cancel()
-				if err != nil {
-					errs.Add(1)
-					lastErr.Store(err)
-					continue
-				}
-				if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-					over.Add(1)
-				}
-				mine = append(mine, time.Since(t))
-			}
-			mu.Lock()
-			lats = append(lats, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	res.elapsed = time.Since(start)
-	cpu1, client1, redis1, err := p.cpu()
-	if err != nil {
-		return res, err
-	}
-	res.cpu, res.clientCPU, res.redisCPU = cpu1-cpu0, client1-client0, redis1-redis0
-	res.syscalls = procSyscalls(p.server) - sys0
-	if s.cap != nil {
-		res.throttled = time.Duration(s.cap.throttledMicros()-thr0) * time.Microsecond
-	}
-	res.decisions, res.errors, res.overLimited = int64(len(lats)), errs.Load(), over.Load()
-	if len(lats) == 0 {
-		err, _ := lastErr.Load().(error)
-		return res, fmt.Errorf("no call succeeded: %v", err)
-	}
-	slices.Sort(lats)
-	res.p50, res.p99 = lats[len(lats)/2], lats[len(lats)*99/100]
-	if res.overLimited > 0 {
-		return res, fmt.Errorf("%d calls over the limit: the rule should admit everything", res.overLimited)
-	}
-	return res, nil
-}
-
-// procCPU returns the user + system CPU time of process pid (0: none).
-func procCPU(pid int) (time.Duration, error) {
-	if pid == 0 {
-		return 0, nil
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name, which is in parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("unexpected /proc stat")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, errors.New("unexpected /proc stat")
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / hz, nil
-}
-
-// procSyscalls returns the read and write system calls process pid has
-// made (syscr + syscw of /proc/PID/io; 0 for pid 0 or when unreadable).
-func procSyscalls(pid int) int64 {
-	if pid == 0 {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ": "); ok && (k == "syscr" || k == "syscw") {
-			c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			n += c
-		}
-	}
-	return n
 }
 
 // spawnRedis starts a redis-server of the run's own on a free loopback

@@ -1,0 +1,214 @@
+// Package splitstore is a [floodgate.Store] that keeps the per-second
+// limits in a store of their own: every call for a limit whose Window is
+// exactly one second goes to the per-second store, every other call to the
+// main store. It is envoyproxy/ratelimit's REDIS_PERSECOND (per-second
+// limits, the busiest keys, in a second Redis) for every front end of
+// floodgate, as `store.per_second` in floodgate's configuration.
+//
+// A [Store] is a [floodgate.BatchStore]: a request whose checks all go to
+// one store is that store's batch, atomic as that store makes it; one whose
+// checks span both is decided in both at once, and when either denies, the
+// items the other admitted are given back with RefundN, so the request
+// consumes nothing (not atomically across the two: other requests may see
+// those items taken meanwhile). It is a [floodgate.HealthReporter] too:
+// its health holds both stores' nodes, the per-second store's named
+// "per-second ...", so readiness fails while either is down.
+//
+// It is a store room: it imports the root package only.
+package splitstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Window is the window length whose limits go to the per-second store.
+const Window = time.Second
+
+// Store routes each call to one of two stores by its limit's window. It is
+// safe for concurrent use; it does not own the stores (close them after
+// it).
+type Store struct {
+	main, perSecond floodgate.BatchStore
+}
+
+var (
+	_ floodgate.BatchStore     = (*Store)(nil)
+	_ floodgate.HealthReporter = (*Store)(nil)
+)
+
+// New returns a store that sends the calls of limits of [Window] to
+// perSecond and all others to main.
+func New(main, perSecond floodgate.BatchStore) (*Store, error) {
+	if main == nil || perSecond == nil {
+		return nil, errors.New("splitstore: both the main and the per-second store are required")
+	}
+	return &Store{main: main, perSecond: perSecond}, nil
+}
+
+// route returns the store of limit l's calls.
+func (s *Store) route(l floodgate.Limit) floodgate.BatchStore {
+	if l.Window == Window {
+		return s.perSecond
+	}
+	return s.main
+}
+
+// Allow is AllowN with a cost of 1.
+func (s *Store) Allow(ctx context.Context, key string, limit floodgate.Limit) (floodgate.Decision, error) {
+	return s.route(limit).AllowN(ctx, key, limit, 1)
+}
+
+// AllowN decides in the store of limit's window.
+func (s *Store) AllowN(ctx context.Context, key string, limit floodgate.Limit, n int64) (floodgate.Decision, error) {
+	return s.route(limit).AllowN(ctx, key, limit, n)
+}
+
+// RefundN gives back in the store of limit's window.
+func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, n int64) error {
+	return s.route(limit).RefundN(ctx, key, limit, n)
+}
+
+// Reset clears key under limit's algorithm in both stores, at once: the
+// key's state is in the store of limit's window, but a rule whose window
+// changed to or from one second left its earlier state in the other, which
+// a reset must clear too. So a Reset is also a round trip to each store,
+// which is what readiness probes ask of a store. The error names the store
+// that failed.
+func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
+	var perSecondErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.perSecond.Reset(ctx, key, limit); err != nil {
+			perSecondErr = fmt.Errorf("per-second store: %w", err)
+		}
+	}()
+	mainErr := s.main.Reset(ctx, key, limit)
+	<-done
+	return errors.Join(mainErr, perSecondErr)
+}
+
+// AllowBatch decides items as one request, all or nothing (see the package
+// documentation and floodgate.BatchStore).
+func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
+	results = results[:len(items)]
+	perSecond := 0
+	for _, it := range items {
+		if it.Limit.Window == Window {
+			perSecond++
+		}
+	}
+	switch perSecond {
+	case 0:
+		s.main.AllowBatch(ctx, items, results)
+		return
+	case len(items):
+		s.perSecond.AllowBatch(ctx, items, results)
+		return
+	}
+	var parts [2]part
+	for i, it := range items {
+		p := &parts[0]
+		if it.Limit.Window == Window {
+			p = &parts[1]
+		}
+		p.index = append(p.index, i)
+		p.items = append(p.items, it)
+	}
+	parts[0].store, parts[1].store = s.main, s.perSecond
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		parts[1].decide(ctx)
+	}()
+	parts[0].decide(ctx)
+	wg.Wait()
+	for _, p := range parts {
+		for j, i := range p.index {
+			results[i] = p.results[j]
+		}
+	}
+	if !parts[0].denied && !parts[1].denied {
+		return
+	}
+	// The part that denied recorded nothing; the other gives its admitted
+	// items back, even if the caller has gone away (the stores bound their
+	// own calls): a denied request must not keep quota.
+	rctx := context.WithoutCancel(ctx)
+	for _, p := range parts {
+		if p.denied {
+			continue
+		}
+		for j, i := range p.index {
+			r := p.results[j]
+			if r.Err != nil || !r.Decision.Allowed {
+				continue
+			}
+			it := p.items[j]
+			if err := p.store.RefundN(rctx, it.Key, it.Limit, it.Cost); err != nil {
+				results[i].RefundErr = fmt.Errorf("splitstore: another item of the batch was denied, and giving this admitted one back failed (it may still be recorded): %w", err)
+			}
+		}
+	}
+}
+
+// part is the items of a batch that go to one store.
+type part struct {
+	store   floodgate.BatchStore
+	index   []int // the items' indexes in the batch
+	items   []floodgate.BatchItem
+	results []floodgate.BatchResult
+	denied  bool // an item was denied: the store recorded none of them
+}
+
+func (p *part) decide(ctx context.Context) {
+	p.results = make([]floodgate.BatchResult, len(p.items))
+	p.store.AllowBatch(ctx, p.items, p.results)
+	for _, r := range p.results {
+		if r.Err == nil && !r.Decision.Allowed {
+			p.denied = true
+		}
+	}
+}
+
+// PerSecondPrefix starts the names of the per-second store's nodes in
+// Health.
+const PerSecondPrefix = "per-second "
+
+// Health reports both stores' health, without a round trip: connected when
+// both are, every node of each (the per-second store's named with
+// [PerSecondPrefix]), and both stores' warnings. A store that does not
+// report its health (the memory store) counts as connected, without nodes.
+func (s *Store) Health() floodgate.Health {
+	h := health(s.main)
+	ps := health(s.perSecond)
+	h.Connected = h.Connected && ps.Connected
+	if ps.Error != "" {
+		if h.Error != "" {
+			h.Error += "; "
+		}
+		h.Error += "per-second store: " + ps.Error
+	}
+	for _, n := range ps.Nodes {
+		n.Addr = PerSecondPrefix + n.Addr
+		h.Nodes = append(h.Nodes, n)
+	}
+	for _, w := range ps.Warnings {
+		h.Warnings = append(h.Warnings, "per-second store: "+w)
+	}
+	return h
+}
+
+func health(s floodgate.Store) floodgate.Health {
+	if hr, ok := s.(floodgate.HealthReporter); ok {
+		return hr.Health()
+	}
+	return floodgate.Health{Connected: true}
+}

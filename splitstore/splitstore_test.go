@@ -1,0 +1,148 @@
+package splitstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/splitstore"
+	"github.com/floodgate-rl/floodgate/storetest"
+)
+
+// TestConformance runs the store suite on two memory stores behind a
+// split store: the suite's per-second limits go to one, all others to the
+// other.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+		s, err := splitstore.New(memory.New(memory.WithClock(clock)), memory.New(memory.WithClock(clock)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestNewNeedsBothStores(t *testing.T) {
+	if _, err := splitstore.New(memory.New(), nil); err == nil {
+		t.Fatal("New accepted a nil per-second store")
+	}
+	if _, err := splitstore.New(nil, memory.New()); err == nil {
+		t.Fatal("New accepted a nil main store")
+	}
+}
+
+// remaining reads what key holds under l in s, taking nothing.
+func remaining(t *testing.T, s floodgate.Store, key string, l floodgate.Limit) int64 {
+	t.Helper()
+	d, err := s.AllowN(context.Background(), key, l, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining
+}
+
+// TestRouting: a limit of exactly one second is decided in the per-second
+// store, every other window (a minute, two seconds, a token bucket per
+// 500ms) in the main store.
+func TestRouting(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		limit     floodgate.Limit
+		perSecond bool
+	}{
+		{"per second", floodgate.PerSecond(5), true},
+		{"fixed window of 1s", floodgate.NewLimit(floodgate.FixedWindow, 5, time.Second), true},
+		{"token bucket per 1s", floodgate.NewTokenBucket(5, 1, time.Second), true},
+		{"per minute", floodgate.PerMinute(5), false},
+		{"per 2s", floodgate.NewLimit(floodgate.FixedWindow, 5, 2*time.Second), false},
+		{"per 500ms", floodgate.NewLimit(floodgate.SlidingWindowCounter, 5, 500*time.Millisecond), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			main, ps := memory.New(), memory.New()
+			s, _ := splitstore.New(main, ps)
+			ctx := context.Background()
+			if _, err := s.AllowN(ctx, "k", c.limit, 2); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Allow(ctx, "k", c.limit); err != nil {
+				t.Fatal(err)
+			}
+			want, other := floodgate.Store(main), floodgate.Store(ps)
+			if c.perSecond {
+				want, other = ps, main
+			}
+			if got := remaining(t, want, "k", c.limit); got != 2 {
+				t.Fatalf("remaining in the store of its window = %d, want 2", got)
+			}
+			if got := remaining(t, other, "k", c.limit); got != 5 {
+				t.Fatalf("remaining in the other store = %d, want 5 (untouched)", got)
+			}
+			if err := s.RefundN(ctx, "k", c.limit, 1); err != nil {
+				t.Fatal(err)
+			}
+			if got := remaining(t, want, "k", c.limit); got != 3 {
+				t.Fatalf("remaining after a refund = %d, want 3", got)
+			}
+			// Reset clears both: state left in the other store (a rule whose
+			// window changed) too.
+			if _, err := other.AllowN(ctx, "k", c.limit, 4); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Reset(ctx, "k", c.limit); err != nil {
+				t.Fatal(err)
+			}
+			if a, b := remaining(t, want, "k", c.limit), remaining(t, other, "k", c.limit); a != 5 || b != 5 {
+				t.Fatalf("after Reset: %d and %d remain, want 5 in both", a, b)
+			}
+		})
+	}
+}
+
+// TestBatchAcrossStores: a batch with items in both stores is all or
+// nothing: when either side denies, the other side's admitted items are
+// given back.
+func TestBatchAcrossStores(t *testing.T) {
+	sec, min := floodgate.PerSecond(3), floodgate.PerMinute(3)
+	for _, c := range []struct {
+		name                 string
+		preSec, preMin       int64 // taken before the batch
+		wantAllowed          [3]bool
+		wantSecLeft, wantMin int64 // remaining after the batch
+	}{
+		{"both admit", 0, 0, [3]bool{true, true, true}, 1, 2},
+		{"the per-second side denies", 2, 0, [3]bool{true, false, true}, 1, 3},
+		{"the main side denies", 0, 3, [3]bool{true, true, false}, 3, 0},
+		{"both deny", 3, 3, [3]bool{false, false, false}, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			main, ps := memory.New(), memory.New()
+			s, _ := splitstore.New(main, ps)
+			ctx := context.Background()
+			if c.preSec > 0 {
+				_, _ = ps.AllowN(ctx, "s", sec, c.preSec)
+			}
+			if c.preMin > 0 {
+				_, _ = main.AllowN(ctx, "m", min, c.preMin)
+			}
+			items := []floodgate.BatchItem{{Key: "s", Limit: sec, Cost: 1}, {Key: "s", Limit: sec, Cost: 1}, {Key: "m", Limit: min, Cost: 1}}
+			res := make([]floodgate.BatchResult, len(items)+1) // longer than items, as the contract allows
+			s.AllowBatch(ctx, items, res)
+			for i, r := range res[:len(items)] {
+				if r.Err != nil || r.RefundErr != nil || r.Decision.Allowed != c.wantAllowed[i] {
+					t.Fatalf("item %d: %+v, want allowed %v", i, r, c.wantAllowed[i])
+				}
+				if r.Decision.Limit != 3 {
+					t.Fatalf("item %d: limit %d, want 3", i, r.Decision.Limit)
+				}
+			}
+			if got := remaining(t, ps, "s", sec); got != c.wantSecLeft {
+				t.Fatalf("per-second store: %d remain, want %d", got, c.wantSecLeft)
+			}
+			if got := remaining(t, main, "m", min); got != c.wantMin {
+				t.Fatalf("main store: %d remain, want %d", got, c.wantMin)
+			}
+		})
+	}
+}
