@@ -73,21 +73,22 @@ func (c *cpuCap) wrap(bin string, args []string) (string, []string) {
 	return "sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, filepath.Join(c.dir, "cgroup.procs"), bin}, args...)
 }
 
-// throttledMicros is how long the cgroup's processes have waited for quota,
-// in microseconds.
-func (c *cpuCap) throttledMicros() int64 {
+// periods returns how many of the quota's periods have passed with the
+// cgroup's processes runnable, and in how many of them they were throttled
+// (cpu.stat's nr_periods and nr_throttled, the same in v1 and v2).
+func (c *cpuCap) periods() (periods, throttled int64) {
 	b, _ := os.ReadFile(filepath.Join(c.dir, "cpu.stat"))
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, _ := strings.Cut(line, " ")
 		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		switch {
-		case c.v2 && k == "throttled_usec":
-			return n
-		case !c.v2 && k == "throttled_time": // nanoseconds
-			return n / 1000
+		switch k {
+		case "nr_periods":
+			periods = n
+		case "nr_throttled":
+			throttled = n
 		}
 	}
-	return 0
+	return periods, throttled
 }
 
 // remove deletes the cgroup, once its processes have ended.

@@ -71,9 +71,9 @@ func loadOnce(s *service, cfg config, p procs, d time.Duration) (result, error) 
 		return res, err
 	}
 	sys0 := procSyscalls(p.server)
-	var thr0 int64
+	var per0, thr0 int64
 	if s.cap != nil {
-		thr0 = s.cap.throttledMicros()
+		per0, thr0 = s.cap.periods()
 	}
 	reqs := cfg.requests
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -117,7 +117,8 @@ func loadOnce(s *service, cfg config, p procs, d time.Duration) (result, error) 
 	res.cpu, res.clientCPU, res.redisCPU = cpu1-cpu0, client1-client0, redis1-redis0
 	res.syscalls = procSyscalls(p.server) - sys0
 	if s.cap != nil {
-		res.throttled = time.Duration(s.cap.throttledMicros()-thr0) * time.Microsecond
+		per1, thr1 := s.cap.periods()
+		res.periods, res.throttled = per1-per0, thr1-thr0
 	}
 	res.decisions, res.errors, res.overLimited = int64(len(lats)), errs.Load(), over.Load()
 	if len(lats) == 0 {

@@ -135,7 +135,8 @@ type result struct {
 	clientCPU   time.Duration // this process's: the load client
 	redisCPU    time.Duration // the Redis server's
 	syscalls    int64         // the server's read and write system calls
-	throttled   time.Duration // how long the server waited for its CPU quota
+	periods     int64         // the CPU quota's periods the server was runnable in
+	throttled   int64         // how many of them ended with the server out of quota
 	p50, p99    time.Duration
 	overLimited int64
 }
@@ -274,7 +275,7 @@ func run(cfg config) error {
 				}
 				throttled := ""
 				if cores > 0 {
-					throttled = fmt.Sprintf("  waited for its quota %.0f%% of the time", 100*res.throttled.Seconds()/res.elapsed.Seconds())
+					throttled = fmt.Sprintf("  out of quota in %.0f%% of periods", 100*float64(res.throttled)/float64(max(res.periods, 1)))
 				}
 				fmt.Printf("round %d %-9s %-42s %8.0f decisions/s  p50 %-8s p99 %-8s CPU/decision %-8s (client %s, Redis %s)  syscalls/decision %.2f  errors %d%s\n",
 					r+1, capName(cores), s.name, float64(res.decisions)/res.elapsed.Seconds(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond),
