@@ -81,9 +81,14 @@ var UnsentStats = []Difference{
 	},
 	{
 		Name: "ratelimit.redis_pool.*",
-		What: "The peer's Redis pool gauges and counters (cx_active, cx_total, cx_local_close; redis_per_second_pool likewise).",
+		What: "The peer's Redis pool gauges and counters (cx_active, cx_total, cx_local_close).",
 		Why: "floodgate's Redis client multiplexes every call on one pipelined connection per node: there is no pool; the store's " +
 			"latency and errors are floodgate_store_* Prometheus series.",
+	},
+	{
+		Name: "ratelimit.redis_per_second_pool.*",
+		What: "The same for REDIS_PERSECOND's Redis.",
+		Why:  "As for ratelimit.redis_pool.*: the per-second store's nodes are in floodgate_store_* and /readyz as \"per-second <addr>\".",
 	},
 	{
 		Name: "ratelimit.localcache.*",

@@ -185,14 +185,53 @@ func TestSideBySide(t *testing.T) {
 		name   string
 		env    []string
 		global string
+		redis  redisLayout
 	}{
-		{"defaults", nil, ""},
+		{"defaults", nil, "", oneRedis},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED and RESPONSE_DYNAMIC_METADATA",
-			[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "RESPONSE_DYNAMIC_METADATA=true"}, ""},
-		{"SHADOW_MODE", []string{"SHADOW_MODE=true"}, "shadow"},
-		{"QUOTA_MODE", []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"}, "quota"},
+			[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "RESPONSE_DYNAMIC_METADATA=true"}, "", oneRedis},
+		{"SHADOW_MODE", []string{"SHADOW_MODE=true"}, "shadow", oneRedis},
+		{"QUOTA_MODE", []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"}, "quota", oneRedis},
+		{"REDIS_PERSECOND, the main Redis over a unix socket", nil, "", perSecondRedis},
 	} {
-		t.Run(set.name, func(t *testing.T) { sideBySide(t, src, bins, set.env, set.global) })
+		t.Run(set.name, func(t *testing.T) { sideBySide(t, src, bins, set.env, set.global, set.redis) })
+	}
+}
+
+// redisLayout is how a pair's services reach Redis.
+type redisLayout int
+
+const (
+	oneRedis       redisLayout = iota // one Redis each, over TCP (Env's)
+	perSecondRedis                    // the main Redis over a unix socket, REDIS_PERSECOND's over TCP
+)
+
+// redisEnv spawns the Redis servers of one service under layout and
+// returns the environment that points at them, with a check, to run after
+// the scenarios, that the per-second Redis holds keys.
+func redisEnv(t *testing.T, layout redisLayout) (env []string, check func(t *testing.T, who string)) {
+	if layout == oneRedis {
+		r := redistest.Spawn(t)
+		return []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + r.Addr}, func(*testing.T, string) {}
+	}
+	dir, err := os.MkdirTemp("", "rls") // short: a socket's path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "redis.sock")
+	main, perSecond := redistest.Spawn(t, "--unixsocket", sock, "--unixsocketperm", "700"), redistest.Spawn(t)
+	env = []string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + sock,
+		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL=" + perSecond.Addr}
+	return env, func(t *testing.T, who string) {
+		for _, r := range []struct {
+			name string
+			srv  *redistest.SpawnedServer
+		}{{"main", main}, {"per-second", perSecond}} {
+			if n, err := r.srv.Do(t, "DBSIZE").AsInt64(); err != nil || n == 0 {
+				t.Errorf("%s: its %s Redis holds %d keys (%v) after the scenarios, want some", who, r.name, n, err)
+			}
+		}
 	}
 }
 
@@ -209,7 +248,7 @@ type pair struct {
 
 // sideBySide runs every scenario against a new pair started with the
 // peer's environment plus env, then a reload of the rule folder.
-func sideBySide(t *testing.T, src string, bins [2]string, env []string, global string) {
+func sideBySide(t *testing.T, src string, bins [2]string, env []string, global string, layout redisLayout) {
 	peerRoot, fgRoot := t.TempDir(), t.TempDir()
 	pc, err := CopyRules(src, peerRoot, RuleFiles)
 	if err != nil {
@@ -223,7 +262,8 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 	if err != nil {
 		t.Fatal(err)
 	}
-	peerRedis, fgRedis := redistest.Spawn(t), redistest.Spawn(t)
+	peerRedis, peerCheck := redisEnv(t, layout)
+	fgRedis, fgCheck := redisEnv(t, layout)
 	pp, err := FreePorts()
 	if err != nil {
 		t.Fatal(err)
@@ -235,8 +275,8 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 	// Both push their statistics to a statsd sink of the test.
 	peerStats, fgStats := newStatsdSink(t), newStatsdSink(t)
 	ps := pair{
-		peer:    start(t, "envoyproxy/ratelimit", bins[0], append(append(Env(peerRoot, peerRedis.Addr, pp), env...), peerStats.env()...), pp),
-		fg:      start(t, "floodgate", bins[1], append(append(Env(fgRoot, fgRedis.Addr, fp), env...), fgStats.env()...), fp, "serve", "--envoy-env"),
+		peer:    start(t, "envoyproxy/ratelimit", bins[0], slices.Concat(Env(peerRoot, "", pp), peerRedis, env, peerStats.env()), pp),
+		fg:      start(t, "floodgate", bins[1], slices.Concat(Env(fgRoot, "", fp), fgRedis, env, fgStats.env()), fp, "serve", "--envoy-env"),
 		peerCfg: pc, fgCfg: fc, statsKeys: map[string]map[string]bool{}, shadowKeys: map[string]bool{},
 	}
 	diffs := map[string]int{}
@@ -255,6 +295,8 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 	if line := `ratelimit_service_rate_limit_over_limit{domain="rl",key1="unspec_unspecified_value",key2=""} 1`; !strings.Contains(metrics, line) {
 		t.Errorf("floodgate's /metrics lacks %s, as the peer's script checks", line)
 	}
+	peerCheck(t, "envoyproxy/ratelimit")
+	fgCheck(t, "floodgate")
 	// The statistics both pushed over statsd, before the reload's polling
 	// calls.
 	ps.diffStats(t, peerStats, fgStats, diffs)
