@@ -2,10 +2,12 @@ package splitstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/splitstore"
 	"github.com/floodgate-rl/floodgate/storetest"
@@ -117,7 +119,9 @@ func TestBatchAcrossStores(t *testing.T) {
 		{"both deny", 3, 3, [3]bool{false, false, false}, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			main, ps := memory.New(), memory.New()
+			// A manual clock: a stall of a second would empty the per-second window.
+			clock := clocktest.NewManual(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC))
+			main, ps := memory.New(memory.WithClock(clock)), memory.New(memory.WithClock(clock))
 			s, _ := splitstore.New(main, ps)
 			ctx := context.Background()
 			if c.preSec > 0 {
@@ -144,5 +148,41 @@ func TestBatchAcrossStores(t *testing.T) {
 				t.Fatalf("main store: %d remain, want %d", got, c.wantMin)
 			}
 		})
+	}
+}
+
+// failingRefunds is a memory store whose refunds fail, as a store's can
+// when it goes away between a batch and its undo.
+type failingRefunds struct{ *memory.Store }
+
+var errRefund = errors.New("the store went away")
+
+func (failingRefunds) RefundN(context.Context, string, floodgate.Limit, int64) error {
+	return errRefund
+}
+
+// TestBatchRefundFails: when one side denies and giving the other side's
+// admitted item back fails, that item's result says so (RefundErr wraps
+// the store's error) and the request is still denied.
+func TestBatchRefundFails(t *testing.T) {
+	clock := clocktest.NewManual(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC))
+	sec, min := floodgate.PerSecond(3), floodgate.PerMinute(1)
+	main, ps := memory.New(memory.WithClock(clock)), failingRefunds{memory.New(memory.WithClock(clock))}
+	s, _ := splitstore.New(main, ps)
+	ctx := context.Background()
+	if _, err := main.AllowN(ctx, "m", min, 1); err != nil { // the main side will deny
+		t.Fatal(err)
+	}
+	items := []floodgate.BatchItem{{Key: "s", Limit: sec, Cost: 1}, {Key: "m", Limit: min, Cost: 1}}
+	res := make([]floodgate.BatchResult, len(items))
+	s.AllowBatch(ctx, items, res)
+	if !res[0].Decision.Allowed || !errors.Is(res[0].RefundErr, errRefund) {
+		t.Fatalf("the per-second item: %+v, want admitted with a RefundErr wrapping %v", res[0], errRefund)
+	}
+	if res[1].Decision.Allowed || res[1].Err != nil || res[1].RefundErr != nil {
+		t.Fatalf("the main item: %+v, want denied, no error", res[1])
+	}
+	if got := remaining(t, ps, "s", sec); got != 2 {
+		t.Fatalf("per-second store: %d remain, want 2 (the failed refund left the item recorded)", got)
 	}
 }
