@@ -1,99 +1,36 @@
 package main
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/statsd/statsdtest"
 )
 
-// statsdListener sums the counters and keeps the last gauges that reach a
-// real UDP socket, as a statsd server would.
-type statsdListener struct {
-	conn     *net.UDPConn
-	mu       sync.Mutex
-	counters map[string]uint64
-	gauges   map[string]uint64
-	bad      []string
-}
-
-func listenStatsd(t *testing.T) *statsdListener {
-	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &statsdListener{conn: conn, counters: map[string]uint64{}, gauges: map[string]uint64{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		b := make([]byte, 65536)
-		for {
-			n, err := conn.Read(b)
-			if err != nil {
-				return
-			}
-			l.mu.Lock()
-			for _, line := range strings.Split(strings.TrimSuffix(string(b[:n]), "\n"), "\n") {
-				name, rest, ok1 := strings.Cut(line, ":")
-				v, typ, ok2 := strings.Cut(rest, "|")
-				n, err := strconv.ParseUint(v, 10, 64)
-				switch {
-				case !ok1 || !ok2 || err != nil:
-					l.bad = append(l.bad, line)
-				case typ == "c":
-					l.counters[name] += n
-				case typ == "g":
-					l.gauges[name] = n
-				default:
-					l.bad = append(l.bad, line)
-				}
-			}
-			l.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { conn.Close(); <-done })
-	return l
-}
-
-func (l *statsdListener) port() string { return strconv.Itoa(l.conn.LocalAddr().(*net.UDPAddr).Port) }
-
-// await waits (within a generous bound) until every counter of want has
-// reached its total, and fails if one goes past it.
-func (l *statsdListener) await(t *testing.T, want map[string]uint64) {
+// awaitCounters waits (within a generous bound) until every counter of
+// want has reached its total at sink, and fails if one goes past it.
+func awaitCounters(t *testing.T, sink *statsdtest.Sink, want map[string]uint64) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		l.mu.Lock()
-		done, over := true, ""
+		got := sink.Counters()
+		done := true
 		for name, n := range want {
-			got := l.counters[name]
-			if got < n {
-				done = false
+			if got[name] > n {
+				t.Fatalf("counter past its total: %s=%d (want %v)", name, got[name], want)
 			}
-			if got > n {
-				over = name + "=" + strconv.FormatUint(got, 10)
-			}
-		}
-		snapshot := make(map[string]uint64, len(l.counters))
-		for k, v := range l.counters {
-			snapshot[k] = v
-		}
-		l.mu.Unlock()
-		if over != "" {
-			t.Fatalf("counter past its total: %s (want %v)", over, want)
+			done = done && got[name] == n
 		}
 		if done {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("statsd counters %v, want %v", snapshot, want)
+			t.Fatalf("statsd counters %v, want %v", got, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -104,7 +41,7 @@ func (l *statsdListener) await(t *testing.T, want map[string]uint64) {
 // STATS_FLUSH_INTERVAL, and what the last calls counted on shutdown.
 func TestServeEnvoyStatsd(t *testing.T) {
 	srv := redistest.Spawn(t)
-	l := listenStatsd(t)
+	l := statsdtest.Listen(t)
 	root := t.TempDir()
 	cfgDir := filepath.Join(root, "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
@@ -116,7 +53,7 @@ func TestServeEnvoyStatsd(t *testing.T) {
 	}
 	for k, v := range map[string]string{
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "RUNTIME_ROOT": root, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
-		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": l.port(), "STATSD_PROTOCOL": "udp",
+		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": strconv.Itoa(l.Port()), "STATSD_PROTOCOL": "udp",
 		"STATS_FLUSH_INTERVAL": "100ms", "EXTRA_TAGS": "release:v1.2", "LOG_LEVEL": "info",
 	} {
 		t.Setenv(k, v)
@@ -135,7 +72,7 @@ func TestServeEnvoyStatsd(t *testing.T) {
 		"ratelimit.service.config_load_success" + tag:           1,
 		"ratelimit_server.ShouldRateLimit.total_requests" + tag: 3,
 	}
-	l.await(t, want) // pushed by the periodic flush
+	awaitCounters(t, l, want) // pushed by the periodic flush
 	// A call just before shutdown is pushed by the last flush.
 	rlsCall(t, c, "env", "k", "b")
 	if err := stop(); err != nil {
@@ -144,16 +81,14 @@ func TestServeEnvoyStatsd(t *testing.T) {
 	want["ratelimit.service.rate_limit.env.k.total_hits"+tag] = 4
 	want["ratelimit.service.rate_limit.env.k.within_limit"+tag] = 3
 	want["ratelimit_server.ShouldRateLimit.total_requests"+tag] = 4
-	l.await(t, want)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.bad) > 0 {
-		t.Errorf("lines not in statsd form: %q", l.bad)
+	awaitCounters(t, l, want)
+	if bad := l.Bad(); len(bad) > 0 {
+		t.Errorf("lines not in statsd form: %q", bad)
 	}
-	if _, ok := l.gauges["ratelimit.go.numGoroutine"+tag]; !ok {
-		t.Errorf("no runtime gauge ratelimit.go.numGoroutine%s among %v", tag, l.gauges)
+	if g := l.Gauges(); g["ratelimit.go.numGoroutine"+tag] == 0 {
+		t.Errorf("no runtime gauge ratelimit.go.numGoroutine%s among %v", tag, g)
 	}
-	for name := range l.counters {
+	for name := range l.Counters() {
 		if !strings.HasSuffix(name, tag) {
 			t.Errorf("%s lacks EXTRA_TAGS", name)
 		}

@@ -2,16 +2,15 @@ package envoyratelimit
 
 import (
 	"maps"
-	"net"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/envoy"
+	"github.com/floodgate-rl/floodgate/internal/statsd/statsdtest"
 )
 
 // statsdTag is the EXTRA_TAGS both services run with, and the suffix it
@@ -24,67 +23,23 @@ const (
 // statsdFlush is both services' STATS_FLUSH_INTERVAL.
 const statsdFlush = 200 * time.Millisecond
 
-// statsdSink is a statsd server on a real UDP socket: it sums the counters
-// a service pushes, by name.
-type statsdSink struct {
-	conn     *net.UDPConn
-	mu       sync.Mutex
-	counters map[string]uint64
-	types    map[string]string // every name pushed: its type (c, g, ms)
-	packets  int
-	bad      []string
-}
+// statsdSink is a statsd server on a real UDP socket that a service under
+// test pushes to.
+type statsdSink struct{ *statsdtest.Sink }
 
-func newStatsdSink(t *testing.T) *statsdSink {
-	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &statsdSink{conn: conn, counters: map[string]uint64{}, types: map[string]string{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		b := make([]byte, 65536)
-		for {
-			n, err := conn.Read(b)
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.packets++
-			for _, line := range strings.Split(strings.TrimSuffix(string(b[:n]), "\n"), "\n") {
-				name, rest, ok1 := strings.Cut(line, ":")
-				v, typ, ok2 := strings.Cut(rest, "|")
-				n, err := strconv.ParseUint(v, 10, 64)
-				switch {
-				case !ok1 || !ok2 || err != nil && typ != "ms":
-					s.bad = append(s.bad, line)
-				case typ == "c":
-					s.counters[name] += n
-				}
-				s.types[name] = typ
-			}
-			s.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { conn.Close(); <-done })
-	return s
-}
+func newStatsdSink(t *testing.T) *statsdSink { return &statsdSink{statsdtest.Listen(t)} }
 
 // env is the statistics environment of a service pushing to s.
 func (s *statsdSink) env() []string {
 	return []string{"USE_STATSD=true", "DISABLE_STATS=false", "STATSD_PROTOCOL=udp", "STATSD_HOST=127.0.0.1",
-		"STATSD_PORT=" + strconv.Itoa(s.conn.LocalAddr().(*net.UDPAddr).Port),
+		"STATSD_PORT=" + strconv.Itoa(s.Port()),
 		"STATS_FLUSH_INTERVAL=" + statsdFlush.String(), "EXTRA_TAGS=" + statsdTag}
 }
 
 // snapshot returns the service's counters' totals by name (not the Go
 // runtime's, which change at every flush).
 func (s *statsdSink) snapshot() map[string]uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := maps.Clone(s.counters)
+	m := s.Counters()
 	maps.DeleteFunc(m, func(name string, _ uint64) bool {
 		return !strings.HasPrefix(name, "ratelimit.service.") && !strings.HasPrefix(name, "ratelimit_server.")
 	})
@@ -165,11 +120,9 @@ func (ps *pair) diffStats(t *testing.T, peer, fg *statsdSink, diffs map[string]i
 	settle(t, peer, fg)
 	pt, ft := peer.snapshot(), fg.snapshot()
 	for _, s := range []*statsdSink{peer, fg} {
-		s.mu.Lock()
-		if len(s.bad) > 0 {
-			t.Errorf("lines not in statsd form: %q", s.bad)
+		if bad := s.Bad(); len(bad) > 0 {
+			t.Errorf("lines not in statsd form: %q", bad)
 		}
-		s.mu.Unlock()
 	}
 	names := map[string]bool{}
 	for _, m := range []map[string]uint64{pt, ft} {
@@ -224,15 +177,11 @@ func (ps *pair) diffStats(t *testing.T, peer, fg *statsdSink, diffs map[string]i
 		}
 	}
 	// The other names: all the peer's but for UnsentStats, and no other.
-	peer.mu.Lock()
-	fg.mu.Lock()
-	defer fg.mu.Unlock()
-	defer peer.mu.Unlock()
 	for _, d := range []struct {
 		who        string
 		from, to   map[string]string
 		unsentOnly bool
-	}{{"the peer", peer.types, fg.types, true}, {"floodgate", fg.types, peer.types, false}} {
+	}{{"the peer", peer.Types(), fg.Types(), true}, {"floodgate", fg.Types(), peer.Types(), false}} {
 		for name, typ := range d.from {
 			base := strings.TrimSuffix(name, statsdSuffix)
 			if _, ok := d.to[name]; ok || strings.HasPrefix(base, "ratelimit.service.rate_limit.") {

@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/statsd/statsdtest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 
@@ -51,57 +53,29 @@ func TestTags(t *testing.T) {
 	}
 }
 
-// udpListener collects the datagrams sent to it.
+// udpListener is a statsd sink whose await hands out each datagram once.
 type udpListener struct {
-	conn *net.UDPConn
-	mu   sync.Mutex
-	got  [][]byte
+	*statsdtest.Sink
+	seen int // the datagrams await has returned
 }
 
-func listenUDP(t *testing.T) *udpListener {
-	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &udpListener{conn: conn}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		b := make([]byte, 65536)
-		for {
-			n, err := conn.Read(b)
-			if err != nil {
-				return
-			}
-			l.mu.Lock()
-			l.got = append(l.got, bytes.Clone(b[:n]))
-			l.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { conn.Close(); <-done })
-	return l
-}
+func listenUDP(t *testing.T) *udpListener { return &udpListener{Sink: statsdtest.Listen(t)} }
 
-func (l *udpListener) addr() string { return l.conn.LocalAddr().String() }
+func (l *udpListener) addr() string { return "127.0.0.1:" + strconv.Itoa(l.Port()) }
 
-// await returns the datagrams once they hold n lines in all, failing after
-// a generous bound.
+// await returns the datagrams not returned before once they hold n lines
+// in all, failing after a generous bound.
 func (l *udpListener) await(t *testing.T, n int) [][]byte {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		l.mu.Lock()
-		got := slices.Clone(l.got)
-		l.mu.Unlock()
+		got := l.Packets()[l.seen:]
 		lines := 0
 		for _, d := range got {
 			lines += bytes.Count(d, []byte("\n"))
 		}
 		if lines >= n {
-			l.mu.Lock()
-			l.got = nil
-			l.mu.Unlock()
+			l.seen += len(got)
 			return got
 		}
 		if time.Now().After(deadline) {
