@@ -51,14 +51,7 @@ func TestServeEnvoyEnvRedisSettings(t *testing.T) {
 		"--tls-ca-cert-file", ca.CertFile, "--tls-auth-clients", "no")
 
 	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	rules := "domain: split\ndescriptors:\n  - key: persec\n    rate_limit: {unit: second, requests_per_unit: 50}\n  - key: permin\n    rate_limit: {unit: minute, requests_per_unit: 50}\n"
-	if err := os.WriteFile(filepath.Join(cfgDir, "rules.yaml"), []byte(rules), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, root, "ratelimit/config/rules.yaml", "domain: split\ndescriptors:\n  - key: persec\n    rate_limit: {unit: second, requests_per_unit: 50}\n  - key: permin\n    rate_limit: {unit: minute, requests_per_unit: 50}\n")
 	for k, v := range map[string]string{
 		"REDIS_URL": sock, "REDIS_TIMEOUT": "2s",
 		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "127.0.0.1:" + strconv.Itoa(tlsPort),

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,14 +41,7 @@ func TestServeEnvoyStatsd(t *testing.T) {
 	srv := redistest.Spawn(t)
 	l := statsdtest.Listen(t)
 	root := t.TempDir()
-	cfgDir := filepath.Join(root, "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	rules := "domain: env\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"
-	if err := os.WriteFile(filepath.Join(cfgDir, "rules.yaml"), []byte(rules), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, root, "config/rules.yaml", "domain: env\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
 	for k, v := range map[string]string{
 		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "RUNTIME_ROOT": root, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
 		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": strconv.Itoa(l.Port()), "STATSD_PROTOCOL": "udp",
