@@ -17,6 +17,11 @@ RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w -X main.version=
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/floodgate /usr/local/bin/floodgate
+# Also where envoyproxy/ratelimit's image has its binary: run as
+# /bin/ratelimit (Kubernetes command: [/bin/ratelimit], or docker compose's
+# command: /bin/ratelimit after the entrypoint), floodgate serves with the
+# peer's environment (serve --envoy-env). distroless has no ln: a copy.
+COPY --from=build /out/floodgate /bin/ratelimit
 # 65532: distroless's "nonroot" user.
 USER 65532:65532
 EXPOSE 8080 8081

@@ -165,7 +165,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	cs := []prometheus.Collector{m.requests, m.descriptors, m.duration, m.storeErrors, m.refundErrors,
-		m.loadSuccess, m.loadError, m.callErrors, m.globalShadow, peerCollector{&m.stats}}
+		m.loadSuccess, m.loadError, m.callErrors, m.globalShadow, peerCollector{&m.stats}, peerServerCollector{m}}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("envoy: registering metrics: %w", err)

@@ -152,4 +152,24 @@ func TestPeerMetrics(t *testing.T) {
 	if got := e.counter(t, "ratelimit_service_config_load_success"); got != 1 {
 		t.Errorf("config_load_success %v, want 1", got)
 	}
+	// The server's series under the peer's Prometheus names.
+	calls := 12 + 1 + maxDynamicKeys + 5
+	if got := e.counter(t, "ratelimit_service_total_requests", "grpc_method=ShouldRateLimit"); got != float64(calls) {
+		t.Errorf("ratelimit_service_total_requests %v, want %d", got, calls)
+	}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timed uint64
+	for _, mf := range mfs {
+		if mf.GetName() == "ratelimit_service_response_time_seconds" {
+			for _, m := range mf.GetMetric() {
+				timed += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if timed != uint64(calls) {
+		t.Errorf("ratelimit_service_response_time_seconds counted %d calls, want %d", timed, calls)
+	}
 }

@@ -285,6 +285,17 @@ func TestServeReloadAccounting(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, series := range []string{"go_goroutines ", "process_cpu_seconds_total "} {
+		if !strings.Contains(string(b), "\n"+series) {
+			t.Errorf("/metrics lacks the process's %s", series)
+		}
+	}
 	hup("ok", "1")
 	if strings.Contains(logs.String(), "restart") {
 		t.Errorf("a reload of an unchanged file (serve given --listen) warns of a restart:\n%s", logs)

@@ -21,13 +21,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	args := os.Args[1:]
-	if filepath.Base(os.Args[0]) == "ratelimit" {
-		// Installed as envoyproxy/ratelimit's binary (/bin/ratelimit): its
-		// image's manifests run it bare, configured by the environment.
-		args = append([]string{"serve", "--envoy-env"}, args...)
-	}
-	err := run(ctx, args, os.Stdout, os.Stderr)
+	err := run(ctx, peerArgs(os.Args[0], os.Args[1:]), os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) && !errors.Is(err, errUsage) && !errors.Is(err, errDenied) {
@@ -39,6 +33,27 @@ func main() {
 		}
 		os.Exit(exitCode(err))
 	}
+}
+
+// peerBinary is where envoyproxy/ratelimit's image has its binary; the
+// floodgate image installs floodgate there too.
+const peerBinary = "/bin/ratelimit"
+
+// peerArgs returns the arguments to run for a process started as argv0
+// with args: "serve --envoy-env" and the rest when it was started as
+// envoyproxy/ratelimit's binary (the peer's manifests run it bare,
+// configured by the environment), either by that name (Kubernetes'
+// command: [/bin/ratelimit]) or as the image entrypoint's first argument
+// (docker compose's command: /bin/ratelimit, which follows the
+// entrypoint); args otherwise.
+func peerArgs(argv0 string, args []string) []string {
+	switch {
+	case filepath.Base(argv0) == "ratelimit":
+		return append([]string{"serve", "--envoy-env"}, args...)
+	case len(args) > 0 && args[0] == peerBinary:
+		return append([]string{"serve", "--envoy-env"}, args[1:]...)
+	}
+	return args
 }
 
 // errUsage marks a usage error already reported to the user.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -227,5 +228,27 @@ func TestServeShutdownFinishesInFlight(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Fatalf("serve returned %v", err)
+	}
+}
+
+// TestPeerArgs: started as envoyproxy/ratelimit's binary, by its name or as
+// the image entrypoint's argument, floodgate serves with the peer's
+// environment.
+func TestPeerArgs(t *testing.T) {
+	for _, c := range []struct {
+		argv0 string
+		args  []string
+		want  []string
+	}{
+		{"/bin/ratelimit", nil, []string{"serve", "--envoy-env"}},
+		{"ratelimit", []string{"--log-level", "debug"}, []string{"serve", "--envoy-env", "--log-level", "debug"}},
+		{"/usr/local/bin/floodgate", []string{"/bin/ratelimit"}, []string{"serve", "--envoy-env"}},
+		{"/usr/local/bin/floodgate", []string{"serve", "--config", "f.yaml"}, []string{"serve", "--config", "f.yaml"}},
+		{"floodgate", []string{"ratelimit"}, []string{"ratelimit"}}, // not the peer's path: an unknown command, as before
+		{"floodgate", nil, nil},
+	} {
+		if got := peerArgs(c.argv0, c.args); !slices.Equal(got, c.want) {
+			t.Errorf("peerArgs(%q, %q) = %q, want %q", c.argv0, c.args, got, c.want)
+		}
 	}
 }

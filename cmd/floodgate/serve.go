@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
@@ -116,6 +117,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Warn("envoyproxy/ratelimit environment: " + n)
 	}
 	reg := prometheus.NewRegistry()
+	// The process's own series, as every Prometheus-instrumented Go server
+	// has them (go_*, process_*): read at each scrape, never per request.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if m, ok := store.(*memory.Store); ok {
 		if err := serveMemory(ctx, m, reg); err != nil {
 			return err

@@ -60,6 +60,41 @@ var Differences = []Difference{
 			"counts them in floodgate_envoy_descriptors_total{domain=\"(unknown)\", outcome=\"no_rule\"}.",
 		Why: "The peer names the statistic by the request's domain, so any caller can create names without bound.",
 	},
+	{
+		Name: "requests-per-unit-required",
+		What: "A rate_limit without requests_per_unit (and not unlimited) stops the load with its file and line; the peer reads it as 0 and blocks every request.",
+		Why:  "A forgotten field never becomes a rule that denies everything.",
+	},
+	{
+		Name: "invalid-descriptors",
+		What: "A request descriptor without entries, or an entry without a key, is answered INVALID_ARGUMENT; the peer matches nothing and answers OK.",
+		Why:  "A malformed request from a misconfigured Envoy is reported, not silently unlimited.",
+	},
+	{
+		Name: "store-errors",
+		What: "A store outage follows the rule's failure mode (by default UNAVAILABLE, as the peer's); any other store error (a script error, a key holding " +
+			"something else) is INTERNAL, never admitted; the peer answers every Redis error alike.",
+		Why: "Only an outage is a reason to fail open; a wrong answer from Redis must not become an admission.",
+	},
+	{
+		Name: "quota-mode-not-asked",
+		What: "A quota_mode descriptor of a request that another descriptor denies is not asked, so it counts nothing; the peer counts its hits.",
+		Why:  "As for denied-consumes-nothing: a denied request takes nothing.",
+	},
+	{
+		Name: "json-needs-content-type",
+		What: "POST /json answers 415 unless the body is sent as Content-Type: application/json (curl -d needs -H 'Content-Type: application/json'); " +
+			"the peer takes any content type.",
+		Why: "A browser page can POST text/plain or a form to another origin without asking (no CORS preflight): with any content type, any web page " +
+			"a user opens could spend limits on the HTTP API. application/json makes the browser ask first.",
+	},
+	{
+		Name: "health-follows-store",
+		What: "gRPC health and GET /healthcheck answer NOT_SERVING / 500 while the store is unreachable; the peer's follow Redis only with " +
+			"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true.",
+		Why: "So that Envoy and a readiness probe send traffic to instances that can decide. Use /healthcheck as a readiness probe, not a liveness " +
+			"probe: a liveness probe on it restarts every pod during a Redis outage, and then no rule's failure mode can answer.",
+	},
 }
 
 // UnsentStats are the statsd names envoyproxy/ratelimit pushes that

@@ -226,6 +226,7 @@ func TestDockerfile(t *testing.T) {
 	var froms, runs []string
 	var user, cmd string
 	copiedFromBuild := false
+	var copiedTo []string
 	for _, line := range strings.Split(src, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -246,10 +247,17 @@ func TestDockerfile(t *testing.T) {
 			if strings.HasPrefix(rest, "--from=") && len(froms) > 1 {
 				copiedFromBuild = true
 			}
+			if f := strings.Fields(rest); len(f) > 0 {
+				copiedTo = append(copiedTo, f[len(f)-1])
+			}
 		}
 	}
 	if len(froms) < 2 || !copiedFromBuild {
 		t.Fatalf("not a multi-stage build: FROM %q", froms)
+	}
+	// docs/ENVOY.md's migration: the peer's manifests run /bin/ratelimit.
+	if !slices.Contains(copiedTo, "/bin/ratelimit") {
+		t.Errorf("the image has no /bin/ratelimit (envoyproxy/ratelimit's binary path, which its manifests run): COPY targets %q", copiedTo)
 	}
 	if final := froms[len(froms)-1]; !strings.Contains(final, "distroless") && !strings.HasPrefix(final, "scratch") {
 		t.Errorf("the final stage %q is neither distroless nor scratch", final)
