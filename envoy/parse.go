@@ -49,6 +49,26 @@ type LoadOptions struct {
 	// and value are still an error. Off: a second file for a domain is an
 	// error naming both files.
 	MergeDomains bool
+	// Prefix, when set, reads only the files whose path relative to the
+	// folder, with each / turned into a dot, starts with Prefix and a dot:
+	// with Prefix "config", config.yaml, config.x.yaml, config/a.yaml and
+	// config.d/b.yaml, but not configs.yaml, config or other/a.yaml. It is
+	// envoyproxy/ratelimit's RUNTIME_WATCH_ROOT=true (its default), with
+	// the folder RUNTIME_ROOT/RUNTIME_SUBDIRECTORY and Prefix its
+	// RUNTIME_APPDIRECTORY. Files outside the prefix are listed by
+	// [Rules.Skipped], and [Service.Watch] ignores their changes. Empty:
+	// every file of the folder is read.
+	Prefix string
+}
+
+// selected reports whether the file at rel, its path relative to the
+// folder, is one opts read (see LoadOptions.Prefix).
+func (opts LoadOptions) selected(rel string) bool {
+	if opts.Prefix == "" {
+		return true
+	}
+	key := strings.ReplaceAll(filepath.ToSlash(rel), "/", ".")
+	return strings.HasPrefix(key, opts.Prefix+".")
 }
 
 // LoadDir is Load(dir, LoadOptions{}).
@@ -58,7 +78,7 @@ func LoadDir(dir string) (*Rules, error) { return Load(dir, LoadOptions{}) }
 // loader does: recursively, whatever the file's extension, in lexical path
 // order, following symbolic links to files (but not to folders, which the
 // reference does not enter either). Names starting with a dot are skipped
-// unless opts.DotFiles. Every file must be a valid rule file: a README or
+// unless opts.DotFiles, and files outside opts.Prefix when it is set. Every file must be a valid rule file: a README or
 // a backup copy beside the rules is an error naming it, never ignored. A
 // folder without any file is an error, so that a mistyped path is not taken
 // for "no limits".
@@ -68,6 +88,9 @@ func Load(dir string, opts LoadOptions) (*Rules, error) {
 		return nil, err
 	}
 	if len(srcs) == 0 {
+		if opts.Prefix != "" {
+			return nil, fmt.Errorf("envoy rules: no rule files in %s whose path starts with %s. (such as %s.yaml or %s/rules.yaml)", dir, opts.Prefix, opts.Prefix, opts.Prefix)
+		}
 		return nil, fmt.Errorf("envoy rules: no rule files in %s", dir)
 	}
 	r, err := ParseWith(opts, srcs...)
@@ -101,6 +124,10 @@ func readFolder(dir string, opts LoadOptions) (srcs []Source, skipped []string, 
 		}
 		if info.IsDir() {
 			skipped = append(skipped, path) // a link to a folder: not entered, as in the reference
+			return nil
+		}
+		if rel, err := filepath.Rel(dir, path); err != nil || !opts.selected(rel) {
+			skipped = append(skipped, path)
 			return nil
 		}
 		data, err := os.ReadFile(path)
