@@ -312,13 +312,11 @@ func (p *parser) file1(data []byte) *domain {
 		}
 		return nil
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		line := extra.Line
-		if len(extra.Content) > 0 {
-			line = extra.Content[0].Line
-		}
+	if line := yamlfield.NextDocument(dec); line > 0 {
 		p.errs.Report(line, "", "", "holds more than one YAML document; want one domain per file")
+		return nil
+	}
+	if !p.errs.Expand(&doc) {
 		return nil
 	}
 	root := doc.Content[0]
