@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -141,24 +140,6 @@ func readFolder(dir string, opts LoadOptions) (srcs []Source, skipped []string, 
 		return nil, nil, fmt.Errorf("envoy rules: %w", err)
 	}
 	return srcs, skipped, nil
-}
-
-// hashSources hashes the names and contents of srcs, or err when the
-// folder could not be read.
-func hashSources(srcs []Source, err error) [32]byte {
-	h := sha256.New()
-	if err != nil {
-		h.Write([]byte(err.Error()))
-	}
-	for _, s := range srcs {
-		h.Write([]byte(s.Name))
-		h.Write([]byte{0})
-		h.Write(s.Data)
-		h.Write([]byte{0})
-	}
-	var sum [32]byte
-	copy(sum[:], h.Sum(nil))
-	return sum
 }
 
 // Parse compiles rule files, one domain each. It reports every problem it
