@@ -12,8 +12,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -112,11 +114,15 @@ type FieldError = yamlfield.Error
 // file in error messages.
 func Parse(data []byte, source string) (*Config, error) {
 	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: %s", source, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	if len(root.Content) == 0 {
 		return nil, fmt.Errorf("%s: the file is empty", source)
+	}
+	if line := yamlfield.NextDocument(dec); line > 0 {
+		return nil, &FieldError{File: source, Line: line, Reason: "holds more than one YAML document", Fix: "keep one configuration per file"}
 	}
 	c := &Config{Source: source}
 	lines, decodeErr := yamlfield.Decode(&root, c)

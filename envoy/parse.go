@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +48,26 @@ type LoadOptions struct {
 	// and value are still an error. Off: a second file for a domain is an
 	// error naming both files.
 	MergeDomains bool
+	// Prefix, when set, reads only the files whose path relative to the
+	// folder, with each / turned into a dot, starts with Prefix and a dot:
+	// with Prefix "config", config.yaml, config.x.yaml, config/a.yaml and
+	// config.d/b.yaml, but not configs.yaml, config or other/a.yaml. It is
+	// envoyproxy/ratelimit's RUNTIME_WATCH_ROOT=true (its default), with
+	// the folder RUNTIME_ROOT/RUNTIME_SUBDIRECTORY and Prefix its
+	// RUNTIME_APPDIRECTORY. Files outside the prefix are listed by
+	// [Rules.Skipped], and [Service.Watch] ignores their changes. Empty:
+	// every file of the folder is read.
+	Prefix string
+}
+
+// selected reports whether the file at rel, its path relative to the
+// folder, is one opts read (see LoadOptions.Prefix).
+func (opts LoadOptions) selected(rel string) bool {
+	if opts.Prefix == "" {
+		return true
+	}
+	key := strings.ReplaceAll(filepath.ToSlash(rel), "/", ".")
+	return strings.HasPrefix(key, opts.Prefix+".")
 }
 
 // LoadDir is Load(dir, LoadOptions{}).
@@ -58,7 +77,7 @@ func LoadDir(dir string) (*Rules, error) { return Load(dir, LoadOptions{}) }
 // loader does: recursively, whatever the file's extension, in lexical path
 // order, following symbolic links to files (but not to folders, which the
 // reference does not enter either). Names starting with a dot are skipped
-// unless opts.DotFiles. Every file must be a valid rule file: a README or
+// unless opts.DotFiles, and files outside opts.Prefix when it is set. Every file must be a valid rule file: a README or
 // a backup copy beside the rules is an error naming it, never ignored. A
 // folder without any file is an error, so that a mistyped path is not taken
 // for "no limits".
@@ -68,6 +87,9 @@ func Load(dir string, opts LoadOptions) (*Rules, error) {
 		return nil, err
 	}
 	if len(srcs) == 0 {
+		if opts.Prefix != "" {
+			return nil, fmt.Errorf("envoy rules: no rule files in %s whose path starts with %s. (such as %s.yaml or %s/rules.yaml)", dir, opts.Prefix, opts.Prefix, opts.Prefix)
+		}
 		return nil, fmt.Errorf("envoy rules: no rule files in %s", dir)
 	}
 	r, err := ParseWith(opts, srcs...)
@@ -103,6 +125,10 @@ func readFolder(dir string, opts LoadOptions) (srcs []Source, skipped []string, 
 			skipped = append(skipped, path) // a link to a folder: not entered, as in the reference
 			return nil
 		}
+		if rel, err := filepath.Rel(dir, path); err != nil || !opts.selected(rel) {
+			skipped = append(skipped, path)
+			return nil
+		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return err
@@ -114,24 +140,6 @@ func readFolder(dir string, opts LoadOptions) (srcs []Source, skipped []string, 
 		return nil, nil, fmt.Errorf("envoy rules: %w", err)
 	}
 	return srcs, skipped, nil
-}
-
-// hashSources hashes the names and contents of srcs, or err when the
-// folder could not be read.
-func hashSources(srcs []Source, err error) [32]byte {
-	h := sha256.New()
-	if err != nil {
-		h.Write([]byte(err.Error()))
-	}
-	for _, s := range srcs {
-		h.Write([]byte(s.Name))
-		h.Write([]byte{0})
-		h.Write(s.Data)
-		h.Write([]byte{0})
-	}
-	var sum [32]byte
-	copy(sum[:], h.Sum(nil))
-	return sum
 }
 
 // Parse compiles rule files, one domain each. It reports every problem it
@@ -285,13 +293,11 @@ func (p *parser) file1(data []byte) *domain {
 		}
 		return nil
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		line := extra.Line
-		if len(extra.Content) > 0 {
-			line = extra.Content[0].Line
-		}
+	if line := yamlfield.NextDocument(dec); line > 0 {
 		p.errs.Report(line, "", "", "holds more than one YAML document; want one domain per file")
+		return nil
+	}
+	if !p.errs.Expand(&doc) {
 		return nil
 	}
 	root := doc.Content[0]

@@ -290,7 +290,8 @@ func (r *Rules) Sources() []string {
 }
 
 // Skipped returns what [Load] did not read: names starting with a dot
-// (unless LoadOptions.DotFiles) and links to folders, in walk order.
+// (unless LoadOptions.DotFiles), links to folders and files outside
+// LoadOptions.Prefix, in walk order.
 func (r *Rules) Skipped() []string {
 	if r == nil {
 		return nil

@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"crypto/sha256"
 	"time"
 )
 
@@ -50,4 +51,22 @@ func (s *Service) Watch(ctx context.Context, dir string, opts LoadOptions, inter
 		case <-t.C:
 		}
 	}
+}
+
+// hashSources hashes the names and contents of srcs, or err when the
+// folder could not be read.
+func hashSources(srcs []Source, err error) [32]byte {
+	h := sha256.New()
+	if err != nil {
+		h.Write([]byte(err.Error()))
+	}
+	for _, s := range srcs {
+		h.Write([]byte(s.Name))
+		h.Write([]byte{0})
+		h.Write(s.Data)
+		h.Write([]byte{0})
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
 }

@@ -159,8 +159,18 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	root := e.str("RUNTIME_ROOT", "/srv/runtime_data/current")
 	sub := e.str("RUNTIME_SUBDIRECTORY", "")
 	app := e.str("RUNTIME_APPDIRECTORY", "config")
+	// RUNTIME_WATCH_ROOT=true (the peer's default): the files of root/sub
+	// whose path there, / turned into dots, starts with "app."; false: every
+	// file of root/sub/app. floodgate watches the files read either way.
 	dir := filepath.Join(root, sub, app)
-	e.bool("RUNTIME_WATCH_ROOT", true) // both ways the files are those of root/sub/app, watched for changes
+	switch watchRoot := e.bool("RUNTIME_WATCH_ROOT", true); {
+	case app == "":
+		e.fail("RUNTIME_APPDIRECTORY is empty: envoyproxy/ratelimit then reads no rule file; leave it unset (config) or name the rules' folder")
+	case watchRoot && sub == "":
+		e.fail("RUNTIME_WATCH_ROOT=true (the default) needs RUNTIME_SUBDIRECTORY: without it envoyproxy/ratelimit reads no rule file at all; set RUNTIME_SUBDIRECTORY, or RUNTIME_WATCH_ROOT=false to read %s", dir)
+	case watchRoot:
+		dir, c.load.Prefix = filepath.Join(root, sub), app
+	}
 	c.load.DotFiles = !e.bool("RUNTIME_IGNOREDOTFILES", false)
 	c.load.MergeDomains = e.bool("MERGE_DOMAIN_CONFIG", false)
 	c.force = e.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)

@@ -34,7 +34,9 @@ func TestReadEnvoyEnv(t *testing.T) {
 	ca := tlstest.NewCA(t, "rls")
 	leaf := ca.Issue("rls", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
 	certFile, keyFile, caFile := leaf.CertFile, leaf.KeyFile, ca.CertFile
-	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
+	// RUNTIME_SUBDIRECTORY is set as every deployment does: without it the
+	// peer reads no rule file (a case of its own below).
+	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false", "RUNTIME_SUBDIRECTORY": "ratelimit"}
 	with := func(extra map[string]string) map[string]string {
 		m := map[string]string{}
 		for k, v := range base {
@@ -56,7 +58,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 			if c.cfg.Listen != "0.0.0.0:8080" || c.cfg.GRPCListen != "0.0.0.0:8081" {
 				t.Errorf("listen %s, grpc %s", c.cfg.Listen, c.cfg.GRPCListen)
 			}
-			if c.cfg.EnvoyConfig != "/srv/runtime_data/current/config" || !c.load.DotFiles || c.load.MergeDomains {
+			if c.cfg.EnvoyConfig != "/srv/runtime_data/current/ratelimit" || c.load.Prefix != "config" || !c.load.DotFiles || c.load.MergeDomains {
 				t.Errorf("rules %s, load %+v", c.cfg.EnvoyConfig, c.load)
 			}
 			if c.cfg.Store.Type != config.StoreRedis || strings.Join(c.cfg.Store.Addrs, ",") != "redis:6379" {
@@ -79,7 +81,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 			if c.cfg.Listen != "127.0.0.1:9080" || c.grpc.uds != "/tmp/rls.sock" || c.grpc.maxConnAge != 10*time.Minute {
 				t.Errorf("listen %s, grpc %+v", c.cfg.Listen, c.grpc)
 			}
-			if c.cfg.EnvoyConfig != "/data/ratelimit/config" || c.load.DotFiles || !c.load.MergeDomains {
+			if c.cfg.EnvoyConfig != "/data/ratelimit" || c.load.Prefix != "config" || c.load.DotFiles || !c.load.MergeDomains {
 				t.Errorf("rules %s, load %+v", c.cfg.EnvoyConfig, c.load)
 			}
 			s := c.cfg.Store
@@ -100,6 +102,16 @@ func TestReadEnvoyEnv(t *testing.T) {
 				t.Errorf("metrics %s%s, log %+v, health %v", c.metrics, c.metricsP, c.cfg.Log, c.health)
 			}
 		}, "", ""},
+		{"RUNTIME_WATCH_ROOT=false reads the app folder, whole", with(map[string]string{"RUNTIME_WATCH_ROOT": "false", "RUNTIME_APPDIRECTORY": "rl"}),
+			func(t *testing.T, c *envoyCompat) {
+				if c.cfg.EnvoyConfig != "/srv/runtime_data/current/ratelimit/rl" || c.load.Prefix != "" {
+					t.Errorf("rules %s, load %+v", c.cfg.EnvoyConfig, c.load)
+				}
+			}, "", ""},
+		{"RUNTIME_WATCH_ROOT without RUNTIME_SUBDIRECTORY reads nothing in the peer", with(map[string]string{"RUNTIME_SUBDIRECTORY": ""}), nil,
+			"RUNTIME_WATCH_ROOT=true (the default) needs RUNTIME_SUBDIRECTORY", ""},
+		{"an empty RUNTIME_APPDIRECTORY reads nothing in the peer", with(map[string]string{"RUNTIME_APPDIRECTORY": "", "RUNTIME_WATCH_ROOT": "false"}), nil,
+			"RUNTIME_APPDIRECTORY is empty", ""},
 		{"cluster", with(map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:1,b:2,c:3"}), func(t *testing.T, c *envoyCompat) {
 			if c.cfg.Store.Type != config.StoreRedisCluster || len(c.cfg.Store.Addrs) != 3 {
 				t.Errorf("store %+v", c.cfg.Store)
@@ -134,12 +146,12 @@ func TestReadEnvoyEnv(t *testing.T) {
 			}, "", ""},
 		{"sentinel auth without sentinels", with(map[string]string{"REDIS_SENTINEL_AUTH": "pw"}), nil, "", "REDIS_SENTINEL_AUTH: ignored"},
 		{"memcache", with(map[string]string{"BACKEND_TYPE": "memcache"}), nil, `BACKEND_TYPE="memcache" is not supported`, ""},
-		{"unix socket (the peer's default)", map[string]string{"USE_STATSD": "false"}, func(t *testing.T, c *envoyCompat) {
+		{"unix socket (the peer's default)", map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit", "USE_STATSD": "false"}, func(t *testing.T, c *envoyCompat) {
 			if s := c.cfg.Store; s.Type != config.StoreRedis || strings.Join(s.Addrs, ",") != "/var/run/nutcracker/ratelimit.sock" || s.PerSecond != nil {
 				t.Errorf("store %+v, want the peer's default socket", s)
 			}
 		}, "", ""},
-		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis/redis.sock"}, func(t *testing.T, c *envoyCompat) {
+		{"unix socket", map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit", "REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis/redis.sock"}, func(t *testing.T, c *envoyCompat) {
 			rc, err := c.cfg.RedisConfig()
 			if err != nil || strings.Join(rc.Addrs, ",") != "/run/redis/redis.sock" {
 				t.Errorf("redis config %+v, %v", rc, err)
@@ -148,12 +160,12 @@ func TestReadEnvoyEnv(t *testing.T) {
 		{"unix socket type with host:port", map[string]string{"REDIS_URL": "redis:6379"}, nil,
 			`REDIS_URL="redis:6379": with REDIS_SOCKET_TYPE=unix (the peer's default) it is the absolute path of Redis's unix socket; for host:port set REDIS_SOCKET_TYPE=tcp`, ""},
 		{"another socket type", with(map[string]string{"REDIS_SOCKET_TYPE": "udp"}), nil, `REDIS_SOCKET_TYPE="udp" is not unix or tcp`, ""},
-		{"cluster over the default socket type is TCP, as for the peer", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:1,b:2"}, func(t *testing.T, c *envoyCompat) {
+		{"cluster over the default socket type is TCP, as for the peer", map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit", "REDIS_TYPE": "cluster", "REDIS_URL": "a:1,b:2"}, func(t *testing.T, c *envoyCompat) {
 			if s := c.cfg.Store; s.Type != config.StoreRedisCluster || strings.Join(s.Addrs, ",") != "a:1,b:2" {
 				t.Errorf("store %+v", s)
 			}
 		}, "", ""},
-		{"sentinels with an explicit unix socket type", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379"}, nil, "",
+		{"sentinels with an explicit unix socket type", map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit", "REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379"}, nil, "",
 			"REDIS_SOCKET_TYPE=unix: ignored, as by the peer, with REDIS_TYPE=sentinel"},
 		{"skip hostname verification", with(map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CACERT": caFile, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}),
 			func(t *testing.T, c *envoyCompat) {
@@ -236,7 +248,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 					t.Errorf("notes %q", c.notes)
 				}
 			}, "", ""},
-		{"statsd by default, as the peer", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379"}, func(t *testing.T, c *envoyCompat) {
+		{"statsd by default, as the peer", map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379"}, func(t *testing.T, c *envoyCompat) {
 			want := statsdSettings{network: "tcp", addr: "localhost:8125", interval: 10 * time.Second, tags: map[string]string{}}
 			if c.statsd == nil || c.statsd.network != want.network || c.statsd.addr != want.addr || c.statsd.interval != want.interval || len(c.statsd.tags) != 0 {
 				t.Errorf("statsd %+v, want %+v", c.statsd, want)

@@ -72,7 +72,7 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	}
 	opts.Logger, opts.Registerer = logger, reg
 	if rules != nil && len(rules.Skipped()) > 0 {
-		logger.Info("envoy rules: names starting with a dot and links to folders are not read", "skipped", strings.Join(rules.Skipped(), ","))
+		logger.Info("envoy rules: not read: names starting with a dot, links to folders, files outside the RUNTIME_APPDIRECTORY prefix", "skipped", strings.Join(rules.Skipped(), ","))
 	}
 	if cfg.Store.Type == config.StoreMemory {
 		logger.Warn("the Envoy rate-limit service decides on the in-process memory store: every replica admits the whole limit; " +

@@ -41,9 +41,9 @@ func TestServeEnvoyStatsd(t *testing.T) {
 	srv := redistest.Spawn(t)
 	l := statsdtest.Listen(t)
 	root := t.TempDir()
-	writeFile(t, root, "config/rules.yaml", "domain: env\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
+	writeFile(t, root, "ratelimit/config/rules.yaml", "domain: env\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
 	for k, v := range map[string]string{
-		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "RUNTIME_ROOT": root, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
 		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": strconv.Itoa(l.Port()), "STATSD_PROTOCOL": "udp",
 		"STATS_FLUSH_INTERVAL": "100ms", "EXTRA_TAGS": "release:v1.2", "LOG_LEVEL": "info",
 	} {

@@ -42,9 +42,14 @@ var Differences = []Difference{
 	},
 	{
 		Name: "bad-files-stop-start",
-		What: "A rule file floodgate cannot load stops start-up, and a broken reload keeps the rules in force, with errors naming file, line, field and value; " +
-			"the peer reports the first error without a line.",
-		Why: "A typo never becomes a silently missing limit.",
+		What: "A rule file floodgate cannot load stops start-up, and a broken reload keeps the rules in force, with errors naming file, line, field and value. " +
+			"The peer starts anyway: it logs the first error (without a line), counts config_load_error and serves with no rules, failing every " +
+			"ShouldRateLimit call with \"no rate limit configuration loaded\" (gRPC Unknown, should_rate_limit.service_error; POST /json answers 400), " +
+			"which Envoy's default failure_mode_deny=false admits, while gRPC health stays SERVING unless HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; " +
+			"a broken reload keeps its rules in force too. Anchors, aliases and merge keys (<<) load as the peer's yaml.v2 reads them, but floodgate " +
+			"refuses what yaml.v2 reads silently: a second YAML document in a file (the peer ignores it), a key written twice in one mapping (the peer takes " +
+			"the last), and an own key written before a << that merges the same key (yaml.v2 takes the merged value, yaml.v3 the own one).",
+		Why: "A typo never becomes a silently missing limit, nor a service that admits everything while it reports healthy.",
 	},
 	{
 		Name: "never-fits-stats",

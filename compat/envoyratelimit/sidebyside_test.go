@@ -186,16 +186,69 @@ func TestSideBySide(t *testing.T) {
 		env    []string
 		global string
 		redis  redisLayout
+		spread bool // the rule files spread over the places RUNTIME_WATCH_ROOT=true reads
 	}{
-		{"defaults", nil, "", oneRedis},
+		{"defaults", nil, "", oneRedis, false},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED and RESPONSE_DYNAMIC_METADATA",
-			[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "RESPONSE_DYNAMIC_METADATA=true"}, "", oneRedis},
-		{"SHADOW_MODE", []string{"SHADOW_MODE=true"}, "shadow", oneRedis},
-		{"QUOTA_MODE", []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"}, "quota", oneRedis},
-		{"REDIS_PERSECOND, the main Redis over a unix socket", nil, "", perSecondRedis},
+			[]string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left", "RESPONSE_DYNAMIC_METADATA=true"}, "", oneRedis, false},
+		{"SHADOW_MODE", []string{"SHADOW_MODE=true"}, "shadow", oneRedis, false},
+		{"QUOTA_MODE", []string{"QUOTA_MODE=true", "RESPONSE_DYNAMIC_METADATA=true"}, "quota", oneRedis, false},
+		{"REDIS_PERSECOND, the main Redis over a unix socket", nil, "", perSecondRedis, false},
+		{"RUNTIME_WATCH_ROOT and dot-files as the peer's defaults, rules spread over the folders it reads",
+			[]string{"RUNTIME_WATCH_ROOT=true", "RUNTIME_IGNOREDOTFILES=false"}, "", oneRedis, true},
 	} {
-		t.Run(set.name, func(t *testing.T) { sideBySide(t, src, bins, set.env, set.global, set.redis) })
+		t.Run(set.name, func(t *testing.T) { sideBySide(t, src, bins, set.env, set.global, set.redis, set.spread) })
 	}
+}
+
+// spreadRules moves the rule files CopyRules wrote into cfg (a
+// root/ratelimit/config folder) to each place envoyproxy/ratelimit reads
+// with RUNTIME_WATCH_ROOT=true, a file's path under root/ratelimit (/ as
+// dots) starting with "config.": root/ratelimit/config.yaml,
+// config.<name>.yaml, config.d/ and config/ itself; it adds a dot-file there
+// (read, as RUNTIME_IGNOREDOTFILES=false reads it) and a file with YAML
+// anchors and merge keys, and two files the peer
+// does not read, whose domains would limit if they were: configs.yaml and
+// .config.yaml. It returns the steps that tell them apart.
+func spreadRules(t *testing.T, cfg string) []step {
+	t.Helper()
+	sub := filepath.Dir(cfg)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(sub, "config.d"), 0o755))
+	for from, to := range map[string]string{
+		"ratelimit-basic.yaml":           "config.yaml",
+		"ratelimit-another.yaml":         "config.another.yaml",
+		"ratelimit-share_threshold.yaml": "config.d/share_threshold.yaml",
+	} {
+		must(os.Rename(filepath.Join(cfg, from), filepath.Join(sub, to)))
+	}
+	rule := func(domain string, n int) []byte {
+		return []byte("domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: " + strconv.Itoa(n) + "}\n")
+	}
+	must(os.WriteFile(filepath.Join(cfg, ".dotfile.yaml"), rule("dotfile", 2), 0o644))
+	// YAML anchors, an alias and merge keys, which the peer's yaml.v2 reads.
+	must(os.WriteFile(filepath.Join(cfg, "anchors.yaml"), []byte(`domain: anchors
+descriptors:
+  - &two
+    key: two
+    rate_limit: &per_minute {unit: minute, requests_per_unit: 2}
+  - key: alias
+    rate_limit: *per_minute
+  - <<: *two
+    key: three
+    rate_limit:
+      <<: *per_minute
+      requests_per_unit: 3
+`), 0o644))
+	must(os.WriteFile(filepath.Join(sub, "configs.yaml"), rule("not_read", 0), 0o644))
+	must(os.WriteFile(filepath.Join(sub, ".config.yaml"), rule("not_read_dot", 0), 0o644))
+	return seq(times(3, req("dotfile", d("k=a"))), req("not_read", d("k=a")), req("not_read_dot", d("k=a")),
+		times(3, req("anchors", d("two=a"))), times(3, req("anchors", d("alias=a"))), times(4, req("anchors", d("three=a"))))
 }
 
 // redisLayout is how a pair's services reach Redis.
@@ -248,7 +301,7 @@ type pair struct {
 
 // sideBySide runs every scenario against a new pair started with the
 // peer's environment plus env, then a reload of the rule folder.
-func sideBySide(t *testing.T, src string, bins [2]string, env []string, global string, layout redisLayout) {
+func sideBySide(t *testing.T, src string, bins [2]string, env []string, global string, layout redisLayout, spread bool) {
 	peerRoot, fgRoot := t.TempDir(), t.TempDir()
 	pc, err := CopyRules(src, peerRoot, RuleFiles)
 	if err != nil {
@@ -258,7 +311,16 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 	if err != nil {
 		t.Fatal(err)
 	}
+	scs := scenarios()
 	rules, err := envoy.Load(fc, envoy.LoadOptions{}) // RUNTIME_IGNOREDOTFILES=true
+	if spread {
+		spreadRules(t, pc)
+		scs = append(scs, scenario{"the files RUNTIME_WATCH_ROOT reads", time.Minute, spreadRules(t, fc)})
+		rules, err = envoy.Load(filepath.Dir(fc), envoy.LoadOptions{Prefix: "config", DotFiles: true})
+		if got, want := strings.Join(rules.Domains(), ","), "anchors,another,basic,dotfile,mongo_cps,rl,share-threshold-test"; err == nil && got != want {
+			t.Fatalf("floodgate's loader read the domains %s, want %s", got, want)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +342,7 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 		peerCfg: pc, fgCfg: fc, statsKeys: map[string]map[string]bool{}, shadowKeys: map[string]bool{},
 	}
 	diffs := map[string]int{}
-	for _, sc := range scenarios() {
+	for _, sc := range scs {
 		t.Run(sc.name, func(t *testing.T) {
 			awaitWindow(sc.unit, len(sc.steps))
 			m := newModel(rules, global)
@@ -306,7 +368,7 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 			t.Errorf("GET %s/healthcheck = %q, want OK", svc.http, body)
 		}
 	}
-	if global == "" {
+	if global == "" && !spread { // with RUNTIME_WATCH_ROOT=true the peer reloads only when RUNTIME_ROOT is swapped
 		t.Run("reload: a new file in the watched folder", func(t *testing.T) { ps.reload(t, src, rules) })
 	}
 	for _, df := range append(slices.Clone(Differences), UnsentStats...) {

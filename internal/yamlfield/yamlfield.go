@@ -10,7 +10,9 @@
 // yaml tags; a hand-written parser over yaml.Node collects its errors in a
 // [List], whose readers ([List.Mapping], [List.String], [List.Bool],
 // [List.Uint]) check a node and report what is wrong with it, and builds
-// its own with [TypeError], [Describe] and [DidYouMean].
+// its own with [TypeError], [Describe] and [DidYouMean]. Anchors, aliases
+// and merge keys ("<<") are resolved first by [List.Expand], which Decode
+// calls and a hand-written parser calls itself.
 //
 // It is a helper room: it imports yaml only.
 package yamlfield
@@ -294,7 +296,8 @@ func (l Lines) Error(path, value, reason string) *Error {
 }
 
 // Decode decodes the document or node n into v, a pointer to a struct,
-// strictly: a key that names no field (by its yaml tag) or appears twice is
+// strictly, once [List.Expand] has resolved its aliases and merge keys
+// (in n itself): a key that names no field (by its yaml tag) or appears twice is
 // an error, and so is a value of the wrong shape. Structs and slices are
 // walked, so each error names its path; other values decode with
 // yaml.Node.Decode (durations, numbers, encoding.TextUnmarshaler types).
@@ -306,6 +309,9 @@ func Decode(n *yaml.Node, v any) (Lines, error) {
 		return nil, fmt.Errorf("yamlfield: Decode needs a non-nil pointer, not %T", v)
 	}
 	d := &decoder{lines: Lines{}}
+	if !d.errs.Expand(n) {
+		return d.lines, d.errs.Err()
+	}
 	if n.Kind == yaml.DocumentNode {
 		d.lines[""] = n.Line
 		if len(n.Content) == 0 {
