@@ -63,9 +63,25 @@ var envoyVars = []string{
 	"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_TIMEOUT",
 	"REDIS_PERSECOND_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
 	"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
+	"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+	"CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+	"XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
 	"SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 	"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
+}
+
+// envoyUnused are the families of the peer's variables that only its
+// memcache backend and its xDS rule source read: floodgate refuses those
+// (BACKEND_TYPE, CONFIG_TYPE), so set beside Redis and files they change
+// nothing, as for the peer, and are noted.
+var envoyUnused = []struct{ prefix, why string }{
+	{"MEMCACHE_", "BACKEND_TYPE is not memcache"},
+	{"CONFIG_GRPC_XDS_", "CONFIG_TYPE is not GRPC_XDS_SOTW"},
+	{"XDS_CLIENT_", "CONFIG_TYPE is not GRPC_XDS_SOTW"},
 }
 
 // envoyFamilies are the prefixes of the peer's variables: one with such a
@@ -280,7 +296,15 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	// Unknown variables of the peer's families.
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if slices.Contains(envoyVars, name) || slices.ContainsFunc(notEnvoy, func(p string) bool { return strings.HasPrefix(name, p) }) {
+		if slices.Contains(envoyVars, name) {
+			for _, u := range envoyUnused {
+				if strings.HasPrefix(name, u.prefix) {
+					note("%s: ignored, as by the peer, because %s", name, u.why)
+				}
+			}
+			continue
+		}
+		if slices.ContainsFunc(notEnvoy, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
 		for _, p := range envoyFamilies {

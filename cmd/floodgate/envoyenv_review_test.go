@@ -1,0 +1,96 @@
+package main
+
+import (
+	"go/build"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// peerSettingsFile is the peer's settings.go in the module cache, at the
+// version compat/envoyratelimit pins; "" when that module is not there.
+func peerSettingsFile(t *testing.T) string {
+	t.Helper()
+	mod, err := os.ReadFile(filepath.Join("..", "..", "compat", "envoyratelimit", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`github\.com/envoyproxy/ratelimit (v\S+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("compat/envoyratelimit/go.mod does not require github.com/envoyproxy/ratelimit")
+	}
+	cache := os.Getenv("GOMODCACHE")
+	if cache == "" {
+		cache = filepath.Join(filepath.SplitList(build.Default.GOPATH)[0], "pkg", "mod")
+	}
+	path := filepath.Join(cache, "github.com", "envoyproxy", "ratelimit@"+string(m[1]), "src", "settings", "settings.go")
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
+}
+
+// TestEnvoyVarsCoverPeerSettings checks that every variable of the peer's
+// settings (its envconfig tags) is one readEnvoyEnv knows, so that none is
+// reported as a typo.
+func TestEnvoyVarsCoverPeerSettings(t *testing.T) {
+	path := peerSettingsFile(t)
+	if path == "" {
+		t.Skip("envoyproxy/ratelimit is not in the module cache (go mod download in compat/envoyratelimit)")
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := regexp.MustCompile(`envconfig:"([A-Z0-9_]+)"`).FindAllSubmatch(src, -1)
+	if len(tags) < 50 {
+		t.Fatalf("only %d envconfig tags in %s: has its format changed?", len(tags), path)
+	}
+	for _, m := range tags {
+		if name := string(m[1]); !slices.Contains(envoyVars, name) {
+			t.Errorf("%s (in %s) is not in envoyVars: it would be reported as a typo", name, path)
+		}
+	}
+}
+
+// TestReadEnvoyEnvPeerVariables: the peer's own variables, those of its
+// memcache backend and xDS rule source included, are never called typos;
+// beside Redis and files they are noted as ignored, as the peer ignores them.
+func TestReadEnvoyEnvPeerVariables(t *testing.T) {
+	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
+	tests := []struct {
+		name, variable, value, note string
+	}{
+		{"xds server", "CONFIG_GRPC_XDS_SERVER_URL", "xds:18000", "CONFIG_GRPC_XDS_SERVER_URL: ignored, as by the peer, because CONFIG_TYPE is not GRPC_XDS_SOTW"},
+		{"xds node", "CONFIG_GRPC_XDS_NODE_ID", "n1", "CONFIG_GRPC_XDS_NODE_ID: ignored, as by the peer, because CONFIG_TYPE is not GRPC_XDS_SOTW"},
+		{"xds client backoff", "XDS_CLIENT_BACKOFF_JITTER", "false", "XDS_CLIENT_BACKOFF_JITTER: ignored, as by the peer, because CONFIG_TYPE is not GRPC_XDS_SOTW"},
+		{"xds message size", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1024", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: ignored"},
+		{"memcache tls cert", "MEMCACHE_TLS_CLIENT_CERT", "/c.pem", "MEMCACHE_TLS_CLIENT_CERT: ignored, as by the peer, because BACKEND_TYPE is not memcache"},
+		{"memcache tls key", "MEMCACHE_TLS_CLIENT_KEY", "/k.pem", "MEMCACHE_TLS_CLIENT_KEY: ignored"},
+		{"memcache tls ca", "MEMCACHE_TLS_CACERT", "/ca.pem", "MEMCACHE_TLS_CACERT: ignored"},
+		{"memcache skip hostname", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION: ignored"},
+		{"memcache host", "MEMCACHE_HOST_PORT", "mc:11211", "MEMCACHE_HOST_PORT: ignored"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := map[string]string{tt.variable: tt.value}
+			for k, v := range base {
+				vars[k] = v
+			}
+			c, err := readEnvoyEnv(envOf(vars))
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes := strings.Join(c.notes, "\n")
+			if strings.Contains(notes, "a typo") {
+				t.Errorf("notes %q call a variable of the peer a typo", c.notes)
+			}
+			if !strings.Contains(notes, tt.note) {
+				t.Errorf("notes %q, want one containing %q", c.notes, tt.note)
+			}
+		})
+	}
+}
