@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/envoy"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // envoyCompat is what envoyproxy/ratelimit's environment variables configure,
@@ -410,10 +411,19 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 			store.SentinelUsername, store.SentinelPassword = splitAuth(auth)
 		}
 	}
-	if e.set(v("TIMEOUT")) {
+	// The peer's timeout bounds connecting to Redis (radix's dialer); 0 or
+	// less means none, and its calls have no deadline of their own. Each
+	// floodgate store call always has one, the timeout.
+	if raw, ok := e.lookup(v("TIMEOUT")); ok {
 		store.Timeout = e.duration(v("TIMEOUT"), 0)
+		if _, err := time.ParseDuration(raw); err == nil && store.Timeout <= 0 {
+			note("%s=%s: for the peer no timeout at all (it connects and waits for Redis without a deadline); every floodgate store call has one, "+
+				"so floodgate's own %s applies: a Redis slower than that is an outage, answered by the rules' failure mode. Set %s to a duration "+
+				"from 1ms to 1m to choose it", v("TIMEOUT"), raw, redisstore.DefaultTimeout, v("TIMEOUT"))
+			store.Timeout = 0
+		}
 	} else {
-		note("%s: unset, so floodgate's own store timeout applies (50ms), not the peer's 10s", v("TIMEOUT"))
+		note("%s: unset, so floodgate's own store timeout applies (%s), not the peer's 10s", v("TIMEOUT"), redisstore.DefaultTimeout)
 	}
 	if w := e.duration(v("PIPELINE_WINDOW"), 0); w > 0 {
 		store.FlushDelay = min(w, time.Millisecond)

@@ -94,3 +94,43 @@ func TestReadEnvoyEnvPeerVariables(t *testing.T) {
 		})
 	}
 }
+
+// TestReadEnvoyEnvZeroTimeout: REDIS_TIMEOUT (and its per-second twin) of
+// zero or less is "no timeout" for the peer; floodgate's calls always have
+// one, so it says so, naming the variable, instead of silently using its own.
+func TestReadEnvoyEnvZeroTimeout(t *testing.T) {
+	tests := []struct {
+		name string
+		vars map[string]string
+		note string
+	}{
+		{"REDIS_TIMEOUT=0s", map[string]string{"REDIS_TIMEOUT": "0s"},
+			"REDIS_TIMEOUT=0s: for the peer no timeout at all (it connects and waits for Redis without a deadline); every floodgate store call has one, so floodgate's own 50ms applies"},
+		{"REDIS_TIMEOUT=0", map[string]string{"REDIS_TIMEOUT": "0"}, "REDIS_TIMEOUT=0: for the peer no timeout at all"},
+		{"a negative REDIS_TIMEOUT", map[string]string{"REDIS_TIMEOUT": "-1s"}, "REDIS_TIMEOUT=-1s: for the peer no timeout at all"},
+		{"REDIS_PERSECOND_TIMEOUT=0s", map[string]string{"REDIS_TIMEOUT": "1s", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp",
+			"REDIS_PERSECOND_URL": "ps:6380", "REDIS_PERSECOND_TIMEOUT": "0s"},
+			"REDIS_PERSECOND_TIMEOUT=0s: for the peer no timeout at all (it connects and waits for Redis without a deadline); every floodgate store call has one, so floodgate's own 50ms applies: a Redis slower than that is an outage, answered by the rules' failure mode. Set REDIS_PERSECOND_TIMEOUT to a duration from 1ms to 1m to choose it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
+			for k, v := range tt.vars {
+				vars[k] = v
+			}
+			c, err := readEnvoyEnv(envOf(vars))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(strings.Join(c.notes, "\n"), tt.note) {
+				t.Errorf("notes %q, want one containing %q", c.notes, tt.note)
+			}
+			s := c.cfg.Store
+			if ps := s.PerSecond; ps != nil && ps.Timeout != 0 {
+				t.Errorf("per-second timeout %v, want 0 (floodgate's default)", ps.Timeout)
+			} else if ps == nil && s.Timeout != 0 {
+				t.Errorf("timeout %v, want 0 (floodgate's default)", s.Timeout)
+			}
+		})
+	}
+}
