@@ -270,13 +270,21 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	}
 
 	// Logs and metrics.
-	level := strings.ToLower(e.str("LOG_LEVEL", "warn"))
-	if level == "warning" {
+	// The peer's levels are logrus's; floodgate's nearest take the others.
+	rawLevel := e.str("LOG_LEVEL", "warn")
+	level := strings.ToLower(rawLevel)
+	switch level {
+	case "debug", "info", "warn", "error":
+	case "warning":
 		level = "warn"
-	}
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, level) {
-		note("LOG_LEVEL=%q: floodgate logs at debug, info, warn or error; using warn", level)
-		level = "warn"
+	case "trace":
+		note("LOG_LEVEL=%s: floodgate's most detailed level is debug; logging at debug", rawLevel)
+		level = "debug"
+	case "fatal", "panic":
+		note("LOG_LEVEL=%s: floodgate's least detailed level is error; logging at error (its errors, which the peer would not log)", rawLevel)
+		level = "error"
+	default:
+		e.fail("LOG_LEVEL=%q is not a level of envoyproxy/ratelimit (trace, debug, info, warn, error, fatal or panic), which refuses to start with it too", rawLevel)
 	}
 	format := strings.ToLower(e.str("LOG_FORMAT", "text"))
 	if format != "json" {

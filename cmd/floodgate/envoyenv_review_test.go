@@ -134,3 +134,46 @@ func TestReadEnvoyEnvZeroTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestReadEnvoyEnvLogLevel maps the peer's logrus levels onto floodgate's
+// nearest, noting the two it has not, and refuses what the peer refuses.
+func TestReadEnvoyEnvLogLevel(t *testing.T) {
+	tests := []struct {
+		value, want, note, wantErr string
+	}{
+		{"trace", "debug", "LOG_LEVEL=trace: floodgate's most detailed level is debug; logging at debug", ""},
+		{"TRACE", "debug", "LOG_LEVEL=TRACE: floodgate's most detailed level is debug", ""},
+		{"debug", "debug", "", ""},
+		{"Info", "info", "", ""},
+		{"warning", "warn", "", ""},
+		{"WARN", "warn", "", ""},
+		{"error", "error", "", ""},
+		{"fatal", "error", "LOG_LEVEL=fatal: floodgate's least detailed level is error; logging at error", ""},
+		{"panic", "error", "LOG_LEVEL=panic: floodgate's least detailed level is error", ""},
+		{"verbose", "", "", `LOG_LEVEL="verbose" is not a level of envoyproxy/ratelimit (trace, debug, info, warn, error, fatal or panic)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, err := readEnvoyEnv(envOf(map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false", "LOG_LEVEL": tt.value}))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.cfg.Log.Level != tt.want {
+				t.Errorf("level %q, want %q", c.cfg.Log.Level, tt.want)
+			}
+			notes := strings.Join(c.notes, "\n")
+			if tt.note != "" && !strings.Contains(notes, tt.note) {
+				t.Errorf("notes %q, want one containing %q", c.notes, tt.note)
+			}
+			if tt.note == "" && strings.Contains(notes, "LOG_LEVEL") {
+				t.Errorf("notes %q mention LOG_LEVEL", c.notes)
+			}
+		})
+	}
+}
