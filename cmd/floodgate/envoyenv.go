@@ -133,6 +133,19 @@ func (e *envReader) int(name string, def int) int {
 	return n
 }
 
+// port reads a port number, 0 to 65535.
+func (e *envReader) port(name string, def int) int {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 65535 {
+		e.errs = append(e.errs, fmt.Sprintf("%s=%q is not a port: a whole number from 0 to 65535", name, v))
+	}
+	return n
+}
+
 func (e *envReader) duration(name string, def time.Duration) time.Duration {
 	v, ok := e.lookup(name)
 	if !ok {
@@ -160,8 +173,8 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 
 	// Listeners. The peer's HTTP port serves /json, /healthcheck (and, here,
 	// floodgate's API and /metrics); its gRPC port the RLS service.
-	listen := net.JoinHostPort(e.str("HOST", "0.0.0.0"), strconv.Itoa(e.int("PORT", 8080)))
-	grpcListen := net.JoinHostPort(e.str("GRPC_HOST", "0.0.0.0"), strconv.Itoa(e.int("GRPC_PORT", 8081)))
+	listen := net.JoinHostPort(e.str("HOST", "0.0.0.0"), strconv.Itoa(e.port("PORT", 8080)))
+	grpcListen := net.JoinHostPort(e.str("GRPC_HOST", "0.0.0.0"), strconv.Itoa(e.port("GRPC_PORT", 8081)))
 	c.grpc.uds = e.str("GRPC_UDS", "")
 	c.grpc.maxConnAge = e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour)
 	c.grpc.maxConnAgeGrace = e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour)
@@ -349,7 +362,7 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	}
 	cfg, err := config.Parse(data, "envoyproxy/ratelimit environment")
 	if err != nil {
-		return nil, err
+		return nil, envoyConfigError(err, lookup)
 	}
 	c.cfg = cfg
 	return c, nil
@@ -376,12 +389,13 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		store.Type = config.StoreRedis
 		switch socketType {
 		case "tcp":
+			checkRedisAddrs(e, v("URL"), url, []string{url}, fmt.Sprintf("with %s=tcp", v("SOCKET_TYPE")))
 			store.Addrs = []string{url}
 		case "unix":
 			// The peer's default: a socket, often a twemproxy sidecar's,
 			// which cannot run floodgate's scripts (docs/ENVOY.md).
 			if !strings.HasPrefix(url, "/") {
-				e.fail("%s=%q: with %s=unix (the peer's default) it is the absolute path of Redis's unix socket; for host:port set %s=tcp", v("URL"), url, v("SOCKET_TYPE"), v("SOCKET_TYPE"))
+				e.fail("%s=%q: with %s=unix (the peer's default) it is the absolute path of Redis's unix socket; for host:port set %s=tcp", v("URL"), maskRedisURL(url), v("SOCKET_TYPE"), v("SOCKET_TYPE"))
 			}
 			store.Addrs = []string{url}
 		default:
@@ -395,10 +409,12 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		}
 		parts := strings.Split(url, ",")
 		if t == "cluster" {
+			checkRedisAddrs(e, v("URL"), url, parts, "with "+v("TYPE")+"=cluster")
 			store.Type, store.Addrs = config.StoreRedisCluster, parts
-		} else if len(parts) < 2 {
-			e.fail("%s=%q: with %s=sentinel it is <master name>,<sentinel1>,...", v("URL"), url, v("TYPE"))
+		} else if len(parts) < 2 || strings.TrimSpace(parts[0]) == "" {
+			e.fail("%s=%q: with %s=sentinel it is <master name>,<sentinel1>,...", v("URL"), maskRedisURL(url), v("TYPE"))
 		} else {
+			checkRedisAddrs(e, v("URL"), url, parts[1:], "with "+v("TYPE")+"=sentinel, after the master name")
 			store.Type, store.MasterName, store.Addrs = config.StoreRedisSentinel, parts[0], parts[1:]
 		}
 	default:
@@ -445,6 +461,22 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		}
 	}
 	return store
+}
+
+// checkRedisAddrs checks that each of addrs, read from the variable name
+// (whose value is val), is host:port, failing by name with the fix.
+func checkRedisAddrs(e *envReader, name, val string, addrs []string, where string) {
+	for i, a := range addrs {
+		_, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err == nil && perr == nil && n > 0 && n <= 65535 {
+			continue
+		}
+		item := ""
+		if len(addrs) > 1 || strings.Contains(val, ",") {
+			item = fmt.Sprintf(" (its address %d, %q)", i+1, maskRedisURL(a))
+		}
+		e.fail("%s=%q%s is not host:port %s: write host:port, such as redis:6379", name, maskRedisURL(val), item, where)
+	}
 }
 
 // splitAuth splits the peer's "user:password" (or "password") credentials.

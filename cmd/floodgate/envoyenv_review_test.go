@@ -8,6 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 )
 
 // peerSettingsFile is the peer's settings.go in the module cache, at the
@@ -175,5 +179,99 @@ func TestReadEnvoyEnvLogLevel(t *testing.T) {
 				t.Errorf("notes %q mention LOG_LEVEL", c.notes)
 			}
 		})
+	}
+}
+
+// TestReadEnvoyEnvErrorsNameVariables: every error names the variables and
+// values that caused it, with the fix, and never a line or field of the
+// config floodgate builds from them.
+func TestReadEnvoyEnvErrorsNameVariables(t *testing.T) {
+	ca := tlstest.NewCA(t, "rls")
+	leaf := ca.Issue("rls", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
+	tests := []struct {
+		name    string
+		vars    map[string]string
+		wantErr string
+	}{
+		{"REDIS_URL without a port", map[string]string{"REDIS_URL": "redishost"},
+			`REDIS_URL="redishost" is not host:port with REDIS_SOCKET_TYPE=tcp: write host:port, such as redis:6379`},
+		{"GRPC_PORT over 65535", map[string]string{"GRPC_PORT": "99999"}, `GRPC_PORT="99999" is not a port: a whole number from 0 to 65535`},
+		{"PORT negative", map[string]string{"PORT": "-1"}, `PORT="-1" is not a port: a whole number from 0 to 65535`},
+		{"HOST not a host", map[string]string{"HOST": "a b"}, `HOST="a b": a b:8080 has host "a b", which is not an IP address or a host name`},
+		{"a cluster address empty", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:1,,b:2"},
+			`REDIS_URL="a:1,,b:2" (its address 2, "") is not host:port with REDIS_TYPE=cluster`},
+		{"a sentinel without a port", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1"},
+			`REDIS_URL="m,s1" (its address 1, "s1") is not host:port with REDIS_TYPE=sentinel, after the master name`},
+		{"an empty sentinel master name", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": ",s1:26379"},
+			`REDIS_URL=",s1:26379": with REDIS_TYPE=sentinel it is <master name>,<sentinel1>,...`},
+		{"REDIS_TIMEOUT over a minute", map[string]string{"REDIS_TIMEOUT": "2m"}, `REDIS_TIMEOUT="2m": 2m0s must be between 1ms and 1m`},
+		{"REDIS_PERSECOND_TIMEOUT over a minute", map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp",
+			"REDIS_PERSECOND_URL": "ps:6380", "REDIS_PERSECOND_TIMEOUT": "90s"}, `REDIS_PERSECOND_TIMEOUT="90s": 1m30s must be between 1ms and 1m`},
+		{"a Redis CA file that does not exist", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CACERT": "/nonexistent/ca.pem"},
+			`REDIS_TLS="true", REDIS_TLS_CACERT="/nonexistent/ca.pem": `},
+		{"the per-second Redis's CA file, shared", map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp",
+			"REDIS_PERSECOND_URL": "ps:6380", "REDIS_PERSECOND_TLS": "true", "REDIS_TLS_CACERT": "/nonexistent/ca.pem"},
+			`REDIS_PERSECOND_TLS="true", REDIS_TLS_CACERT="/nonexistent/ca.pem": `},
+		{"a gRPC certificate that does not exist", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/nonexistent/cert.pem",
+			"GRPC_SERVER_TLS_KEY": leaf.KeyFile}, `GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT="/nonexistent/cert.pem", GRPC_SERVER_TLS_KEY=`},
+	}
+	lineRE := regexp.MustCompile(`line \d+`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
+			for k, v := range tt.vars {
+				vars[k] = v
+			}
+			_, err := readEnvoyEnv(envOf(vars))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+			}
+			msg := err.Error()
+			if lineRE.MatchString(msg) {
+				t.Errorf("error %q names a line of a document the user never wrote", msg)
+			}
+			for _, field := range []string{"store.", "grpc_listen", "listen:", "tls.", "envoy_config", "per_second"} {
+				if strings.Contains(msg, field) {
+					t.Errorf("error %q names floodgate's field %s instead of the variable", msg, field)
+				}
+			}
+		})
+	}
+}
+
+// TestEnvoyFieldsCoverConfig: every field readEnvoyEnv can write into the
+// config it builds is mapped back to the variables that set it.
+func TestEnvoyFieldsCoverConfig(t *testing.T) {
+	full := config.Store{Type: config.StoreRedisSentinel, Addrs: []string{"s:1"}, MasterName: "m", Username: "u", Password: "p",
+		SentinelUsername: "su", SentinelPassword: "sp", KeyPrefix: "k", TLS: true, TLSCertFile: "c", TLSKeyFile: "k", TLSCAFile: "ca",
+		TLSSkipHostnameVerification: true, Timeout: time.Second, FlushDelay: time.Microsecond, DB: 1}
+	st := storeYAML(full)
+	st["per_second"] = storeYAML(full)
+	raw := map[string]any{"listen": "", "grpc_listen": "", "envoy_config": "", "store": st,
+		"log": map[string]string{"format": "", "level": ""}, "tls": map[string]string{"cert_file": "", "key_file": "", "client_ca_file": ""}}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if vars := envoyFieldVars(prefix); prefix != "" && len(vars) == 0 {
+			t.Errorf("%s is mapped to no variable", prefix)
+		}
+		switch m := v.(type) {
+		case map[string]any:
+			for k, x := range m {
+				walk(strings.TrimPrefix(prefix+"."+k, "."), x)
+			}
+		case map[string]string:
+			for k := range m {
+				walk(prefix+"."+k, "")
+			}
+		}
+	}
+	walk("", raw)
+	for path, want := range map[string]string{
+		"store.per_second.addrs[0]": "REDIS_PERSECOND_URL", "store.per_second.tls_ca_file": "REDIS_TLS_CACERT",
+		"store.per_second.timeout": "REDIS_PERSECOND_TIMEOUT", "store.per_second.key_prefix": "CACHE_KEY_PREFIX", "grpc_listen": "GRPC_PORT",
+	} {
+		if vars := envoyFieldVars(path); !slices.Contains(vars, want) {
+			t.Errorf("%s maps to %v, want %s among them", path, vars, want)
+		}
 	}
 }
