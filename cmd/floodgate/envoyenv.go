@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -381,6 +382,7 @@ type redisTLSFiles struct {
 // address. Errors and notes go to e and note.
 func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string, tf redisTLSFiles) config.Store {
 	store := config.Store{}
+	var creds, sentinelCreds redisURLCreds // of redis:// URLs
 	v := func(name string) string { return prefix + name }
 	url := e.str(v("URL"), defURL)
 	socketType := strings.ToLower(e.str(v("SOCKET_TYPE"), "unix"))
@@ -389,8 +391,8 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		store.Type = config.StoreRedis
 		switch socketType {
 		case "tcp":
-			checkRedisAddrs(e, v("URL"), url, []string{url}, fmt.Sprintf("with %s=tcp", v("SOCKET_TYPE")))
-			store.Addrs = []string{url}
+			store.Addrs, creds = parseRedisAddrs(e, v("URL"), url, []string{url})
+			checkRedisAddrs(e, v("URL"), url, store.Addrs, fmt.Sprintf("with %s=tcp", v("SOCKET_TYPE")))
 		case "unix":
 			// The peer's default: a socket, often a twemproxy sidecar's,
 			// which cannot run floodgate's scripts (docs/ENVOY.md).
@@ -409,19 +411,37 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		}
 		parts := strings.Split(url, ",")
 		if t == "cluster" {
-			checkRedisAddrs(e, v("URL"), url, parts, "with "+v("TYPE")+"=cluster")
-			store.Type, store.Addrs = config.StoreRedisCluster, parts
-		} else if len(parts) < 2 || strings.TrimSpace(parts[0]) == "" {
+			store.Type = config.StoreRedisCluster
+			store.Addrs, creds = parseRedisAddrs(e, v("URL"), url, parts)
+			checkRedisAddrs(e, v("URL"), url, store.Addrs, "with "+v("TYPE")+"=cluster")
+		} else if len(parts) < 2 || strings.TrimSpace(parts[0]) == "" || strings.Contains(parts[0], "://") {
 			e.fail("%s=%q: with %s=sentinel it is <master name>,<sentinel1>,...", v("URL"), maskRedisURL(url), v("TYPE"))
 		} else {
-			checkRedisAddrs(e, v("URL"), url, parts[1:], "with "+v("TYPE")+"=sentinel, after the master name")
-			store.Type, store.MasterName, store.Addrs = config.StoreRedisSentinel, parts[0], parts[1:]
+			// The URLs are the sentinels': for the peer their credentials
+			// authenticate to the sentinels (radix's sentinel dialer).
+			store.Type, store.MasterName = config.StoreRedisSentinel, parts[0]
+			store.Addrs, sentinelCreds = parseRedisAddrs(e, v("URL"), url, parts[1:])
+			checkRedisAddrs(e, v("URL"), url, store.Addrs, "with "+v("TYPE")+"=sentinel, after the master name")
 		}
 	default:
 		e.fail("%s=%q is not single, sentinel or cluster", v("TYPE"), t)
 	}
+	// As radix does, the AUTH variables win over the URLs' credentials,
+	// the user and the password each.
 	if auth := e.str(v("AUTH"), ""); auth != "" {
 		store.Username, store.Password = splitAuth(auth)
+	}
+	store.Username, store.Password = cmp.Or(store.Username, creds.user), cmp.Or(store.Password, creds.pass)
+	switch {
+	case creds.db == 0:
+	case store.Type == config.StoreRedisCluster:
+		e.fail("%s=%q: a cluster has only database 0, not %d: remove the /%d", v("URL"), maskRedisURL(url), creds.db, creds.db)
+	default:
+		store.DB = creds.db
+	}
+	if sentinelCreds.db != 0 {
+		e.fail("%s=%q: the database %d of a sentinel's URL is not the primary's: the peer sends its SELECT to the sentinel, which has none; remove the /%d",
+			v("URL"), maskRedisURL(url), sentinelCreds.db, sentinelCreds.db)
 	}
 	store.TLS = e.bool(v("TLS"), false)
 	if store.TLS {
@@ -434,6 +454,10 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		} else {
 			store.SentinelUsername, store.SentinelPassword = splitAuth(auth)
 		}
+	}
+	if store.Type == config.StoreRedisSentinel {
+		store.SentinelUsername = cmp.Or(store.SentinelUsername, sentinelCreds.user)
+		store.SentinelPassword = cmp.Or(store.SentinelPassword, sentinelCreds.pass)
 	}
 	// The peer's timeout bounds connecting to Redis (radix's dialer); 0 or
 	// less means none, and its calls have no deadline of their own. Each
@@ -506,6 +530,9 @@ func storeYAML(store config.Store) map[string]any {
 	}
 	if store.FlushDelay != 0 {
 		st["flush_delay"] = store.FlushDelay.String()
+	}
+	if store.DB != 0 {
+		st["db"] = store.DB
 	}
 	return st
 }

@@ -275,3 +275,120 @@ func TestEnvoyFieldsCoverConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestReadEnvoyEnvRedisURLs reads REDIS_URL's redis:// forms as the peer's
+// client (radix v4) reads them, and never shows a password: not in an
+// error, not in a note.
+func TestReadEnvoyEnvRedisURLs(t *testing.T) {
+	const secret = "s3cr3t-Pw"
+	tests := []struct {
+		name    string
+		vars    map[string]string
+		check   func(t *testing.T, s config.Store)
+		wantErr string
+	}{
+		{"user and password", map[string]string{"REDIS_URL": "redis://alice:" + secret + "@r:6379"}, func(t *testing.T, s config.Store) {
+			if strings.Join(s.Addrs, ",") != "r:6379" || s.Username != "alice" || s.Password != secret || s.DB != 0 {
+				t.Errorf("store %+v", s)
+			}
+		}, ""},
+		{"password only, db 0", map[string]string{"REDIS_URL": "redis://:" + secret + "@r:6379/0"}, func(t *testing.T, s config.Store) {
+			if strings.Join(s.Addrs, ",") != "r:6379" || s.Username != "" || s.Password != secret || s.DB != 0 {
+				t.Errorf("store %+v", s)
+			}
+		}, ""},
+		{"a database", map[string]string{"REDIS_URL": "redis://r:6379/2"}, func(t *testing.T, s config.Store) {
+			rc, err := (&config.Config{Store: s}).RedisConfig()
+			if err != nil || rc.DB != 2 || strings.Join(rc.Addrs, ",") != "r:6379" {
+				t.Errorf("redis config %+v, %v: want db 2", rc, err)
+			}
+		}, ""},
+		{"the query's username, password and db", map[string]string{"REDIS_URL": "redis://r:6379?username=bob&password=" + secret + "&db=3"},
+			func(t *testing.T, s config.Store) {
+				if s.Username != "bob" || s.Password != secret || s.DB != 3 {
+					t.Errorf("store %+v", s)
+				}
+			}, ""},
+		{"REDIS_AUTH wins, as in radix", map[string]string{"REDIS_URL": "redis://urluser:" + secret + "@r:6379", "REDIS_AUTH": "authuser:authpw"},
+			func(t *testing.T, s config.Store) {
+				if s.Username != "authuser" || s.Password != "authpw" {
+					t.Errorf("store %+v, want REDIS_AUTH's credentials", s)
+				}
+			}, ""},
+		{"REDIS_AUTH's password with the URL's user", map[string]string{"REDIS_URL": "redis://urluser:" + secret + "@r:6379", "REDIS_AUTH": "authpw"},
+			func(t *testing.T, s config.Store) {
+				if s.Username != "urluser" || s.Password != "authpw" {
+					t.Errorf("store %+v, want the URL's user and REDIS_AUTH's password", s)
+				}
+			}, ""},
+		{"cluster URLs", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "redis://:" + secret + "@a:7000,redis://:" + secret + "@b:7001"},
+			func(t *testing.T, s config.Store) {
+				if s.Type != config.StoreRedisCluster || strings.Join(s.Addrs, ",") != "a:7000,b:7001" || s.Password != secret {
+					t.Errorf("store %+v", s)
+				}
+			}, ""},
+		{"sentinel URLs authenticate to the sentinels", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,redis://sen:" + secret + "@s1:26379,redis://sen:" + secret + "@s2:26379"},
+			func(t *testing.T, s config.Store) {
+				if s.Type != config.StoreRedisSentinel || s.MasterName != "mymaster" || strings.Join(s.Addrs, ",") != "s1:26379,s2:26379" ||
+					s.SentinelUsername != "sen" || s.SentinelPassword != secret || s.Password != "" {
+					t.Errorf("store %+v", s)
+				}
+			}, ""},
+		{"REDIS_SENTINEL_AUTH wins over the sentinels' URLs", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "m,redis://sen:" + secret + "@s1:26379",
+			"REDIS_SENTINEL_AUTH": "sa:sapw"}, func(t *testing.T, s config.Store) {
+			if s.SentinelUsername != "sa" || s.SentinelPassword != "sapw" {
+				t.Errorf("store %+v", s)
+			}
+		}, ""},
+		{"the per-second Redis's URL", map[string]string{"REDIS_URL": "r:6379", "REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp",
+			"REDIS_PERSECOND_URL": "redis://ps:" + secret + "@ps:6380/1"}, func(t *testing.T, s config.Store) {
+			ps := s.PerSecond
+			if ps == nil || strings.Join(ps.Addrs, ",") != "ps:6380" || ps.Username != "ps" || ps.Password != secret || ps.DB != 1 || s.Password != "" {
+				t.Errorf("store %+v, per-second %+v", s, ps)
+			}
+		}, ""},
+		{"rediss:// is not read by the peer", map[string]string{"REDIS_URL": "rediss://alice:" + secret + "@r:6380"}, nil,
+			`REDIS_URL="rediss://*****@r:6380": the peer's Redis client reads only redis:// URLs (not rediss://); for TLS write redis://host:port and set REDIS_TLS=true`},
+		{"a cluster's database", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "redis://:" + secret + "@a:7000/1"}, nil,
+			`REDIS_URL="redis://*****@a:7000/1": a cluster has only database 0, not 1`},
+		{"a sentinel's database", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "m,redis://:" + secret + "@s1:26379/2"}, nil,
+			`the database 2 of a sentinel's URL is not the primary's`},
+		{"credentials on some cluster nodes only", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "redis://:" + secret + "@a:7000,b:7001"}, nil,
+			`REDIS_URL="redis://*****@a:7000,b:7001" (its address 2): the other addresses are redis:// URLs with credentials or a db`},
+		{"different credentials per node", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "redis://:" + secret + "@a:7000,redis://:other" + secret + "@b:7001"}, nil,
+			`(its address 2): its credentials or db differ from the first address's`},
+		{"a URL without a host", map[string]string{"REDIS_URL": "redis://alice:" + secret + "@"}, nil,
+			`REDIS_URL="redis://*****@" is not a URL redis://[user:password@]host:port[/db]`},
+		{"a URL without a port", map[string]string{"REDIS_URL": "redis://alice:" + secret + "@r"}, nil,
+			`REDIS_URL="redis://*****@r" is not host:port with REDIS_SOCKET_TYPE=tcp`},
+		{"a database that is not a number", map[string]string{"REDIS_URL": "redis://:" + secret + "@r:6379/x"}, nil, `its database "x" is not a whole number`},
+		{"a password in the query", map[string]string{"REDIS_URL": "redis://r?password=" + secret}, nil, `REDIS_URL="redis://r?*****" is not host:port`},
+		{"a URL with a unix socket type", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "redis://:" + secret + "@r:6379"}, nil,
+			`REDIS_URL="redis://*****@r:6379": with REDIS_SOCKET_TYPE=unix`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "USE_STATSD": "false"}
+			for k, v := range tt.vars {
+				vars[k] = v
+			}
+			c, err := readEnvoyEnv(envOf(vars))
+			if err != nil && strings.Contains(err.Error(), secret) {
+				t.Errorf("error %q shows the password", err)
+			}
+			if c != nil && strings.Contains(strings.Join(c.notes, "\n"), secret) {
+				t.Errorf("notes %q show the password", c.notes)
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c.cfg.Store)
+		})
+	}
+}
