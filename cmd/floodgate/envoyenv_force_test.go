@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -31,7 +33,7 @@ func TestServeEnvoyEnvForceStart(t *testing.T) {
 	} {
 		t.Setenv(k, v)
 	}
-	_, grpcAddr, logs, stop := startServeRLS(t, true, "--envoy-env")
+	base, grpcAddr, logs, stop := startServeRLS(t, true, "--envoy-env")
 	defer func() { _ = stop() }()
 	c, _ := rlsClient(t, grpcAddr)
 	call := func(domain string, entries ...*ratelimitv3.RateLimitDescriptor_Entry) (*rlsv3.RateLimitResponse, error) {
@@ -64,6 +66,17 @@ func TestServeEnvoyEnvForceStart(t *testing.T) {
 				}
 			}
 		})
+	}
+	// POST /json, the same service: the error as application/problem+json.
+	res, err := http.Post(base+"/json", "application/json", strings.NewReader(`{"domain":"force","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusInternalServerError || res.Header.Get("Content-Type") != "application/problem+json" ||
+		!strings.Contains(string(body), "no rate limit configuration loaded") {
+		t.Errorf("POST /json: %d %s %s", res.StatusCode, res.Header.Get("Content-Type"), body)
 	}
 	if !strings.Contains(logs.String(), "FORCE_START_WITHOUT_INITIAL_CONFIG") {
 		t.Errorf("no warning about the rules that did not load:\n%s", logs)
