@@ -78,7 +78,20 @@ type Options struct {
 	// near_limit in ratelimit_service_rate_limit_near_limit, as the
 	// reference's NEAR_LIMIT_RATIO. Zero: 0.8.
 	NearLimitRatio float64
+	// RequireRules makes a service started without rules (New given nil,
+	// as after a start with envoyproxy/ratelimit's
+	// FORCE_START_WITHOUT_INITIAL_CONFIG on a folder that did not load)
+	// fail every call with gRPC code Unknown and the message
+	// [NoRulesMessage], as the reference does until its first
+	// configuration loads, so that Envoy's failure_mode_deny denies. The
+	// first SetRules with rules ends it. Off: no rules answer OK, as for
+	// unknown domains.
+	RequireRules bool
 }
+
+// NoRulesMessage is the error of every call while a service with
+// Options.RequireRules has no rules: the reference's words.
+const NoRulesMessage = "no rate limit configuration loaded"
 
 // PeerHeaders names the reference's response headers.
 type PeerHeaders struct {
@@ -123,6 +136,7 @@ type Service struct {
 	metrics *metrics
 	unknown *series // the descriptors of unknown domains
 	warn    *logthrottle.Logger
+	noRules atomic.Bool // Options.RequireRules, until rules are set
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -187,6 +201,7 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		warn:    logthrottle.New(opts.Logger, logInterval, now),
 	}
 	s.SetRules(rules)
+	s.noRules.Store(rules == nil && opts.RequireRules)
 	return s, nil
 }
 
@@ -195,6 +210,8 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 func (s *Service) SetRules(r *Rules) {
 	if r == nil {
 		r = &Rules{domains: map[string]*domain{}}
+	} else {
+		defer s.noRules.Store(false)
 	}
 	s.rules.Store(newRuleSet(r))
 	s.metrics.loadSuccess.Inc()
@@ -270,7 +287,9 @@ const maxInline = 8
 // fail open): open answers OK, closed OVER_LIMIT, and error fails the call
 // with UNAVAILABLE. Any other store error fails the call with INTERNAL,
 // whatever the failure mode. An empty domain, no descriptors, a descriptor
-// without entries or an entry without a key fail with INVALID_ARGUMENT.
+// without entries or an entry without a key fail with INVALID_ARGUMENT;
+// then, with Options.RequireRules and no rules loaded yet, every call fails
+// with UNKNOWN and NoRulesMessage.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.shouldRateLimit(ctx, req)
@@ -279,7 +298,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	case err != nil:
 		c := status.Code(err)
 		s.metrics.requests.WithLabelValues(codeLabel(c)).Inc()
-		if c == codes.InvalidArgument {
+		if c == codes.InvalidArgument || c == codes.Unknown {
 			s.metrics.callErrors.WithLabelValues("service_error").Inc()
 		} else {
 			s.metrics.callErrors.WithLabelValues("redis_error").Inc()
@@ -295,6 +314,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, err
+	}
+	if s.noRules.Load() { // after the request's checks, as in the reference
+		return nil, status.Error(codes.Unknown, NoRulesMessage)
 	}
 	set := s.rules.Load()
 	dom := set.rules.domains[req.GetDomain()]

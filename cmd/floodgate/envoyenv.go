@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/envoy"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // envoyCompat is what envoyproxy/ratelimit's environment variables configure,
@@ -63,9 +65,25 @@ var envoyVars = []string{
 	"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_TIMEOUT",
 	"REDIS_PERSECOND_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
 	"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
+	"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+	"CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+	"XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
 	"SHADOW_MODE", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 	"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
+}
+
+// envoyUnused are the families of the peer's variables that only its
+// memcache backend and its xDS rule source read: floodgate refuses those
+// (BACKEND_TYPE, CONFIG_TYPE), so set beside Redis and files they change
+// nothing, as for the peer, and are noted.
+var envoyUnused = []struct{ prefix, why string }{
+	{"MEMCACHE_", "BACKEND_TYPE is not memcache"},
+	{"CONFIG_GRPC_XDS_", "CONFIG_TYPE is not GRPC_XDS_SOTW"},
+	{"XDS_CLIENT_", "CONFIG_TYPE is not GRPC_XDS_SOTW"},
 }
 
 // envoyFamilies are the prefixes of the peer's variables: one with such a
@@ -116,6 +134,19 @@ func (e *envReader) int(name string, def int) int {
 	return n
 }
 
+// port reads a port number, 0 to 65535.
+func (e *envReader) port(name string, def int) int {
+	v, ok := e.lookup(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 65535 {
+		e.errs = append(e.errs, fmt.Sprintf("%s=%q is not a port: a whole number from 0 to 65535", name, v))
+	}
+	return n
+}
+
 func (e *envReader) duration(name string, def time.Duration) time.Duration {
 	v, ok := e.lookup(name)
 	if !ok {
@@ -143,8 +174,8 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 
 	// Listeners. The peer's HTTP port serves /json, /healthcheck (and, here,
 	// floodgate's API and /metrics); its gRPC port the RLS service.
-	listen := net.JoinHostPort(e.str("HOST", "0.0.0.0"), strconv.Itoa(e.int("PORT", 8080)))
-	grpcListen := net.JoinHostPort(e.str("GRPC_HOST", "0.0.0.0"), strconv.Itoa(e.int("GRPC_PORT", 8081)))
+	listen := net.JoinHostPort(e.str("HOST", "0.0.0.0"), strconv.Itoa(e.port("PORT", 8080)))
+	grpcListen := net.JoinHostPort(e.str("GRPC_HOST", "0.0.0.0"), strconv.Itoa(e.port("GRPC_PORT", 8081)))
 	c.grpc.uds = e.str("GRPC_UDS", "")
 	c.grpc.maxConnAge = e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour)
 	c.grpc.maxConnAgeGrace = e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour)
@@ -263,13 +294,21 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	}
 
 	// Logs and metrics.
-	level := strings.ToLower(e.str("LOG_LEVEL", "warn"))
-	if level == "warning" {
+	// The peer's levels are logrus's; floodgate's nearest take the others.
+	rawLevel := e.str("LOG_LEVEL", "warn")
+	level := strings.ToLower(rawLevel)
+	switch level {
+	case "debug", "info", "warn", "error":
+	case "warning":
 		level = "warn"
-	}
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, level) {
-		note("LOG_LEVEL=%q: floodgate logs at debug, info, warn or error; using warn", level)
-		level = "warn"
+	case "trace":
+		note("LOG_LEVEL=%s: floodgate's most detailed level is debug; logging at debug", rawLevel)
+		level = "debug"
+	case "fatal", "panic":
+		note("LOG_LEVEL=%s: floodgate's least detailed level is error; logging at error (its errors, which the peer would not log)", rawLevel)
+		level = "error"
+	default:
+		e.fail("LOG_LEVEL=%q is not a level of envoyproxy/ratelimit (trace, debug, info, warn, error, fatal or panic), which refuses to start with it too", rawLevel)
 	}
 	format := strings.ToLower(e.str("LOG_FORMAT", "text"))
 	if format != "json" {
@@ -290,7 +329,15 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	// Unknown variables of the peer's families.
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if slices.Contains(envoyVars, name) || slices.ContainsFunc(notEnvoy, func(p string) bool { return strings.HasPrefix(name, p) }) {
+		if slices.Contains(envoyVars, name) {
+			for _, u := range envoyUnused {
+				if strings.HasPrefix(name, u.prefix) {
+					note("%s: ignored, as by the peer, because %s", name, u.why)
+				}
+			}
+			continue
+		}
+		if slices.ContainsFunc(notEnvoy, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
 		for _, p := range envoyFamilies {
@@ -326,7 +373,7 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	}
 	cfg, err := config.Parse(data, "envoyproxy/ratelimit environment")
 	if err != nil {
-		return nil, err
+		return nil, envoyConfigError(err, lookup)
 	}
 	c.cfg = cfg
 	return c, nil
@@ -345,6 +392,7 @@ type redisTLSFiles struct {
 // address. Errors and notes go to e and note.
 func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string, tf redisTLSFiles) config.Store {
 	store := config.Store{}
+	var creds, sentinelCreds redisURLCreds // of redis:// URLs
 	v := func(name string) string { return prefix + name }
 	url := e.str(v("URL"), defURL)
 	socketType := strings.ToLower(e.str(v("SOCKET_TYPE"), "unix"))
@@ -353,12 +401,13 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		store.Type = config.StoreRedis
 		switch socketType {
 		case "tcp":
-			store.Addrs = []string{url}
+			store.Addrs, creds = parseRedisAddrs(e, v("URL"), url, []string{url})
+			checkRedisAddrs(e, v("URL"), url, store.Addrs, fmt.Sprintf("with %s=tcp", v("SOCKET_TYPE")))
 		case "unix":
 			// The peer's default: a socket, often a twemproxy sidecar's,
 			// which cannot run floodgate's scripts (docs/ENVOY.md).
 			if !strings.HasPrefix(url, "/") {
-				e.fail("%s=%q: with %s=unix (the peer's default) it is the absolute path of Redis's unix socket; for host:port set %s=tcp", v("URL"), url, v("SOCKET_TYPE"), v("SOCKET_TYPE"))
+				e.fail("%s=%q: with %s=unix (the peer's default) it is the absolute path of Redis's unix socket; for host:port set %s=tcp", v("URL"), maskRedisURL(url), v("SOCKET_TYPE"), v("SOCKET_TYPE"))
 			}
 			store.Addrs = []string{url}
 		default:
@@ -372,17 +421,37 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		}
 		parts := strings.Split(url, ",")
 		if t == "cluster" {
-			store.Type, store.Addrs = config.StoreRedisCluster, parts
-		} else if len(parts) < 2 {
-			e.fail("%s=%q: with %s=sentinel it is <master name>,<sentinel1>,...", v("URL"), url, v("TYPE"))
+			store.Type = config.StoreRedisCluster
+			store.Addrs, creds = parseRedisAddrs(e, v("URL"), url, parts)
+			checkRedisAddrs(e, v("URL"), url, store.Addrs, "with "+v("TYPE")+"=cluster")
+		} else if len(parts) < 2 || strings.TrimSpace(parts[0]) == "" || strings.Contains(parts[0], "://") {
+			e.fail("%s=%q: with %s=sentinel it is <master name>,<sentinel1>,...", v("URL"), maskRedisURL(url), v("TYPE"))
 		} else {
-			store.Type, store.MasterName, store.Addrs = config.StoreRedisSentinel, parts[0], parts[1:]
+			// The URLs are the sentinels': for the peer their credentials
+			// authenticate to the sentinels (radix's sentinel dialer).
+			store.Type, store.MasterName = config.StoreRedisSentinel, parts[0]
+			store.Addrs, sentinelCreds = parseRedisAddrs(e, v("URL"), url, parts[1:])
+			checkRedisAddrs(e, v("URL"), url, store.Addrs, "with "+v("TYPE")+"=sentinel, after the master name")
 		}
 	default:
 		e.fail("%s=%q is not single, sentinel or cluster", v("TYPE"), t)
 	}
+	// As radix does, the AUTH variables win over the URLs' credentials,
+	// the user and the password each.
 	if auth := e.str(v("AUTH"), ""); auth != "" {
 		store.Username, store.Password = splitAuth(auth)
+	}
+	store.Username, store.Password = cmp.Or(store.Username, creds.user), cmp.Or(store.Password, creds.pass)
+	switch {
+	case creds.db == 0:
+	case store.Type == config.StoreRedisCluster:
+		e.fail("%s=%q: a cluster has only database 0, not %d: remove the /%d", v("URL"), maskRedisURL(url), creds.db, creds.db)
+	default:
+		store.DB = creds.db
+	}
+	if sentinelCreds.db != 0 {
+		e.fail("%s=%q: the database %d of a sentinel's URL is not the primary's: the peer sends its SELECT to the sentinel, which has none; remove the /%d",
+			v("URL"), maskRedisURL(url), sentinelCreds.db, sentinelCreds.db)
 	}
 	store.TLS = e.bool(v("TLS"), false)
 	if store.TLS {
@@ -396,10 +465,23 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 			store.SentinelUsername, store.SentinelPassword = splitAuth(auth)
 		}
 	}
-	if e.set(v("TIMEOUT")) {
+	if store.Type == config.StoreRedisSentinel {
+		store.SentinelUsername = cmp.Or(store.SentinelUsername, sentinelCreds.user)
+		store.SentinelPassword = cmp.Or(store.SentinelPassword, sentinelCreds.pass)
+	}
+	// The peer's timeout bounds connecting to Redis (radix's dialer); 0 or
+	// less means none, and its calls have no deadline of their own. Each
+	// floodgate store call always has one, the timeout.
+	if raw, ok := e.lookup(v("TIMEOUT")); ok {
 		store.Timeout = e.duration(v("TIMEOUT"), 0)
+		if _, err := time.ParseDuration(raw); err == nil && store.Timeout <= 0 {
+			note("%s=%s: for the peer no timeout at all (it connects and waits for Redis without a deadline); every floodgate store call has one, "+
+				"so floodgate's own %s applies: a Redis slower than that is an outage, answered by the rules' failure mode. Set %s to a duration "+
+				"from 1ms to 1m to choose it", v("TIMEOUT"), raw, redisstore.DefaultTimeout, v("TIMEOUT"))
+			store.Timeout = 0
+		}
 	} else {
-		note("%s: unset, so floodgate's own store timeout applies (50ms), not the peer's 10s", v("TIMEOUT"))
+		note("%s: unset, so floodgate's own store timeout applies (%s), not the peer's 10s", v("TIMEOUT"), redisstore.DefaultTimeout)
 	}
 	if w := e.duration(v("PIPELINE_WINDOW"), 0); w > 0 {
 		store.FlushDelay = min(w, time.Millisecond)
@@ -413,6 +495,22 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		}
 	}
 	return store
+}
+
+// checkRedisAddrs checks that each of addrs, read from the variable name
+// (whose value is val), is host:port, failing by name with the fix.
+func checkRedisAddrs(e *envReader, name, val string, addrs []string, where string) {
+	for i, a := range addrs {
+		_, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err == nil && perr == nil && n > 0 && n <= 65535 {
+			continue
+		}
+		item := ""
+		if len(addrs) > 1 || strings.Contains(val, ",") {
+			item = fmt.Sprintf(" (its address %d, %q)", i+1, maskRedisURL(a))
+		}
+		e.fail("%s=%q%s is not host:port %s: write host:port, such as redis:6379", name, maskRedisURL(val), item, where)
+	}
 }
 
 // splitAuth splits the peer's "user:password" (or "password") credentials.
@@ -442,6 +540,9 @@ func storeYAML(store config.Store) map[string]any {
 	}
 	if store.FlushDelay != 0 {
 		st["flush_delay"] = store.FlushDelay.String()
+	}
+	if store.DB != 0 {
+		st["db"] = store.DB
 	}
 	return st
 }

@@ -69,6 +69,9 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	)
 	if compat != nil {
 		opts, gs = compat.opts, compat.grpc
+		// Started without rules (FORCE_START_WITHOUT_INITIAL_CONFIG): every
+		// call fails as the peer's does until the folder first loads.
+		opts.RequireRules = compat.force
 	}
 	opts.Logger, opts.Registerer = logger, reg
 	if rules != nil && len(rules.Skipped()) > 0 {

@@ -94,6 +94,13 @@ var Differences = []Difference{
 			"a user opens could spend limits on the HTTP API. application/json makes the browser ask first.",
 	},
 	{
+		Name: "force-start-empty-folder",
+		What: "With FORCE_START_WITHOUT_INITIAL_CONFIG, an empty or missing rule folder is a folder that did not load: every call fails with " +
+			"Unknown \"no rate limit configuration loaded\" until a file loads; the peer takes it for an empty configuration and answers OK to everything.",
+		Why: "A mistyped path must not become \"no limits\": without the variable floodgate refuses to start on it, and with it, Envoy's " +
+			"failure_mode_deny decides, as for a folder that does not parse.",
+	},
+	{
 		Name: "health-follows-store",
 		What: "gRPC health and GET /healthcheck answer NOT_SERVING / 500 while the store is unreachable; the peer's follow Redis only with " +
 			"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true.",
