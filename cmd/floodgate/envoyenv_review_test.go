@@ -64,7 +64,7 @@ func TestEnvoyVarsCoverPeerSettings(t *testing.T) {
 // memcache backend and xDS rule source included, are never called typos;
 // beside Redis and files they are noted as ignored, as the peer ignores them.
 func TestReadEnvoyEnvPeerVariables(t *testing.T) {
-	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
+	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false", "RUNTIME_SUBDIRECTORY": "ratelimit"}
 	tests := []struct {
 		name, variable, value, note string
 	}{
@@ -118,7 +118,7 @@ func TestReadEnvoyEnvZeroTimeout(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
+			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false", "RUNTIME_SUBDIRECTORY": "ratelimit"}
 			for k, v := range tt.vars {
 				vars[k] = v
 			}
@@ -158,7 +158,7 @@ func TestReadEnvoyEnvLogLevel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
-			c, err := readEnvoyEnv(envOf(map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false", "LOG_LEVEL": tt.value}))
+			c, err := readEnvoyEnv(envOf(map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false", "RUNTIME_SUBDIRECTORY": "ratelimit", "LOG_LEVEL": tt.value}))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
@@ -218,7 +218,7 @@ func TestReadEnvoyEnvErrorsNameVariables(t *testing.T) {
 	lineRE := regexp.MustCompile(`line \d+`)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false"}
+			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false", "RUNTIME_SUBDIRECTORY": "ratelimit"}
 			for k, v := range tt.vars {
 				vars[k] = v
 			}
@@ -368,7 +368,7 @@ func TestReadEnvoyEnvRedisURLs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "USE_STATSD": "false"}
+			vars := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "USE_STATSD": "false", "RUNTIME_SUBDIRECTORY": "ratelimit"}
 			for k, v := range tt.vars {
 				vars[k] = v
 			}
