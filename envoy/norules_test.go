@@ -46,6 +46,9 @@ func TestRequireRules(t *testing.T) {
 				svc.SetRules(r)
 			}
 			resp, err := svc.ShouldRateLimit(context.Background(), req)
+			if got, want := svc.AwaitingRules(), tt.wantCode == codes.Unknown; got != want {
+				t.Errorf("AwaitingRules() = %v, want %v", got, want)
+			}
 			if st := status.Convert(err); st.Code() != tt.wantCode {
 				t.Fatalf("answer %v, error %v: want code %v", resp, err, tt.wantCode)
 			} else if err != nil && st.Message() != "no rate limit configuration loaded" {

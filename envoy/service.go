@@ -217,6 +217,11 @@ func (s *Service) SetRules(r *Rules) {
 	s.metrics.loadSuccess.Inc()
 }
 
+// AwaitingRules reports whether the service fails every call because it
+// started without rules under Options.RequireRules and none have been set
+// since.
+func (s *Service) AwaitingRules() bool { return s.noRules.Load() }
+
 // LoadFailed counts a reload whose rules did not load, so that the rules in
 // force stay (ratelimit_service_config_load_error).
 func (s *Service) LoadFailed() { s.metrics.loadError.Inc() }

@@ -34,6 +34,9 @@ type envoyCompat struct {
 	health   bool              // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 	notes    []string          // variables read but not honoured as the peer does, for the start-up log
 	statsd   *statsdSettings   // USE_STATSD's push, nil if off
+	// rulesWhere names the variables that chose the rule files, and the
+	// files they chose, for errors about loading them.
+	rulesWhere string
 }
 
 // grpcSettings are the Envoy gRPC listener's settings beyond its address.
@@ -202,6 +205,11 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	case watchRoot:
 		dir, c.load.Prefix = filepath.Join(root, sub), app
 	}
+	files := "the files under " + dir
+	if c.load.Prefix != "" {
+		files += " whose path there, / as dots, starts with " + c.load.Prefix + "."
+	}
+	c.rulesWhere = showVars([]string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_WATCH_ROOT"}, e.lookup) + " (" + files + ")"
 	c.load.DotFiles = !e.bool("RUNTIME_IGNOREDOTFILES", false)
 	c.load.MergeDomains = e.bool("MERGE_DOMAIN_CONFIG", false)
 	c.force = e.bool("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
@@ -501,6 +509,9 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 // (whose value is val), is host:port, failing by name with the fix.
 func checkRedisAddrs(e *envReader, name, val string, addrs []string, where string) {
 	for i, a := range addrs {
+		if strings.Contains(a, "://") {
+			continue // a URL parseRedisAddrs refused, and said why
+		}
 		_, port, err := net.SplitHostPort(a)
 		if n, perr := strconv.Atoi(port); err == nil && perr == nil && n > 0 && n <= 65535 {
 			continue

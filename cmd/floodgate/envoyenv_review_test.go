@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"go/build"
 	"os"
 	"path/filepath"
@@ -383,12 +384,51 @@ func TestReadEnvoyEnvRedisURLs(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
 				}
+				if strings.Count(err.Error(), "REDIS_URL=") > 1 {
+					t.Errorf("error %q: REDIS_URL's mistake reported more than once", err)
+				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			tt.check(t, c.cfg.Store)
+		})
+	}
+}
+
+// TestServeEnvoyEnvRulesFolderErrors: a rule folder that does not load is
+// named by the variables that chose it, never by a line of the YAML built
+// from them.
+func TestServeEnvoyEnvRulesFolderErrors(t *testing.T) {
+	root := t.TempDir()
+	for _, c := range []struct {
+		name string
+		vars map[string]string
+		want string
+	}{
+		{"a missing folder", map[string]string{"RUNTIME_ROOT": filepath.Join(root, "nonexistent"), "RUNTIME_SUBDIRECTORY": "rl"},
+			`RUNTIME_ROOT="` + filepath.Join(root, "nonexistent") + `", RUNTIME_SUBDIRECTORY="rl" (the files under ` + filepath.Join(root, "nonexistent", "rl") +
+				" whose path there, / as dots, starts with config.)"},
+		{"a bad rule file, watch root off", map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "bad", "RUNTIME_WATCH_ROOT": "false"},
+			`RUNTIME_ROOT="` + root + `", RUNTIME_SUBDIRECTORY="bad", RUNTIME_WATCH_ROOT="false" (the files under ` + filepath.Join(root, "bad", "config") + ")"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			writeFile(t, root, "bad/config/rules.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+			for k, v := range map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:1", "USE_STATSD": "false"} {
+				t.Setenv(k, v)
+			}
+			for k, v := range c.vars {
+				t.Setenv(k, v)
+			}
+			var out, errOut strings.Builder
+			err := run(context.Background(), []string{"serve", "--envoy-env"}, &out, &errOut)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "line 1") || strings.Contains(err.Error(), "envoy_config") {
+				t.Errorf("error %q names the YAML built from the environment", err)
+			}
 		})
 	}
 }

@@ -94,7 +94,10 @@ func planConfig(cfg *config.Config, over serveOverrides, compat *envoyCompat) (*
 	if cfg.EnvoyConfig != "" {
 		if p.rules, err = envoy.Load(cfg.EnvoyConfig, p.load); err != nil {
 			where := "--envoy-config " + cfg.EnvoyConfig
-			if over.envoyConfig == "" {
+			switch {
+			case compat != nil && over.envoyConfig == "":
+				where = compat.rulesWhere // the YAML built from the environment is no one's file
+			case over.envoyConfig == "":
 				where = cfg.Where("envoy_config") + ": " + cfg.EnvoyConfig
 			}
 			if compat != nil && compat.force {

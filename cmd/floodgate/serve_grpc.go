@@ -119,7 +119,7 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 		go svc.Watch(ctx, r.dir, plan.load, 0, func(rules *envoy.Rules) {
 			logger.Info("envoy rules reloaded: the folder changed", "envoy_config", r.dir, "domains", strings.Join(rules.Domains(), ","))
 		}, func(err error) {
-			logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
+			logger.Error(r.reloadFailed(), "envoy_config", r.dir, "err", err)
 		})
 	}
 	if compat != nil && compat.statsd != nil {
@@ -160,6 +160,16 @@ func (r *rlsServer) address() string {
 	return r.addr
 }
 
+// reloadFailed is the log message of a reload that failed: the rules in
+// force stay, or, started without any (FORCE_START_WITHOUT_INITIAL_CONFIG),
+// calls keep failing until a load succeeds.
+func (r *rlsServer) reloadFailed() string {
+	if r.svc.AwaitingRules() {
+		return "envoy rules reload failed; no rules have loaded yet, so calls keep failing until one does"
+	}
+	return "envoy rules reload failed; keeping the rules in force"
+}
+
 // reload re-reads the rule folder on SIGHUP, keeping the rules in force
 // (and counting a config_load_error) if it is bad, and reports whether it
 // reloaded (true too when there is no folder to reload).
@@ -170,7 +180,7 @@ func (r *rlsServer) reload() bool {
 	rules, err := envoy.Load(r.dir, r.load)
 	if err != nil {
 		r.svc.LoadFailed()
-		r.logger.Error("envoy rules reload failed; keeping the rules in force", "envoy_config", r.dir, "err", err)
+		r.logger.Error(r.reloadFailed(), "envoy_config", r.dir, "err", err)
 		return false
 	}
 	r.svc.SetRules(rules)

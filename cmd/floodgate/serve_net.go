@@ -133,8 +133,8 @@ func warnExposed(stderr io.Writer, logger *slog.Logger, auth bool, listeners map
 		return
 	}
 	for name, addr := range listeners {
-		if addr == "" || isLoopback(addr) {
-			continue
+		if addr == "" || isLoopback(addr) || strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, "@") {
+			continue // a unix socket (GRPC_UDS) is this machine's only
 		}
 		fmt.Fprintf(stderr, "WARNING: %s %s is reachable beyond this machine and needs no token: anyone who reaches it can decide, reset and list limits. Set auth.tokens_file (docs/SECURITY.md).\n", name, addr)
 		logger.Warn("listening beyond loopback without authentication", "listener", name, "addr", addr)
