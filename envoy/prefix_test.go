@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestLoadPrefix: with LoadOptions.Prefix, Load reads the files
@@ -117,12 +115,7 @@ func TestWatchPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, _ := memoryStore()
-	reg := prometheus.NewRegistry()
-	svc, err := New(mem, rules, Options{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, e := watchedService(t, rules)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loads := make(chan *Rules, 10)
@@ -150,7 +143,6 @@ func TestWatchPrefix(t *testing.T) {
 		t.Errorf("a file outside the prefix was loaded: %v", err)
 	default:
 	}
-	e := &env{reg: reg}
 	if got := e.counter(t, "ratelimit_service_config_load_success"); got != 2 {
 		t.Errorf("config_load_success %v, want 2 (start, one reload)", got)
 	}

@@ -41,12 +41,7 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, _ := memoryStore()
-	reg := prometheus.NewRegistry()
-	svc, err := New(mem, rules, Options{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, e := watchedService(t, rules)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errs := make(chan error, 10)
@@ -82,7 +77,6 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	if got := strings.Join(svc.Rules().Domains(), ","); got != "two" {
 		t.Errorf("after a broken reload the rules are %s, want two (the rules in force)", got)
 	}
-	e := &env{reg: reg}
 	if got := e.counter(t, "ratelimit_service_config_load_error"); got != 1 {
 		t.Errorf("config_load_error %v, want 1", got)
 	}
@@ -92,4 +86,17 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	if got := e.counter(t, "ratelimit_service_config_load_success"); got != 3 {
 		t.Errorf("config_load_success %v, want 3 (start, swap, fix)", got)
 	}
+}
+
+// watchedService is a service on the memory store with rules, whose
+// metrics e reads: the service a folder watch updates.
+func watchedService(t *testing.T, rules *Rules) (*Service, *env) {
+	t.Helper()
+	mem, _ := memoryStore()
+	reg := prometheus.NewRegistry()
+	svc, err := New(mem, rules, Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, &env{reg: reg}
 }
