@@ -184,14 +184,20 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	// Invalid costs are the caller's error: found before the store is asked,
 	// so nothing is taken for a request that could never be decided.
 	enforced, shadows := 0, 0
+	// An invalid cost is found even for a check the front end could not
+	// send (Check.Err, such as a server shedding load): a cost that can
+	// never fit is the caller's error under every failure mode.
 	for i := range checks {
 		c := &checks[i]
-		if c.Err != nil {
-			r.Outcomes[i] = Outcome{Verdict: Unavailable, Err: c.Err}
-			continue
-		}
 		if err := checkCost(c); err != nil {
 			r.Outcomes[i] = Outcome{Verdict: Invalid, Err: err}
+			if c.Shadow {
+				shadows++ // reported with the others, never denying
+			}
+			continue
+		}
+		if c.Err != nil {
+			r.Outcomes[i] = Outcome{Verdict: Unavailable, Err: c.Err}
 			continue
 		}
 		switch {
@@ -263,6 +269,10 @@ func (e *Engine) decideShadows(ctx context.Context, checks []Check, out []Outcom
 	}
 	for i := range checks {
 		c, o := &checks[i], &out[i]
+		if o.Verdict == Invalid && c.Shadow {
+			e.report(ctx, c, o) // would refuse the request: said, never denying
+			continue
+		}
 		if !c.Shadow || c.CheckOnly || o.Err != nil {
 			continue
 		}
@@ -465,6 +475,9 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
 // report logs a check's failure, unless the caller went away.
 func (e *Engine) report(ctx context.Context, c *Check, o *Outcome) {
 	switch {
+	case o.Verdict == Invalid && c.Shadow:
+		e.warn.Warn(ctx, "floodgate: a shadow rule would refuse this request as invalid; the request goes on",
+			slog.String("rule", c.Rule), slog.String("error", o.Err.Error()))
 	case o.Err == nil || o.Verdict == Invalid || errors.Is(o.Err, context.Canceled):
 	case o.Local:
 		e.warn.Warn(ctx, "floodgate: rate-limit store unavailable; this instance decides the rule alone at its local share",

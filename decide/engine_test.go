@@ -447,6 +447,45 @@ func TestBatchErrorPolicy(t *testing.T) {
 
 // TestCheckErr: a check the front end could not build follows its failure
 // mode, and the store is never asked about it.
+// TestInvalidBeforeEverything: a cost that can never fit its limit is the
+// caller's error even for a check the front end could not send (a server
+// shedding load sets Check.Err), under every failure mode; a shadow check's
+// invalid cost is reported as what the rule would refuse, and the request
+// goes on.
+func TestInvalidBeforeEverything(t *testing.T) {
+	shed := errors.New("at its limit of concurrent requests")
+	lim := floodgate.PerMinute(5)
+	for _, mode := range []decide.FailureMode{decide.FailOpen, decide.FailClosed, decide.FailLocal} {
+		e := newEngine(t, memory.New())
+		r := e.Decide(context.Background(), []decide.Check{{Rule: "open", Key: "a", Limit: lim, Cost: 1000, Failure: mode, Err: shed}})
+		if r.Verdict != decide.Invalid || r.Allowed() || !errors.Is(r.Err(), floodgate.ErrCostExceedsLimit) {
+			t.Errorf("%s, shed: %v err %v, want invalid (cost exceeds limit)", mode, r.Verdict, r.Err())
+		}
+	}
+	for name, newStore := range stores() {
+		t.Run("shadow/"+name, func(t *testing.T) {
+			s := newStore()
+			e := newEngine(t, s)
+			checks := []decide.Check{{Rule: "shadow", Key: "s", Limit: lim, Cost: 50, Shadow: true}}
+			r := e.Decide(context.Background(), checks)
+			if !r.Allowed() || r.Outcomes[0].Verdict != decide.Invalid || !r.Outcomes[0].WouldDeny() {
+				t.Fatalf("shadow alone: %v outcome %+v, want admitted and the shadow invalid", r.Verdict, r.Outcomes[0])
+			}
+			if ev := r.Event(checks, 0, false); ev != decide.ShadowDenied {
+				t.Errorf("event %v, want ShadowDenied", ev)
+			}
+			with := append([]decide.Check{{Rule: "enforced", Key: "e", Limit: lim}}, checks...)
+			r = e.Decide(context.Background(), with)
+			if !r.Allowed() || r.Event(with, 1, false) != decide.ShadowDenied {
+				t.Errorf("with an enforced rule: %v event %v, want admitted, ShadowDenied", r.Verdict, r.Event(with, 1, false))
+			}
+			if got := remaining(t, s, "e", lim); got != 4 {
+				t.Errorf("enforced rule has %d left, want 4", got)
+			}
+		})
+	}
+}
+
 func TestCheckErr(t *testing.T) {
 	noKey := errors.New("no key in the request")
 	for _, mode := range []decide.FailureMode{decide.FailOpen, decide.FailClosed} {

@@ -12,7 +12,8 @@ const (
 	// StoreFailed: the store failed or timed out for the check, and not
 	// because the caller went away.
 	StoreFailed
-	// ShadowDenied: a shadow check would have denied the request.
+	// ShadowDenied: a shadow check would have denied the request, or
+	// refused it as invalid (its cost can never fit the rule's limit).
 	ShadowDenied
 )
 
@@ -27,7 +28,7 @@ func (r *Result) Event(checks []Check, i int, callerGone bool) Event {
 		return KeyFailed
 	case o.Err != nil && o.Verdict != Invalid && !callerGone:
 		return StoreFailed
-	case c.Shadow && o.Decided && o.Verdict == Denied:
+	case c.Shadow && o.WouldDeny():
 		return ShadowDenied
 	}
 	return NoEvent

@@ -105,6 +105,13 @@ type Outcome struct {
 	in    *flight // that flight
 }
 
+// WouldDeny reports whether the check did not admit its cost: the store
+// denied it, or the cost can never fit its limit (Invalid). For a shadow
+// check it is what the rule would have done, had it been enforced.
+func (o *Outcome) WouldDeny() bool {
+	return o.Decided && o.Verdict == Denied || o.Verdict == Invalid
+}
+
 // Result is the decision on a whole request.
 type Result struct {
 	// Verdict is the request's: Admitted, or why not.

@@ -134,7 +134,10 @@ func (m *metrics) count(c *decide.Check, res *decide.Result) {
 		outcome = outcomeError
 		m.storeErrors.WithLabelValues(c.Rule).Inc()
 	default: // Invalid: the caller's error, not a decision
-		return
+		if !c.Shadow {
+			return
+		}
+		outcome = outcomeShadowDenied // a shadow rule would refuse it
 	}
 	if res.Outcomes[0].RefundErr != nil {
 		m.storeErrors.WithLabelValues(c.Rule).Inc()

@@ -236,7 +236,7 @@ func NewCheckResponse(r Rule, res *decide.Result) CheckResponse {
 		Limit:            r.Limit.Quota,
 		Rule:             r.Name,
 		Shadow:           r.Shadow,
-		ShadowDenied:     r.Shadow && o.Decided && o.Verdict == decide.Denied,
+		ShadowDenied:     r.Shadow && o.WouldDeny(),
 		StoreUnavailable: o.Verdict == decide.Unavailable,
 		LocalFallback:    o.Local,
 	}

@@ -399,7 +399,10 @@ func TestMaxInFlight(t *testing.T) {
 		{"local rule, 1st of its share of 2", "POST", "/v1/check", `{"rule":"search","key":"k"}`, 200, "", `"local_fallback":true`},
 		{"local rule, 2nd", "POST", "/v1/check", `{"rule":"search","key":"k"}`, 200, "", `"local_fallback":true`},
 		{"local rule, over its share", "POST", "/v1/check", `{"rule":"search","key":"k"}`, 429, "60", `search`},
-		{"metrics", "GET", "/metrics", "", 200, "", `floodgate_http_requests_shed_total{route="check"} 5`},
+		{"a cost that can never fit is invalid, fail-open", "POST", "/v1/check", `{"rule":"api","key":"k","cost":1000}`, 400, "", `exceeds`},
+		{"a cost that can never fit is invalid, fail-closed", "POST", "/v1/check", `{"rule":"login","key":"k","cost":1000}`, 400, "", `exceeds`},
+		{"a cost that can never fit is invalid, local", "POST", "/v1/check", `{"rule":"search","key":"k","cost":1000}`, 400, "", `exceeds`},
+		{"metrics", "GET", "/metrics", "", 200, "", `floodgate_http_requests_shed_total{route="check"} 8`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -523,8 +526,14 @@ func TestShadowRuleHeaders(t *testing.T) {
 			t.Fatalf("forward auth request %d on a shadow rule sends %q", i+1, h)
 		}
 	}
+	// A cost the shadow rule could never admit: it would refuse the
+	// request, so it says so and counts it, and the request goes on.
+	rec := f.do("POST", "/v1/check", `{"rule":"shadowed","key":"big","cost":50}`)
+	if got := decode[server.CheckResponse](t, rec); rec.Code != 200 || !got.Allowed || !got.ShadowDenied {
+		t.Fatalf("/v1/check on a shadow rule with a cost above its limit: %d %+v", rec.Code, got)
+	}
 	body := f.do("GET", "/metrics", "").Body.String()
-	if want := `floodgate_decisions_total{outcome="shadow_denied",rule="shadowed"} 4`; !strings.Contains(body, want) {
+	if want := `floodgate_decisions_total{outcome="shadow_denied",rule="shadowed"} 5`; !strings.Contains(body, want) {
 		t.Errorf("metrics lack %q", want)
 	}
 }
