@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -84,6 +86,36 @@ func skipHostname(c *tls.Config) *tls.Config {
 // (nutcracker), the usual target of envoyproxy/ratelimit's default unix
 // socket.
 var errHandshake = errors.New("the server closed the connection during the handshake (HELLO, CLIENT SETNAME): is it a proxy such as twemproxy (nutcracker)? floodgate needs Redis itself (7.0 or later; Sentinel and Cluster are fine), which runs its Lua scripts")
+
+// refusedSetUp returns the *ConfigError that err means when Redis answered
+// the connection's set-up (HELLO with AUTH, SELECT) with an error reply that
+// is not an outage: a wrong password or user, an ACL user without the
+// commands a connection starts with, or a database number out of range.
+// Such a store is misconfigured, not unavailable: its calls fail as store
+// errors, which never admit, whatever a rule's failure mode. It returns nil
+// for any other error.
+func refusedSetUp(err error, cfg *Config) error {
+	rerr, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return nil
+	}
+	msg := rerr.Error()
+	for _, p := range outages {
+		if strings.HasPrefix(msg, p) {
+			return nil
+		}
+	}
+	field, value, fix := "Password", "(not shown)", "check the username and password (Config.Username, Config.Password)"
+	switch {
+	case strings.HasPrefix(msg, "NOAUTH"):
+		value, fix = "(empty)", "Redis requires a password: set Config.Password (and Config.Username for an ACL user)"
+	case strings.HasPrefix(msg, "NOPERM"):
+		field, value, fix = "Username", strconv.Quote(cfg.Username), "the ACL user lacks a command a connection starts with (HELLO, CLIENT, SELECT): grant them"
+	case strings.Contains(msg, "DB index"):
+		field, value, fix = "DB", strconv.Itoa(cfg.DB), "use a database number the server has (its `databases` setting; 0 to 15 by default)"
+	}
+	return &ConfigError{Field: field, Value: value, Reason: fmt.Sprintf("is refused by Redis (%s): %s", msg, fix)}
+}
 
 // connectError adds errHandshake to err when the server closed the
 // connection before answering.

@@ -248,3 +248,57 @@ func TestTwemproxySocket(t *testing.T) {
 		t.Fatalf("health %+v: want not connected, naming twemproxy", h)
 	}
 }
+
+// TestRefusedSetUp: a Redis that refuses the connection's set-up (a wrong
+// password, no password where one is required, a database out of range) is
+// a misconfiguration, not an outage: New fails with a *ConfigError naming the
+// field, and a LazyConnect store's calls fail with it too, never matching
+// ErrStoreUnavailable, so no failure mode admits them; its health says why.
+func TestRefusedSetUp(t *testing.T) {
+	srv := redistest.Spawn(t, "--requirepass", "right-password")
+	open := redistest.Spawn(t)
+	cases := []struct {
+		name, addr, password, field string
+		db                          int
+		want                        string
+	}{
+		{"wrong password", srv.Addr, "wrong", "Password", 0, "WRONGPASS"},
+		{"no password", srv.Addr, "", "Password", 0, "NOAUTH"},
+		{"database out of range", open.Addr, "", "DB", 99, "DB index"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{Addrs: []string{c.addr}, Mode: ModeStandalone, Password: c.password, DB: c.db, Timeout: testTimeout}
+			_, err := New(cfg)
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != c.field || errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("New = %v; want a *ConfigError for %s naming %q, not an outage", err, c.field, c.want)
+			}
+			var logs logBuffer
+			cfg.LazyConnect, cfg.Logger = true, logs.logger()
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for range 3 {
+				_, err := s.Allow(context.Background(), "k", floodgate.PerMinute(5))
+				if err == nil || errors.Is(err, floodgate.ErrStoreUnavailable) || !errors.As(err, &ce) {
+					t.Fatalf("Allow = %v; want the refusal, not an outage", err)
+				}
+			}
+			if h := s.Health(); h.Connected || !strings.Contains(h.Error, c.want) {
+				t.Fatalf("health %+v: want not connected, saying %q", h, c.want)
+			}
+			if log := logs.String(); !strings.Contains(log, c.want) || !strings.Contains(log, "never admitted") {
+				t.Errorf("the log does not say %q and that nothing is admitted:\n%s", c.want, log)
+			}
+		})
+	}
+	// The right password connects.
+	s, err := New(Config{Addrs: []string{srv.Addr}, Mode: ModeStandalone, Password: "right-password", Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}

@@ -180,7 +180,27 @@ type guard struct {
 	base        time.Time
 	logger      *slog.Logger
 
-	connErr atomic.Pointer[string] // why connecting failed, while not connected
+	connErr atomic.Pointer[connFailure] // why connecting failed, while not connected
+}
+
+// connFailure is why the store could not connect: msg in words, and the
+// *ConfigError when Redis refused the connection's set-up (nil for an
+// outage).
+type connFailure struct {
+	msg     string
+	refused error
+}
+
+// failedConnecting records err as why the store has not connected, and
+// returns it in words.
+func (g *guard) failedConnecting(err error) string {
+	f := &connFailure{msg: err.Error()}
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		f.refused = err
+	}
+	g.connErr.Store(f)
+	return f.msg
 }
 
 var _ rueidis.Client = (*guard)(nil)
@@ -188,11 +208,26 @@ var _ rueidis.Client = (*guard)(nil)
 // now returns the store's monotonic clock in microseconds.
 func (g *guard) now() int64 { return time.Since(g.base).Microseconds() }
 
-// unconnected is the error of calls made before the store connected.
+// connectingMessage is the log message for a failed connection attempt:
+// for an outage, rules follow their failure mode (when); for a refusal,
+// every call is an error.
+func (g *guard) connectingMessage(when string) string {
+	if e := g.connErr.Load(); e != nil && e.refused != nil {
+		return "redisstore: Redis refuses the connection (a misconfiguration, not an outage): every decision fails as a store error and is never admitted, whatever its failure mode, until it is fixed"
+	}
+	return "redisstore: cannot connect to Redis; its rules answer by their failure mode " + when
+}
+
+// unconnected is the error of calls made before the store connected: an
+// outage, unless Redis refused the connection's set-up (a wrong password,
+// user or database), which is a misconfiguration that never admits.
 func (g *guard) unconnected() error {
 	why := "not connected yet"
 	if e := g.connErr.Load(); e != nil {
-		why = "not connected yet: " + *e
+		if e.refused != nil {
+			return fmt.Errorf("redisstore: not connected: %w", e.refused)
+		}
+		why = "not connected yet: " + e.msg
 	}
 	return fmt.Errorf("%w: redisstore: %s", floodgate.ErrStoreUnavailable, why)
 }

@@ -47,12 +47,11 @@ func (m *monitor) run() {
 			lastConnect = time.Now()
 			if err := m.dial(); err != nil {
 				failures++
-				msg := err.Error()
-				m.g.connErr.Store(&msg)
+				msg := m.g.failedConnecting(err)
 				// Loud, but once at first and then every 30s.
 				if time.Since(lastLog) >= 30*time.Second {
 					lastLog = time.Now()
-					m.g.logger.Error("redisstore: cannot connect to Redis; its rules answer by their failure mode meanwhile", "attempts", failures, "error", msg)
+					m.g.logger.Error(m.g.connectingMessage("meanwhile"), "attempts", failures, "error", msg)
 				}
 			} else if failures > 0 {
 				m.g.logger.Warn("redisstore: connected to Redis", "after_attempts", failures)

@@ -158,6 +158,9 @@ func New(cfg Config) (*Store, error) {
 	connect := func() (rueidis.Client, error) {
 		client, err := rueidis.NewClient(opt)
 		if err != nil {
+			if refused := refusedSetUp(err, &cfg); refused != nil {
+				return nil, refused // a misconfiguration, never an outage
+			}
 			return nil, fmt.Errorf("%w: redisstore: connecting to %s (%s): %w", floodgate.ErrStoreUnavailable, strings.Join(cfg.Addrs, ","), mode, connectError(err))
 		}
 		if mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
@@ -176,9 +179,8 @@ func New(cfg Config) (*Store, error) {
 	case !cfg.LazyConnect:
 		return nil, err
 	default:
-		msg := err.Error()
-		s.guard.connErr.Store(&msg)
-		s.guard.logger.Error("redisstore: cannot connect to Redis; its rules answer by their failure mode until it can (LazyConnect)", "error", msg)
+		msg := s.guard.failedConnecting(err)
+		s.guard.logger.Error(s.guard.connectingMessage("until it can (LazyConnect)"), "error", msg)
 	}
 	s.mon.start()
 	return s, nil

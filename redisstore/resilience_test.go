@@ -629,30 +629,6 @@ func TestLazyConnectCluster(t *testing.T) {
 	}
 }
 
-// TestWrongPassword: a refused password fails New loudly, and under
-// LazyConnect shows in Health and the log while every call is unavailable.
-func TestWrongPassword(t *testing.T) {
-	server := redistest.Spawn(t, "--requirepass", "right")
-	cfg := Config{Addrs: []string{server.Addr}, Mode: ModeStandalone, Password: "wrong", Timeout: callTimeout}
-	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
-		t.Errorf("New with a wrong password: %v; want WRONGPASS", err)
-	}
-	var logs logBuffer
-	cfg.LazyConnect, cfg.Logger = true, logs.logger()
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	checkUnavailable(t, s, "x", floodgate.PerMinute(10))
-	if h := s.Health(); h.Connected || !strings.Contains(h.Error, "WRONGPASS") {
-		t.Errorf("Health = %+v; want WRONGPASS", h)
-	}
-	if !strings.Contains(logs.String(), "WRONGPASS") {
-		t.Errorf("the log does not say WRONGPASS:\n%s", logs.String())
-	}
-}
-
 // TestInFlightBound: with a bound of 4 and no breaker, a hung server holds
 // exactly 4 calls in flight; the rest wait for a place until their
 // deadline, and every call returns in time. After the server answers, the
