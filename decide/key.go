@@ -27,8 +27,14 @@ const MaxKeyLen = 256
 // Every front end keys its rules with it: the server and the CLI in the
 // empty namespace, so a key the server wrote is the key `floodgate check`
 // reads; the middleware in its Config.KeyPrefix; Envoy's service in "rls|",
-// with the descriptor's domain as the rule.
+// with the descriptor's domain as the rule. So that no rule of the empty
+// namespace shares keys with Envoy's, a rule named "rls" is written there
+// as `\rls` (no other name escapes to it).
 func StoreKey(ns, rule, key string) string { return NewKeySpace(ns, rule).Key(key) }
+
+// envoyNamespaceRule is the rule name that, in the empty namespace, would
+// write the keys of Envoy's service's namespace ("rls|").
+const envoyNamespaceRule = "rls"
 
 // KeySpace is the store keys of one rule in one namespace, escaped once:
 // front ends make one per rule when they load their rules, and
@@ -41,6 +47,9 @@ func NewKeySpace(ns, rule string) KeySpace {
 	var b strings.Builder
 	b.Grow(len(ns) + len(rule) + 4)
 	b.WriteString(ns)
+	if ns == "" && rule == envoyNamespaceRule {
+		b.WriteByte('\\') // would be Envoy's namespace, "rls|"
+	}
 	escapeRule(&b, rule)
 	return KeySpace{prefix: b.String()}
 }

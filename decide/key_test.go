@@ -20,6 +20,10 @@ func TestStoreKey(t *testing.T) {
 		{"", "a{b}", "k{tag}", `a\(b\)|k{tag}`},
 		{"", "r", strings.Repeat("x", decide.MaxKeyLen), "r|" + strings.Repeat("x", decide.MaxKeyLen)},
 		{"", "r", long, "r#" + hex.EncodeToString(sum[:])},
+		// A rule named "rls" would write Envoy's namespace ("rls|").
+		{"", "rls", "edge|remote_address=1.1.1.1", `\rls|edge|remote_address=1.1.1.1`},
+		{"", `\rls`, "k", `\\rls|k`},
+		{"rls|", "rls", "k", "rls|rls|k"},
 	}
 	for _, tt := range tests {
 		got := decide.StoreKey(tt.ns, tt.rule, tt.key)
@@ -28,7 +32,7 @@ func TestStoreKey(t *testing.T) {
 		}
 	}
 	// Distinct pairs never share a key, whatever bytes they hold.
-	parts := []string{"", "a", "|", `\`, "#", "a|b", `a\|b`, "a#b", "{", "}", "(", `\(`, "{x}", long, "a|" + long}
+	parts := []string{"", "a", "rls", `\rls`, "|", `\`, "#", "a|b", `a\|b`, "a#b", "{", "}", "(", `\(`, "{x}", long, "a|" + long}
 	seen := map[string][2]string{}
 	for _, r := range parts {
 		for _, k := range parts {
@@ -39,6 +43,18 @@ func TestStoreKey(t *testing.T) {
 			seen[got] = [2]string{r, k}
 			if name, _, _ := strings.Cut(got, "|"); strings.ContainsAny(name, "{}") && !strings.ContainsAny(k, "|") {
 				t.Errorf("StoreKey(%q, %q) = %q: the rule's part holds a brace", r, k, got)
+			}
+		}
+	}
+	// Nor does a key of the empty namespace (the server's) meet one of
+	// Envoy's namespace, "rls|", whose domain takes the rule's place.
+	for _, domain := range parts {
+		for _, k := range parts {
+			for _, entry := range []string{k, "remote_address=" + k} {
+				envoy := decide.StoreKey("rls|", domain, entry)
+				if prev, ok := seen[envoy]; ok {
+					t.Errorf("rule %q key %q shares store key %q with Envoy's domain %q entry %q", prev[0], prev[1], envoy, domain, entry)
+				}
 			}
 		}
 	}
