@@ -55,7 +55,10 @@ type Store interface {
 	// Allow is AllowN with a cost of 1.
 	Allow(ctx context.Context, key string, limit Limit) (Decision, error)
 	// AllowN decides whether a request of cost n fits the limit for key, and
-	// if so records it. n must be between 0 and limit.Quota. A cost of 0 is
+	// if so records it. n must be between 0 and limit.Quota, and for a
+	// SlidingWindowLog at most 65,536 (the log records one entry per unit of
+	// cost, and one request must not hold the store for long: a larger n is
+	// ErrInvalidCost). A cost of 0 is
 	// a check that takes nothing (Envoy's hits_addend 0): it is always
 	// allowed, reports the key's Remaining and ResetAfter at that moment,
 	// and changes no state (a key never seen stays unseen).

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 )
 
 // testRefund: a refunded admission gives its quota back, never more than
@@ -144,6 +145,27 @@ func testInvalidCosts(t *testing.T, newStore NewStore) {
 			}
 		})
 	}
+	// A log records one entry per unit of cost: one request takes at most
+	// limitcheck.MaxLogCost of them, whatever its quota, so that no single
+	// call holds the store for long.
+	t.Run("log cost above the most per request", func(t *testing.T) {
+		e := newEnv(t, newStore)
+		key, l := e.key("big"), floodgate.PerHour(1<<20)
+		d, err := e.store.AllowN(e.ctx, key, l, limitcheck.MaxLogCost+1)
+		if !errors.Is(err, floodgate.ErrInvalidCost) || d.Allowed {
+			t.Errorf("AllowN cost %d on a log = %+v, %v; want ErrInvalidCost", limitcheck.MaxLogCost+1, d, err)
+		}
+		var r [1]floodgate.BatchResult
+		if bs, ok := e.store.(floodgate.BatchStore); ok {
+			bs.AllowBatch(e.ctx, []floodgate.BatchItem{{Key: key, Limit: l, Cost: limitcheck.MaxLogCost + 1}}, r[:])
+			if !errors.Is(r[0].Err, floodgate.ErrInvalidCost) || r[0].Decision.Allowed {
+				t.Errorf("AllowBatch cost %d on a log = %+v; want ErrInvalidCost", limitcheck.MaxLogCost+1, r[0])
+			}
+		}
+		if d := e.allowN(key, l, 0); d.Remaining != 1<<20 {
+			t.Errorf("the refused call took quota: %+v", d)
+		}
+	})
 }
 
 // testCheckOnly: a cost of 0 is always allowed, reports what the key holds

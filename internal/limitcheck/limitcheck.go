@@ -33,16 +33,26 @@ func Item(limit floodgate.Limit, n int64) (floodgate.Decision, error) {
 	return Allow(limit, n)
 }
 
+// MaxLogCost is the largest cost of one request under a SlidingWindowLog
+// limit. The log records one entry per unit of cost, so one request of cost
+// n writes n entries in one atomic step (one Lua script in Redis, which
+// blocks the server meanwhile): 65,536 entries take Redis about 0.1s and
+// 8 MB; the largest quota, 2^20, would take 1.5s and 125 MB.
+const MaxLogCost = 1 << 16
+
 // Cost returns nil if a request of cost n can ever fit limit l (a cost of
 // 0 is a check that takes nothing), and otherwise an error matching
-// floodgate.ErrInvalidCost (n < 0) or floodgate.ErrCostExceedsLimit
-// (n > Quota).
+// floodgate.ErrInvalidCost (n < 0, or above MaxLogCost under a
+// SlidingWindowLog) or floodgate.ErrCostExceedsLimit (n > Quota).
 func Cost(l floodgate.Limit, n int64) error {
 	if n < 0 {
 		return fmt.Errorf("%w: cost %d must not be negative", floodgate.ErrInvalidCost, n)
 	}
 	if n > l.Quota {
 		return fmt.Errorf("%w: cost %d is more than the limit's quota %d, so it can never be admitted", floodgate.ErrCostExceedsLimit, n, l.Quota)
+	}
+	if n > MaxLogCost && l.Algorithm == floodgate.SlidingWindowLog {
+		return fmt.Errorf("%w: cost %d is more than %d, the most a sliding_window_log takes in one request (it records one entry per unit of cost); use token_bucket or sliding_window_counter for large costs", floodgate.ErrInvalidCost, n, MaxLogCost)
 	}
 	return nil
 }

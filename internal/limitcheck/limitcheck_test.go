@@ -3,6 +3,7 @@ package limitcheck
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 )
@@ -20,6 +21,9 @@ func TestAllow(t *testing.T) {
 		{"zero cost (a check that takes nothing)", ok, 0, nil, 0},
 		{"negative cost", ok, -3, floodgate.ErrInvalidCost, 5},
 		{"cost above the quota", ok, 6, floodgate.ErrCostExceedsLimit, 5},
+		{"a log's largest cost", floodgate.PerHour(1 << 20), MaxLogCost, nil, 0},
+		{"a log's cost above MaxLogCost", floodgate.PerHour(1 << 20), MaxLogCost + 1, floodgate.ErrInvalidCost, 1 << 20},
+		{"a bucket's cost above MaxLogCost", floodgate.NewTokenBucket(1<<20, 1<<20, time.Hour), MaxLogCost + 1, nil, 0},
 		{"invalid limit", floodgate.PerMinute(0), 1, floodgate.ErrInvalidLimit, 0},
 	}
 	for _, tt := range tests {
