@@ -417,11 +417,12 @@ func BenchmarkGuardCost(b *testing.B) {
 	b.Run("bound+breaker", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if err := s.guard.enter(ctx, n); err != nil {
+				own := s.guard.ownDeadline(ctx)
+				if err := s.guard.enter(ctx, n, own); err != nil {
 					b.Error(err)
 					return
 				}
-				s.guard.leave(ctx, n, nil, n.abandoned.Load())
+				s.guard.leave(ctx, n, nil, n.abandoned.Load(), own)
 			}
 		})
 	})

@@ -177,6 +177,7 @@ type guard struct {
 	conn        atomic.Pointer[connection]
 	maxInFlight int   // the bound per node; negative: none
 	threshold   int64 // consecutive failures that open a breaker; negative: never
+	timeout     time.Duration // the store's own timeout (Config.Timeout)
 	base        time.Time
 	logger      *slog.Logger
 
@@ -247,13 +248,25 @@ func (g *guard) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 	if n == nil {
 		return c.client.Do(ctx, cmd)
 	}
-	if err := g.enter(ctx, n); err != nil {
+	own := g.ownDeadline(ctx)
+	if err := g.enter(ctx, n, own); err != nil {
 		return rueidis.NewErrorResult(err)
 	}
 	mark := n.abandoned.Load()
 	res := c.client.Do(ctx, cmd)
-	g.leave(ctx, n, res.Error(), mark)
+	g.leave(ctx, n, res.Error(), mark, own)
 	return res
+}
+
+// ownDeadline reports whether ctx's deadline, if it passes, says something
+// about the node: whether it is (about) the store's own timeout, not a
+// shorter one of the caller's. A gRPC client may send a grpc-timeout
+// shorter than a round trip; its calls fail, but a healthy node must not be
+// counted as failing for them, or its breaker would open and fail every
+// other caller's decisions too.
+func (g *guard) ownDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) >= g.timeout-g.timeout/8
 }
 
 // DoMulti sends the commands whose nodes admit them, pipelined, and fails
@@ -283,8 +296,9 @@ func (g *guard) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueid
 	}
 	refused := make([]error, len(nodes))
 	marks := make([]uint64, len(nodes))
+	own := g.ownDeadline(ctx)
 	for j, n := range nodes {
-		if refused[j] = g.enter(ctx, n); refused[j] == nil {
+		if refused[j] = g.enter(ctx, n, own); refused[j] == nil {
 			marks[j] = n.abandoned.Load()
 		}
 	}
@@ -321,7 +335,7 @@ func (g *guard) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueid
 	for i := range multi {
 		if j := which[i]; j >= 0 && refused[j] == nil && !done[j] {
 			done[j] = true
-			g.leave(ctx, nodes[j], res[i].Error(), marks[j])
+			g.leave(ctx, nodes[j], res[i].Error(), marks[j], own)
 		}
 	}
 	return res
@@ -346,14 +360,15 @@ func failAll(n int, err error) []rueidis.RedisResult {
 
 // enter admits a call to n: it fails at once while n's breaker is open,
 // and otherwise takes a place among n's calls in flight, waiting for one
-// at most until ctx ends.
-func (g *guard) enter(ctx context.Context, n *node) error {
+// at most until ctx ends. Waiting until the store's own deadline (own)
+// counts as a failure of n.
+func (g *guard) enter(ctx context.Context, n *node, own bool) error {
 	if n.open.Load() {
 		return g.openError(n)
 	}
 	if err := n.places.take(ctx); err != nil {
 		err = fmt.Errorf("%w: redisstore: %s has %d calls in flight without a reply (the bound, Config.MaxInFlight): %w", floodgate.ErrStoreUnavailable, n.addr, n.places.max, err)
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if own && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			g.failure(n, err)
 		}
 		return err
@@ -375,14 +390,16 @@ func (g *guard) openError(n *node) error {
 }
 
 // leave accounts for a call to n that entered when n had had mark
-// abandoned calls, and returned err.
-func (g *guard) leave(ctx context.Context, n *node, err error, mark uint64) {
+// abandoned calls, and returned err. A call that passed the store's own
+// deadline (own) counts as a failure of n; one that passed a shorter
+// deadline of its caller's, or whose caller went away, does not.
+func (g *guard) leave(ctx context.Context, n *node, err error, mark uint64, own bool) {
 	if err != nil && ctx.Err() != nil && !isRedisReply(err) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		// The caller gave up; rueidis keeps the command in its ring until
 		// the reply comes or the connection ends, so its place stays taken
 		// until a later call hears back from n.
 		n.abandoned.Add(1)
-		if errors.Is(err, context.DeadlineExceeded) {
+		if own && errors.Is(err, context.DeadlineExceeded) {
 			g.failure(n, err)
 		}
 		return

@@ -131,6 +131,12 @@ func New(cfg Config) (*Store, error) {
 		// two cores): concurrent calls share fewer, larger batches, which
 		// costs Redis fewer system calls per decision (docs/PERFORMANCE.md).
 		PipelineMultiplex: -1,
+		// Always through rueidis's pipeline, never its synchronous mode
+		// (a lone caller on a fresh connection), which closes the shared
+		// connection when a call passes its deadline: a caller's deadline
+		// shorter than a round trip would tear it down for every caller.
+		// In the pipeline a call that passes its deadline is only given up.
+		AlwaysPipelining: true,
 	}
 	switch {
 	case cfg.FlushDelay == 0:
@@ -225,7 +231,10 @@ func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
 }
 
 func newStore(cfg Config, cluster bool) *Store {
-	g := &guard{maxInFlight: cfg.MaxInFlight, threshold: int64(cfg.BreakerFailures), base: time.Now(), logger: cfg.Logger}
+	g := &guard{maxInFlight: cfg.MaxInFlight, threshold: int64(cfg.BreakerFailures), timeout: cfg.Timeout, base: time.Now(), logger: cfg.Logger}
+	if g.timeout == 0 {
+		g.timeout = DefaultTimeout
+	}
 	if g.maxInFlight == 0 {
 		g.maxInFlight = DefaultMaxInFlight
 	}

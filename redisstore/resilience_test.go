@@ -730,3 +730,67 @@ func TestConfigResilience(t *testing.T) {
 		t.Error("NewFromClient accepted LazyConnect")
 	}
 }
+
+// TestShortCallerDeadlines: callers whose own deadline is shorter than a
+// round trip (a gRPC client's grpc-timeout, passed on by Envoy's service and
+// the interceptors), or who go away at once, never make a healthy node look
+// failed: its breaker stays closed and the callers without a deadline
+// decide every call. (Before, such calls counted as node failures and, in
+// rueidis's synchronous mode, closed the shared connection.)
+func TestShortCallerDeadlines(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		short  time.Duration
+		cancel bool
+	}{
+		{"deadline 20µs", 20 * time.Microsecond, false},
+		{"deadline 300µs", 300 * time.Microsecond, false},
+		{"gone after 20µs", 20 * time.Microsecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server := redistest.Spawn(t)
+			s, err := New(Config{Addrs: []string{server.Addr}, Mode: ModeStandalone, Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			limit := floodgate.NewLimit(floodgate.FixedWindow, 1<<40, time.Hour)
+			var stop atomic.Bool
+			var ok, failed atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Go(func() {
+					for !stop.Load() {
+						if _, err := s.Allow(context.Background(), "steady-"+strconv.Itoa(i), limit); err != nil {
+							if failed.Add(1) == 1 {
+								t.Errorf("a caller without a deadline failed: %v", err)
+							}
+						} else {
+							ok.Add(1)
+						}
+					}
+				})
+			}
+			for i := range 32 {
+				wg.Go(func() {
+					for !stop.Load() {
+						ctx, cancel := context.WithTimeout(context.Background(), tc.short)
+						if tc.cancel {
+							ctx, cancel = context.WithCancel(context.Background())
+							time.AfterFunc(tc.short, cancel)
+						}
+						_, _ = s.Allow(ctx, "short-"+strconv.Itoa(i), limit)
+						cancel()
+					}
+				})
+			}
+			time.Sleep(2 * time.Second)
+			stop.Store(true)
+			wg.Wait()
+			h := s.Health()
+			if h.Nodes[0].Opens > 0 || failed.Load() > 0 || ok.Load() == 0 {
+				t.Errorf("the breaker opened %d times; callers without a deadline: %d decided, %d failed", h.Nodes[0].Opens, ok.Load(), failed.Load())
+			}
+		})
+	}
+}
