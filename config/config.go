@@ -12,15 +12,12 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
@@ -111,19 +108,18 @@ type FieldError = yamlfield.Error
 // Parse reads a configuration from YAML and validates it. source names the
 // file in error messages.
 func Parse(data []byte, source string) (*Config, error) {
-	var root yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: %s", source, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	if len(root.Content) == 0 {
+	root, dec, err := yamlfield.Parse(data)
+	if errors.Is(err, io.EOF) || err == nil && len(root.Content) == 0 {
 		return nil, fmt.Errorf("%s: the file is empty", source)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	if line := yamlfield.NextDocument(dec); line > 0 {
 		return nil, &FieldError{File: source, Line: line, Reason: "holds more than one YAML document", Fix: "keep one configuration per file"}
 	}
 	c := &Config{Source: source}
-	lines, decodeErr := yamlfield.Decode(&root, c)
+	lines, decodeErr := yamlfield.Decode(root, c)
 	c.lines = lines
 	// Validate what did decode too, so that one type error does not hide
 	// the file's other errors; a field that did not decode is reported
