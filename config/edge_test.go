@@ -181,3 +181,37 @@ func TestSmallerErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestYAMLSyntaxErrors: the parser's complaints come with the line and
+// the fix (the helper is yamlfield.Parse, which Envoy's rule files share),
+// and quoted booleans are refused alike, whichever field.
+func TestYAMLSyntaxErrors(t *testing.T) {
+	for _, c := range []struct{ name, yaml, want string }{
+		{"tab", "store:\n\ttype: memory\n" + rule, "f.yaml: line 2: is not valid YAML: found character that cannot start any token; YAML indents with spaces, not tabs"},
+		{"indentation", "store:\n  type: memory\n   x: 1\n" + rule, "f.yaml: line 3: is not valid YAML: mapping values are not allowed in this context; a key is indented more"},
+		{"rule indented too little", "rules:\n  - name: a\n    algorithm: fixed_window\n   limit: 1\n", "f.yaml: line 4: is not valid YAML"},
+		{"Latin-1", "# caf\xe9\n" + rule, "f.yaml: line 1: byte 6 of the line (offset 5 in the file, 0xE9) is not UTF-8; save the file as UTF-8"},
+		{"no-break space", "store:\n\u00a0\u00a0type: memory\n" + rule, "f.yaml: line 2: has a no-break space (U+00A0) in its indentation"},
+		{"quoted no", rule + "    shadow: \"no\"\n", `f.yaml: line 6: rules[0].shadow: "no" is a quoted string, not a boolean; write true or false without quotes`},
+		{"quoted true", rule + "    shadow: \"true\"\n", `line 6: rules[0].shadow: "true" is a quoted string, not a boolean; write true or false without quotes`},
+		{"plain yes", rule + "    shadow: yes\n", `line 6: rules[0].shadow: "yes" is not true or false; write true or false (yes, no, on and off are strings in YAML 1.2`},
+		{"quoted local_cache", rule + "    local_cache: \"true\"\n", `line 6: rules[0].local_cache: "true" is a quoted string, not a boolean; write true or false without quotes`},
+		{"local_cache word", rule + "    local_cache: nope\n", `line 6: rules[0].local_cache: "nope" is not true or false`},
+		{"quoted tls", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls: \"on\"\n" + rule, `line 4: store.tls: "on" is a quoted string, not a boolean`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.yaml), "f.yaml")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v\nwant one with %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "*bool") {
+				t.Errorf("error %v names a Go type", err)
+			}
+		})
+	}
+	for _, ok := range []string{rule + "    shadow: true\n    local_cache: false\n", rule + "    shadow: False\n"} {
+		if _, err := Parse([]byte(ok), "f.yaml"); err != nil {
+			t.Errorf("Parse refused\n%s: %v", ok, err)
+		}
+	}
+}

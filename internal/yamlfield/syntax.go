@@ -78,8 +78,17 @@ func SyntaxError(data []byte, err error) *Error {
 		line, _ = strconv.Atoi(m[1])
 		msg = m[2]
 	}
-	e := &Error{Line: line, Reason: "is not valid YAML: " + msg}
 	lines := strings.Split(string(data), "\n")
+	// yaml.v3 names no line for the first, and for a parser (not a
+	// scanner) error counts lines from 0, at the start of the enclosing
+	// block or at the problem: the error is then on the first line from
+	// there whose text up to it gives the same error.
+	if !scannerError(msg) {
+		line = problemLine(lines, min(max(line, 1), len(lines)), msg)
+	} else if line == 0 {
+		line = 1
+	}
+	e := &Error{Line: line, Reason: "is not valid YAML: " + msg}
 	text := func(n int) string {
 		if n < 1 || n > len(lines) {
 			return ""
@@ -101,7 +110,7 @@ func SyntaxError(data []byte, err error) *Error {
 	switch {
 	case tabbed > 0:
 		e.Fix = "YAML indents with spaces, not tabs: replace the tabs at the start of line " + strconv.Itoa(tabbed) + " with spaces"
-		if e.Line == 0 {
+		if e.Line == 0 || strings.Contains(msg, "tab character") {
 			e.Line = tabbed
 		}
 	case strings.Contains(msg, "mapping values are not allowed"):
@@ -126,6 +135,46 @@ func SyntaxError(data []byte, err error) *Error {
 		}
 	}
 	return e
+}
+
+// scannerErrors start the messages of yaml.v3's scanner, whose line is the
+// problem's.
+var scannerErrors = []string{
+	"found character that cannot start any token", "mapping values are not allowed", "found unknown escape character",
+	"found unexpected end of stream", "could not find expected ':'", "control characters are not allowed",
+	"found a tab character", "did not find URI escaped octet", "found unexpected document indicator",
+	"found incompatible YAML document", "found extra characters", "did not find expected comment or line break",
+	"did not find expected whitespace or line break", "invalid ", "incomplete UTF-8",
+}
+
+func scannerError(msg string) bool {
+	for _, p := range scannerErrors {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// problemLine returns the first line from from on (1-based) such that the
+// text up to and including it fails to parse with msg; from if none does
+// within a few thousand lines.
+func problemLine(lines []string, from int, msg string) int {
+	for n := max(from, 1); n <= len(lines) && n < from+2000; n++ {
+		var doc yaml.Node
+		err := yaml.Unmarshal([]byte(strings.Join(lines[:n], "\n")+"\n"), &doc)
+		if err == nil {
+			continue
+		}
+		got := strings.TrimPrefix(err.Error(), "yaml: ")
+		if m := parserLine.FindStringSubmatch(err.Error()); m != nil {
+			got = m[2]
+		}
+		if got == msg {
+			return n
+		}
+	}
+	return from
 }
 
 // tabIndent reports whether a line's indentation holds a tab.
