@@ -44,6 +44,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case *ruleName == "":
 		return usageErr("--rule is required")
+	case *key == "":
+		return usageErr("--key is required: the key to limit, such as a client's address or an API key (an empty key would be one counter shared by every caller)")
 	case *cfgPath != "" && *url != "":
 		return usageErr("--config and --url exclude each other: --url asks a server that has its own config")
 	case *tokenFile != "" && *url == "":

@@ -91,6 +91,17 @@ func planConfig(cfg *config.Config, over serveOverrides, compat *envoyCompat) (*
 		}
 	}
 	p.rls = cfg.EnvoyConfig != "" || over.grpcListen != ""
+	if over.listen != "" || over.grpcListen != "" || over.envoyConfig != "" {
+		// The file's listeners were held apart by config.Load; the flags
+		// may have moved one onto another's port.
+		if err := cfg.ListenerClashes(p.rls); err != nil {
+			errs = append(errs, fmt.Errorf("%s, with serve's flags applied: %w", cfg.Source, err))
+		}
+	}
+	if len(cfg.Rules) == 0 && !p.rls {
+		errs = append(errs, fmt.Errorf("%s: no rules, and no envoy_config: serve would limit nothing (every check answered 404, no such rule); "+
+			"add a rule under rules: (floodgate config example prints two), or set envoy_config (or serve --envoy-config) to serve only Envoy's rate-limit service", cfg.Where("rules")))
+	}
 	if cfg.EnvoyConfig != "" {
 		if p.rules, err = envoy.Load(cfg.EnvoyConfig, p.load); err != nil {
 			where := "--envoy-config " + cfg.EnvoyConfig
