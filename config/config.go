@@ -116,7 +116,7 @@ func Parse(data []byte, source string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	if line := yamlfield.NextDocument(dec); line > 0 {
-		return nil, &FieldError{File: source, Line: line, Reason: "holds more than one YAML document", Fix: "keep one configuration per file"}
+		return nil, fmt.Errorf("%s: %w", source, &FieldError{Line: line, Reason: "holds more than one YAML document", Fix: "keep one configuration per file"})
 	}
 	c := &Config{Source: source}
 	lines, decodeErr := yamlfield.Decode(root, c)
