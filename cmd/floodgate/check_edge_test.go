@@ -53,6 +53,14 @@ func TestValidateRefusesNothingToServe(t *testing.T) {
 	if out, stderr, code := cli(t, "config", "validate", path); code != 0 || !strings.Contains(out, "ok (0 rules") {
 		t.Errorf("envoy only: exit %d %s %s", code, out, stderr)
 	}
+	// Store settings alone serve remote stores, with --store-api.
+	path = writeFile(t, dir, "store-only.yaml", "listen: 127.0.0.1:0\nstore:\n  type: memory\n")
+	if out, stderr, code := cli(t, "config", "validate", "--store-api", path); code != 0 || !strings.Contains(out, "ok (0 rules") {
+		t.Errorf("store API only: exit %d %s %s", code, out, stderr)
+	}
+	if _, stderr, code := cli(t, "config", "validate", path); code != 1 || !strings.Contains(stderr, "serve --store-api (config validate --store-api)") {
+		t.Errorf("store settings alone without --store-api: exit %d %s", code, stderr)
+	}
 }
 
 // TestValidateListenerFlags: serve's flags are held to the same rule as
