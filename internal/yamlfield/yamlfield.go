@@ -6,7 +6,9 @@
 //	line 3: store.timout: unknown key "timout"; did you mean "timeout"?
 //	rules/edge.yaml:4: descriptors[0].shadow_mode: "maybe" is not true or false
 //
-// It serves every YAML dialect floodgate reads. [Decode] walks a struct's
+// It serves every YAML dialect floodgate reads. [Parse] reads a document,
+// turning the parser's complaints into Errors with the line and a hint.
+// [Decode] walks a struct's
 // yaml tags; a hand-written parser over yaml.Node collects its errors in a
 // [List], whose readers ([List.Mapping], [List.String], [List.Bool],
 // [List.Uint]) check a node and report what is wrong with it, and builds
