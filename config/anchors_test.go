@@ -45,7 +45,7 @@ func TestParseAnchors(t *testing.T) {
 // TestParseOneDocument: a second document is refused, not ignored.
 func TestParseOneDocument(t *testing.T) {
 	_, err := Parse([]byte("listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n"), "two.yaml")
-	if err == nil || err.Error() != "two.yaml:3: holds more than one YAML document; keep one configuration per file" {
+	if err == nil || err.Error() != "two.yaml: line 3: holds more than one YAML document; keep one configuration per file" {
 		t.Errorf("error %v", err)
 	}
 	if _, err := Parse([]byte("listen: 127.0.0.1:1\n---\n"), "trailing.yaml"); err == nil {

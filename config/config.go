@@ -12,17 +12,12 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
@@ -113,19 +108,18 @@ type FieldError = yamlfield.Error
 // Parse reads a configuration from YAML and validates it. source names the
 // file in error messages.
 func Parse(data []byte, source string) (*Config, error) {
-	var root yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: %s", source, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	if len(root.Content) == 0 {
+	root, dec, err := yamlfield.Parse(data)
+	if errors.Is(err, io.EOF) || err == nil && len(root.Content) == 0 {
 		return nil, fmt.Errorf("%s: the file is empty", source)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
 	if line := yamlfield.NextDocument(dec); line > 0 {
-		return nil, &FieldError{File: source, Line: line, Reason: "holds more than one YAML document", Fix: "keep one configuration per file"}
+		return nil, fmt.Errorf("%s: %w", source, &FieldError{Line: line, Reason: "holds more than one YAML document", Fix: "keep one configuration per file"})
 	}
 	c := &Config{Source: source}
-	lines, decodeErr := yamlfield.Decode(&root, c)
+	lines, decodeErr := yamlfield.Decode(root, c)
 	c.lines = lines
 	// Validate what did decode too, so that one type error does not hide
 	// the file's other errors; a field that did not decode is reported
@@ -213,11 +207,7 @@ func (c *Config) validate() error {
 	if c.Store.Type == "" {
 		c.Store.Type = StoreMemory
 	}
-	for _, f := range []struct{ path, value string }{{"listen", c.Listen}, {"grpc_listen", c.GRPCListen}} {
-		if err := CheckListen(f.value); err != nil {
-			errs = append(errs, c.lines.Error(f.path, f.value, err.Error()))
-		}
-	}
+	errs = append(errs, c.checkListeners()...)
 	errs = append(errs, c.Store.check(c.lines)...)
 	errs = append(errs, c.checkServe()...)
 	if _, err := c.RedisConfig(); err != nil {
@@ -245,55 +235,6 @@ func (c *Config) validate() error {
 		errs = append(errs, c.lines.Error("log.level", c.Log.Level, "is not debug, info, warn or error"))
 	}
 	return errors.Join(errs...)
-}
-
-// CheckListen checks a listen address as net.Listen("tcp", addr) reads it,
-// without listening: host:port with a port from 0 to 65535 (or a service
-// name) and a host that is empty (every interface), an IP address or a
-// name. The error says what is wrong and how to write it.
-func CheckListen(addr string) error {
-	const how = "; write host:port, such as 127.0.0.1:8080 or :8080"
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		var ae *net.AddrError
-		if errors.As(err, &ae) {
-			return fmt.Errorf("is not a listen address: %s%s", ae.Err, how)
-		}
-		return fmt.Errorf("is not a listen address%s", how)
-	}
-	if port == "" {
-		return fmt.Errorf("has no port%s", how)
-	}
-	if n, err := strconv.ParseUint(port, 10, 64); err == nil {
-		if n > 65535 {
-			return fmt.Errorf("has port %s, over 65535", port)
-		}
-	} else if _, err := net.LookupPort("tcp", port); err != nil {
-		return fmt.Errorf("has port %q, which is not a number from 0 to 65535%s", port, strings.TrimPrefix(how, ";"))
-	}
-	if host != "" && net.ParseIP(host) == nil && !validHostname(host) {
-		return fmt.Errorf("has host %q, which is not an IP address or a host name%s", host, how)
-	}
-	return nil
-}
-
-// validHostname reports whether h is a DNS name: dot-separated labels of
-// letters, digits and hyphens.
-func validHostname(h string) bool {
-	if len(h) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // CheckLogFormat checks a log format: text or json.

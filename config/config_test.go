@@ -114,7 +114,7 @@ func TestRedisConfig(t *testing.T) {
 // The issue's example file, verbatim apart from the password comment.
 const issueExample = `listen: 127.0.0.1:8080        # HTTP API, metrics, health
 store:
-  type: memory                # memory | redis | redis-cluster | redis-sentinel
+  type: redis                 # memory | redis | redis-cluster | redis-sentinel
   addrs: [127.0.0.1:6379]
   username: ""                # ACL, optional
   password: ""
@@ -304,13 +304,27 @@ func TestCheckListen(t *testing.T) {
 		addr string
 		ok   bool
 	}{
-		{"127.0.0.1:8080", true}, {":8080", true}, {"[::1]:0", true}, {"localhost:http", true}, {"my-host.example:443", true},
-		{"0.0.0.0:65535", true},
+		{"127.0.0.1:8080", true}, {":8080", true}, {"[::1]:0", true}, {"localhost:http", true}, {"LocalHost:80", true},
+		{"0.0.0.0:65535", true}, {"[fe80::1%eth0]:80", true}, {"[::]:80", true},
 		{"not-an-address", false}, {"127.0.0.1:99999", false}, {"127.0.0.1:", false}, {"127.0.0.1:-1", false},
 		{"::1:80", false}, {"exa mple:80", false}, {"", false}, {"host:no-such-service-name", false},
+		// Hosts serve would have to look up, or cannot read: refused
+		// without a lookup, naming the address to write instead.
+		{"my-host.example:443", false}, {"0:18520", false}, {"127.1:18520", false}, {"10.1.2:80", false},
+		{"256.1.1.1:80", false},
 	} {
 		if err := CheckListen(c.addr); (err == nil) != c.ok {
 			t.Errorf("CheckListen(%q) = %v, want ok %v", c.addr, err, c.ok)
+		}
+	}
+	for addr, want := range map[string]string{
+		"0:18520":             "write 0.0.0.0:18520",
+		"127.1:18520":         "write 127.0.0.1:18520",
+		"10.1.2:80":           "write 10.1.0.2:80",
+		"my-host.example:443": "never looked up in DNS",
+	} {
+		if err := CheckListen(addr); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckListen(%q) = %v, want one saying %q", addr, err, want)
 		}
 	}
 }

@@ -173,6 +173,8 @@ func (c *Config) policyField(ce *server.ConfigError, unmapped map[int]bool) *Fie
 			return c.lines.Error("forward_auth.deny_status", ce.Value, ce.Reason)
 		case "Headers":
 			return c.lines.Error("headers", ce.Value, ce.Reason)
+		case "RuleHeader":
+			return c.lines.Error("forward_auth.rule_header", ce.Value, ce.Reason)
 		}
 		return c.lines.Error("", ce.Field+" "+ce.Value, ce.Reason)
 	}
@@ -236,6 +238,13 @@ func leaves(err error) []error {
 // extractor returns the client-address extractor the section describes,
 // checked by clientip.New.
 func (ip *ClientIP) extractor(lines yamlfield.Lines) (*clientip.Extractor, error) {
+	if _, written := lines["client_ip.ipv6_prefix"]; written && ip.IPv6Prefix == 0 {
+		// 0 is the library's "default"; written, it is a prefix length
+		// that would put every IPv6 client in one group.
+		e := lines.Error("client_ip.ipv6_prefix", "0", "must be from 1 to 128")
+		e.Fix = "write 64 (the default: one group per /64, a typical subscriber's network), or remove the key"
+		return nil, e
+	}
 	r := clientip.Resolver{TrustedProxies: ip.TrustedProxies, IPv6Prefix: ip.IPv6Prefix}
 	switch strings.ToLower(ip.Header) {
 	case "", "x-forwarded-for":

@@ -1,8 +1,8 @@
 package config
 
 import (
+	"errors"
 	"fmt"
-	"net"
 	"os"
 
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
@@ -24,20 +24,39 @@ type Auth struct {
 // Enabled reports whether tokens are configured.
 func (a Auth) Enabled() bool { return a.TokensFile != "" || a.TokensEnv != "" }
 
-// Tokens reads the tokens; nil without Auth. Errors name the file or the
-// variable and the line, never a token.
+// Tokens reads the tokens; nil without Auth. Errors name the key
+// (auth.tokens_file or auth.tokens_env), the file or the variable and the
+// line, never a token.
 func (a Auth) Tokens() (*server.Tokens, error) {
+	t, err := a.tokens()
+	if err != nil {
+		key := "auth.tokens_file"
+		if a.TokensFile == "" {
+			key = "auth.tokens_env"
+		}
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return t, nil
+}
+
+// tokens is Tokens without the key in its errors, for a caller that names
+// it (validation's errors name the key and its line).
+func (a Auth) tokens() (*server.Tokens, error) {
 	switch {
 	case a.TokensFile != "":
+		fi, err := os.Stat(a.TokensFile)
+		if err == nil && fi.IsDir() {
+			return nil, fmt.Errorf("%s is a folder; name the tokens file in it (one token per line as NAME SCOPES TOKEN)", a.TokensFile)
+		}
 		data, err := os.ReadFile(a.TokensFile)
 		if err != nil {
-			return nil, fmt.Errorf("auth.tokens_file: %w", err)
+			return nil, err
 		}
 		return server.ParseTokens(string(data), a.TokensFile)
 	case a.TokensEnv != "":
 		data, ok := os.LookupEnv(a.TokensEnv)
 		if !ok {
-			return nil, fmt.Errorf("auth.tokens_env: the environment variable %s is not set", a.TokensEnv)
+			return nil, fmt.Errorf("the environment variable %s is not set", a.TokensEnv)
 		}
 		return server.ParseTokens(data, "$"+a.TokensEnv)
 	}
@@ -99,13 +118,6 @@ func (s Store) MaxKeysValue() int {
 func (c *Config) checkServe() []error {
 	var errs []error
 	bad := func(path, value, reason string) { errs = append(errs, c.lines.Error(path, value, reason)) }
-	if c.MetricsListen != "" {
-		if _, port, err := net.SplitHostPort(c.MetricsListen); err != nil {
-			bad("metrics_listen", c.MetricsListen, "is not a host:port address such as 127.0.0.1:9090")
-		} else if c.MetricsListen == c.Listen && port != "0" {
-			bad("metrics_listen", c.MetricsListen, "is the same address as listen; give the metrics a port of their own")
-		}
-	}
 	if c.MaxConnections < 0 {
 		bad("max_connections", fmt.Sprint(c.MaxConnections), fmt.Sprintf("must be positive (0 or absent: %d)", DefaultMaxConnections))
 	}
@@ -120,7 +132,7 @@ func (c *Config) checkServe() []error {
 		if c.Auth.TokensEnv != "" {
 			path = "auth.tokens_env"
 		}
-		if _, err := c.Auth.Tokens(); err != nil {
+		if _, err := c.Auth.tokens(); err != nil {
 			bad(path, "", err.Error())
 		}
 	}
@@ -132,7 +144,12 @@ func (c *Config) checkServe() []error {
 		bad("tls.key_file", "", "is required with tls.cert_file")
 	case t.Enabled():
 		if _, err := t.Server(); err != nil {
-			bad("tls", "", err.Error())
+			var fe *tlsfiles.FileError
+			if errors.As(err, &fe) {
+				bad(fe.Key, fe.File, fe.Err.Error())
+			} else {
+				bad("tls", "", err.Error())
+			}
 		}
 	}
 	return errs

@@ -199,7 +199,15 @@ func (s Store) redisConfig(lines yamlfield.Lines, p string) (*redisstore.Config,
 	}
 	if s.TLS {
 		tc, err := tlsfiles.Client(s.TLSCAFile, s.TLSCertFile, s.TLSKeyFile, s.TLSServerName)
-		if err != nil {
+		var fe *tlsfiles.FileError
+		switch {
+		case errors.As(err, &fe):
+			return nil, lines.Error(p+"."+fe.Key, fe.File, fe.Err.Error())
+		case err != nil && s.TLSKeyFile == "":
+			return nil, lines.Error(p+".tls_key_file", "", "is required with "+p+".tls_cert_file: a client certificate needs its key")
+		case err != nil && s.TLSCertFile == "":
+			return nil, lines.Error(p+".tls_cert_file", "", "is required with "+p+".tls_key_file: a client certificate needs its key")
+		case err != nil:
 			return nil, lines.Error(p+".tls", "", "cannot be set up: "+err.Error())
 		}
 		rc.TLS = tc
@@ -279,20 +287,15 @@ func (s *Store) check(lines yamlfield.Lines) []error {
 
 // checkAt checks the section s at path p (store, store.per_second).
 func (s *Store) checkAt(lines yamlfield.Lines, p string) []error {
-	var errs []error
-	switch s.Type {
-	case "", StoreMemory, StoreRedis, StoreRedisCluster, StoreRedisSentinel:
-	default:
-		errs = append(errs, lines.Error(p+".type", s.Type, "is not one of memory, redis, redis-cluster, redis-sentinel"))
+	// An unknown type is redisConfig's error, reported once.
+	if s.Type == "" || s.Type == StoreMemory {
+		if errs := s.redisOnly(lines, p); len(errs) > 0 {
+			return append(errs, s.checkCache(lines, p)...)
+		}
 	}
+	errs := s.checkCache(lines, p)
 	if s.Timeout != 0 && (s.Timeout < time.Millisecond || s.Timeout > time.Minute) {
 		errs = append(errs, lines.Error(p+".timeout", s.Timeout.String(), "must be between 1ms and 1m (0 or absent: "+redisstore.DefaultTimeout.String()+")"))
-	}
-	if n := s.OverLimitCache.MaxEntries; n < 0 {
-		errs = append(errs, lines.Error(p+".over_limit_cache.max_entries", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
-	}
-	if n := s.OverLimitCache.MaxBytes; n < 0 {
-		errs = append(errs, lines.Error(p+".over_limit_cache.max_bytes", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
 	}
 	if s.Password != "" && s.PasswordEnv != "" {
 		errs = append(errs, lines.Error(p+".password_env", s.PasswordEnv, "cannot be used together with "+p+".password"))
@@ -302,6 +305,7 @@ func (s *Store) checkAt(lines yamlfield.Lines, p string) []error {
 	}
 	if s.Type != StoreRedisSentinel {
 		for _, f := range []struct{ key, value string }{
+			{p + ".master_name", s.MasterName},
 			{p + ".sentinel_username", s.SentinelUsername}, {p + ".sentinel_password", s.SentinelPassword},
 			{p + ".sentinel_password_env", s.SentinelPasswordEnv},
 		} {
@@ -336,6 +340,63 @@ func (s *Store) checkAt(lines yamlfield.Lines, p string) []error {
 	if s.PasswordEnv != "" {
 		if _, ok := os.LookupEnv(s.PasswordEnv); !ok {
 			errs = append(errs, lines.Error(p+".password_env", s.PasswordEnv, "names an environment variable that is not set"))
+		}
+	}
+	return errs
+}
+
+// checkCache checks the over-limit cache's bounds.
+func (s *Store) checkCache(lines yamlfield.Lines, p string) []error {
+	var errs []error
+	if n := s.OverLimitCache.MaxEntries; n < 0 {
+		errs = append(errs, lines.Error(p+".over_limit_cache.max_entries", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
+	}
+	if n := s.OverLimitCache.MaxBytes; n < 0 {
+		errs = append(errs, lines.Error(p+".over_limit_cache.max_bytes", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
+	}
+	return errs
+}
+
+// redisOnly reports each key of the memory store's section s (at path p)
+// that only a Redis store reads: left there, it would be ignored, and
+// replicas meant to share one Redis would each count alone.
+func (s *Store) redisOnly(lines yamlfield.Lines, p string) []error {
+	why := p + ".type is memory"
+	if _, written := lines[p+".type"]; !written && lines != nil {
+		why = p + ".type is left out, so the store is memory"
+	}
+	why += ", which keeps every limit in this process (each replica counting alone)"
+	var errs []error
+	for _, f := range []struct {
+		key, value string
+		set        bool
+	}{
+		{"addrs", strings.Join(s.Addrs, ", "), len(s.Addrs) > 0},
+		{"master_name", s.MasterName, s.MasterName != ""},
+		{"username", s.Username, s.Username != ""},
+		{"password", "", s.Password != ""}, // never shown
+		{"password_env", s.PasswordEnv, s.PasswordEnv != ""},
+		{"sentinel_username", s.SentinelUsername, s.SentinelUsername != ""},
+		{"sentinel_password", "", s.SentinelPassword != ""},
+		{"sentinel_password_env", s.SentinelPasswordEnv, s.SentinelPasswordEnv != ""},
+		{"tls", "true", s.TLS},
+		{"tls_ca_file", s.TLSCAFile, s.TLSCAFile != ""},
+		{"tls_cert_file", s.TLSCertFile, s.TLSCertFile != ""},
+		{"tls_key_file", s.TLSKeyFile, s.TLSKeyFile != ""},
+		{"tls_server_name", s.TLSServerName, s.TLSServerName != ""},
+		{"tls_skip_hostname_verification", "true", s.TLSSkipHostnameVerification},
+		{"db", fmt.Sprint(s.DB), s.DB != 0},
+		{"timeout", s.Timeout.String(), s.Timeout != 0},
+		{"key_prefix", fmt.Sprintf("%q", s.KeyPrefix), s.KeyPrefix != ""},
+		{"flush_delay", s.FlushDelay.String(), s.FlushDelay != 0},
+		{"require_at_start", "true", s.RequireAtStart},
+		{"max_in_flight", fmt.Sprint(s.MaxInFlight), s.MaxInFlight != 0},
+		{"breaker_failures", fmt.Sprint(s.BreakerFailures), s.BreakerFailures != 0},
+	} {
+		if f.set {
+			e := lines.Error(p+"."+f.key, f.value, "applies to a Redis store only, and "+why)
+			e.Fix = "set " + p + ".type: redis (or redis-cluster, redis-sentinel) to share the limits through Redis, or remove the key"
+			errs = append(errs, e)
 		}
 	}
 	return errs

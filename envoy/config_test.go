@@ -23,7 +23,10 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"empty file", "", "f.yaml: the file is empty: want a domain and its descriptors"},
 		{"comments only", "# nothing\n", "f.yaml: the file is empty: want a domain and its descriptors"},
-		{"not yaml", "domain: [", "...f.yaml: is not valid YAML: "},
+		{"not yaml", "domain: [", "...f.yaml:1: is not valid YAML: "},
+		{"tab indentation", "domain: d\ndescriptors:\n  - key: a\n\t  value: b\n", "f.yaml:4: is not valid YAML: found a tab character that violates indentation; YAML indents with spaces, not tabs: replace the tabs at the start of line 4 with spaces"},
+		{"not UTF-8", "domain: caf\xe9\n", "f.yaml:1: byte 12 of the line (offset 11 in the file, 0xE9) is not UTF-8; save the file as UTF-8 (it may be Latin-1 or another 8-bit encoding)"},
+		{"no-break space", "domain: d\ndescriptors:\n\u00a0 - key: a\n", "f.yaml:3: has a no-break space (U+00A0) in its indentation, at byte 1 of the line; indent with plain spaces (an editor or a copy from a web page put it there)"},
 		{"two documents", "domain: a\n---\ndomain: b\n", "f.yaml:3: holds more than one YAML document; want one domain per file"},
 		{"not a mapping", "- a\n", `f.yaml:1: a list is not a mapping`},
 		{"missing domain", "descriptors: []\n", `f.yaml:1: domain: "" is required: name the domain Envoy's rate-limit filter sends`},
@@ -74,7 +77,8 @@ func TestParseErrors(t *testing.T) {
 			`f.yaml:4: descriptors[0].shadow_mode: "maybe" is not true or false`},
 		{"quoted requests_per_unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n",
 			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "5" is not a whole number between 0 and 4294967295; write it without quotes`},
-		{"quoted boolean", "domain: d\nresponse_headers: 'true'\n", `f.yaml:2: response_headers: "true" is not true or false; write it without quotes`},
+		{"quoted yes", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: \"yes\"\n", `f.yaml:4: descriptors[0].shadow_mode: "yes" is a quoted string, not a boolean; write true or false without quotes`},
+		{"quoted boolean", "domain: d\nresponse_headers: 'true'\n", `f.yaml:2: response_headers: "true" is a quoted string, not a boolean; write true or false without quotes`},
 		{"misspelt unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: secnd, requests_per_unit: 1}\n",
 			`f.yaml:4: descriptors[0].rate_limit.unit: "secnd" is not one of second, minute, hour, day, week, month, year; did you mean "second"?`},
 		{"misspelt algorithm", "domain: d\nalgorithm: token-bucket\n",
@@ -204,7 +208,7 @@ func TestLoadDir(t *testing.T) {
 		t.Errorf("skipped %q, want %q", got, want)
 	}
 	// With dot-files, as the reference loads them by default.
-	if _, err := Load(dir, LoadOptions{DotFiles: true}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, ".hidden.yaml")+": is not valid YAML") {
+	if _, err := Load(dir, LoadOptions{DotFiles: true}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, ".hidden.yaml")+":1: is not valid YAML") {
 		t.Errorf("dot-files: %v", err)
 	}
 	if err := os.Remove(filepath.Join(dir, ".hidden.yaml")); err != nil {
@@ -214,7 +218,7 @@ func TestLoadDir(t *testing.T) {
 		t.Errorf("dot-files: %v, %v", rules.Domains(), err)
 	}
 	write("notes.txt", "not: [valid")
-	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "notes.txt")+": is not valid YAML") {
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "notes.txt")+":1: is not valid YAML") {
 		t.Errorf("a file that is not a rule file: %v, want an error naming it", err)
 	}
 	if err := os.Remove(filepath.Join(dir, "notes.txt")); err != nil {

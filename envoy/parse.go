@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -283,13 +282,16 @@ func (p *parser) failureMode(n *yaml.Node, path string) (failure, bool) {
 
 // file1 compiles one file's domain.
 func (p *parser) file1(data []byte) *domain {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
+	doc, dec, err := yamlfield.Parse(data)
+	if err != nil {
+		var ye *yamlfield.Error
+		switch {
+		case errors.Is(err, io.EOF):
 			p.errs.Report(0, "", "", "the file is empty: want a domain and its descriptors")
-		} else {
-			p.errs.Report(0, "", "", "is not valid YAML: "+strings.TrimPrefix(err.Error(), "yaml: "))
+		case errors.As(err, &ye):
+			p.errs.Add(ye)
+		default:
+			p.errs.Report(0, "", "", "is not valid YAML: "+err.Error())
 		}
 		return nil
 	}
@@ -297,7 +299,7 @@ func (p *parser) file1(data []byte) *domain {
 		p.errs.Report(line, "", "", "holds more than one YAML document; want one domain per file")
 		return nil
 	}
-	if !p.errs.Expand(&doc) {
+	if !p.errs.Expand(doc) {
 		return nil
 	}
 	root := doc.Content[0]

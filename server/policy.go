@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
@@ -115,7 +116,25 @@ func (p *Policy) Validate() error {
 	if p.DenyStatus != 0 && (p.DenyStatus < 400 || p.DenyStatus > 599) {
 		bad("DenyStatus", strconv.Itoa(p.DenyStatus), "must be a 4xx or 5xx status such as 429, 401 or 403", nil)
 	}
+	if p.RuleHeader != "" && !headerName(p.RuleHeader) {
+		bad("RuleHeader", strconv.Quote(p.RuleHeader), "is not a header field name: letters, digits and !#$%&'*+-.^_`|~ only, no spaces or colons, such as "+DefaultRuleHeader, nil)
+	}
 	return errors.Join(errs...)
+}
+
+// headerName reports whether s is an HTTP header field name (RFC 9110's
+// token: one or more tchar).
+func headerName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // policy is a validated Policy, ready to serve.

@@ -44,6 +44,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case *ruleName == "":
 		return usageErr("--rule is required")
+	case *key == "":
+		return usageErr("--key is required: the key to limit, such as a client's address or an API key (an empty key would be one counter shared by every caller)")
 	case *cfgPath != "" && *url != "":
 		return usageErr("--config and --url exclude each other: --url asks a server that has its own config")
 	case *tokenFile != "" && *url == "":
@@ -145,14 +147,14 @@ func printCheck(w io.Writer, r server.CheckResponse, key string, cost int64) {
 // runConfig validates a config file as serve would read it, lints a folder
 // of Envoy rule files, or prints the built-in example.
 func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	const synopsis = "config validate [--connect] FILE | config validate-envoy DIR | config example"
+	const synopsis = "config validate [--connect] [--store-api] FILE | config validate-envoy DIR | config example"
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		fmt.Fprintf(stderr, "Usage: floodgate %s\n\n"+
-			"  validate [--connect] FILE\n"+
+			"  validate [--connect] [--store-api] FILE\n"+
 			"                       check a config file with every check serve makes before it starts\n"+
 			"                       (rules, store settings, listen addresses, the envoy_config folder);\n"+
 			"                       errors name the line, field and value; --connect also connects to\n"+
-			"                       the store\n"+
+			"                       the store; --store-api checks it as serve --store-api reads it\n"+
 			"  validate-envoy DIR   check a folder of envoyproxy/ratelimit rule files alone\n"+
 			"  example              print the built-in example config\n", synopsis)
 		if len(args) == 0 {
@@ -162,12 +164,13 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch args[0] {
 	case "validate":
-		fs := newFlagSet("config validate", "config validate [--connect] FILE", stderr)
+		fs := newFlagSet("config validate", "config validate [--connect] [--store-api] FILE", stderr)
 		connect := fs.Bool("connect", false, "connect to the store too, as serve does when it starts (a Redis store must then be reachable)")
+		storeAPI := fs.Bool("store-api", false, "validate the file as serve --store-api reads it: store settings alone, with no rules, then serve remote stores")
 		if err := parseFlagsArgs(fs, args[1:], 1, 1); err != nil {
 			return err
 		}
-		plan, err := planServe(fs.Arg(0), serveOverrides{})
+		plan, err := planServe(fs.Arg(0), serveOverrides{storeAPI: *storeAPI})
 		if err != nil {
 			return err
 		}

@@ -165,7 +165,7 @@ func TestConfigValidateIsServe(t *testing.T) {
 		t.Errorf("serve --listen 127.0.0.1:99999: exit %d %s", code, stderr)
 	}
 	// A catch-all trusted_proxies validates, with a warning.
-	path := writeFile(t, dir, "open.yaml", "client_ip:\n  trusted_proxies: [0.0.0.0/0]\n")
+	path := writeFile(t, dir, "open.yaml", "client_ip:\n  trusted_proxies: [0.0.0.0/0]\nrules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n")
 	if out, stderr, code := cli(t, "config", "validate", path); code != 0 || !strings.Contains(out, "ok") ||
 		!strings.Contains(stderr, "warning: "+path+": line 2: client_ip.trusted_proxies[0]: 0.0.0.0/0 trusts every address") {
 		t.Errorf("catch-all trusted_proxies: exit %d\n%s\n%s", code, out, stderr)

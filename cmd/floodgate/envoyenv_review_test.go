@@ -198,7 +198,7 @@ func TestReadEnvoyEnvErrorsNameVariables(t *testing.T) {
 			`REDIS_URL="redishost" is not host:port with REDIS_SOCKET_TYPE=tcp: write host:port, such as redis:6379`},
 		{"GRPC_PORT over 65535", map[string]string{"GRPC_PORT": "99999"}, `GRPC_PORT="99999" is not a port: a whole number from 0 to 65535`},
 		{"PORT negative", map[string]string{"PORT": "-1"}, `PORT="-1" is not a port: a whole number from 0 to 65535`},
-		{"HOST not a host", map[string]string{"HOST": "a b"}, `HOST="a b": a b:8080 has host "a b", which is not an IP address or a host name`},
+		{"HOST not a host", map[string]string{"HOST": "a b"}, `HOST="a b": a b:8080 has host "a b", which is not an IP address`},
 		{"a cluster address empty", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:1,,b:2"},
 			`REDIS_URL="a:1,,b:2" (its address 2, "") is not host:port with REDIS_TYPE=cluster`},
 		{"a sentinel without a port", map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1"},
@@ -209,12 +209,12 @@ func TestReadEnvoyEnvErrorsNameVariables(t *testing.T) {
 		{"REDIS_PERSECOND_TIMEOUT over a minute", map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp",
 			"REDIS_PERSECOND_URL": "ps:6380", "REDIS_PERSECOND_TIMEOUT": "90s"}, `REDIS_PERSECOND_TIMEOUT="90s": 1m30s must be between 1ms and 1m`},
 		{"a Redis CA file that does not exist", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CACERT": "/nonexistent/ca.pem"},
-			`REDIS_TLS="true", REDIS_TLS_CACERT="/nonexistent/ca.pem": `},
+			`REDIS_TLS_CACERT="/nonexistent/ca.pem": /nonexistent/ca.pem no such file or directory`},
 		{"the per-second Redis's CA file, shared", map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp",
 			"REDIS_PERSECOND_URL": "ps:6380", "REDIS_PERSECOND_TLS": "true", "REDIS_TLS_CACERT": "/nonexistent/ca.pem"},
-			`REDIS_PERSECOND_TLS="true", REDIS_TLS_CACERT="/nonexistent/ca.pem": `},
+			`REDIS_TLS_CACERT="/nonexistent/ca.pem": /nonexistent/ca.pem no such file or directory`},
 		{"a gRPC certificate that does not exist", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/nonexistent/cert.pem",
-			"GRPC_SERVER_TLS_KEY": leaf.KeyFile}, `GRPC_SERVER_USE_TLS="true", GRPC_SERVER_TLS_CERT="/nonexistent/cert.pem", GRPC_SERVER_TLS_KEY=`},
+			"GRPC_SERVER_TLS_KEY": leaf.KeyFile}, `GRPC_SERVER_TLS_CERT="/nonexistent/cert.pem": /nonexistent/cert.pem no such file or directory`},
 	}
 	lineRE := regexp.MustCompile(`line \d+`)
 	for _, tt := range tests {

@@ -112,7 +112,7 @@ func TestServeReload(t *testing.T) {
 		t.Errorf("metrics lack %q", want)
 	}
 	// A changed store is applied on restart only, and says so.
-	if err := os.WriteFile(path, []byte("store:\n  key_prefix: \"other:\"\nrules:\n  - name: r\n    algorithm: fixed_window\n    limit: 5\n    window: 1h\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("store:\n  max_keys: 5000\nrules:\n  - name: r\n    algorithm: fixed_window\n    limit: 5\n    window: 1h\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	hup("take effect on restart only")

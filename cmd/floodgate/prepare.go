@@ -29,9 +29,13 @@ type servePlan struct {
 	warnings []string
 }
 
-// serveOverrides are serve's flags that override the config file's values.
+// serveOverrides are serve's flags that override the config file's values,
+// and those that change what the file must hold.
 type serveOverrides struct {
 	listen, grpcListen, envoyConfig, logFormat string
+	// storeAPI (--store-api) serves the store API, for remote stores: a
+	// file of store settings alone, with no rules, is then a server.
+	storeAPI bool
 }
 
 // apply sets the overridden values on cfg, as they are in force.
@@ -91,6 +95,18 @@ func planConfig(cfg *config.Config, over serveOverrides, compat *envoyCompat) (*
 		}
 	}
 	p.rls = cfg.EnvoyConfig != "" || over.grpcListen != ""
+	if over.listen != "" || over.grpcListen != "" || over.envoyConfig != "" {
+		// The file's listeners were held apart by config.Load; the flags
+		// may have moved one onto another's port.
+		if err := cfg.ListenerClashes(p.rls); err != nil {
+			errs = append(errs, fmt.Errorf("%s, with serve's flags applied: %w", cfg.Source, err))
+		}
+	}
+	if len(cfg.Rules) == 0 && !p.rls && !over.storeAPI {
+		errs = append(errs, fmt.Errorf("%s: no rules, and no envoy_config: serve would limit nothing (every check answered 404, no such rule); "+
+			"add a rule under rules: (floodgate config example prints two), set envoy_config (or serve --envoy-config) to serve only Envoy's rate-limit service, "+
+			"or serve only the store API for remote stores with serve --store-api (config validate --store-api)", cfg.Where("rules")))
+	}
 	if cfg.EnvoyConfig != "" {
 		if p.rules, err = envoy.Load(cfg.EnvoyConfig, p.load); err != nil {
 			where := "--envoy-config " + cfg.EnvoyConfig

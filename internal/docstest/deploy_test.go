@@ -191,11 +191,59 @@ func TestKubernetesExample(t *testing.T) {
 		}
 	}
 
+	// The Secret's files, where the pod would see them: under a temp
+	// folder standing for the Secret volume's mount.
+	secretMount := t.TempDir()
+	secretFiles := map[string]string{} // path in the pod -> the file's text
+	for _, item := range dig(volumes[secretVolume], "secret", "items").([]any) {
+		text, _ := secretKeys[dig(item, "key").(string)].(string)
+		inPod := filepath.Join(mounts[secretVolume], dig(item, "path").(string))
+		secretFiles[inPod] = text
+		if err := os.WriteFile(filepath.Join(secretMount, dig(item, "path").(string)), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// The config is valid to floodgate, listens on the container's port
 	// beyond loopback, and reads its Redis password from the Secret.
-	cfg, err := config.Parse([]byte(data), "configmap.yaml "+filepath.Base(cfgPath))
+	inTest := strings.ReplaceAll(data, mounts[secretVolume]+"/", secretMount+"/")
+	cfg, err := config.Parse([]byte(inTest), "configmap.yaml "+filepath.Base(cfgPath))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// It listens beyond loopback, so the API needs tokens: auth names a
+	// file of the Secret's, in the tokens format, that loads.
+	if !cfg.Auth.Enabled() {
+		t.Fatal("the config listens beyond loopback with no auth: an unauthenticated API")
+	}
+	if cfg.Auth.TokensFile == "" {
+		t.Fatalf("auth does not name a tokens file of the Secret's (auth %+v)", cfg.Auth)
+	}
+	inPod := strings.Replace(cfg.Auth.TokensFile, secretMount, mounts[secretVolume], 1)
+	if _, ok := secretFiles[inPod]; !ok {
+		t.Fatalf("auth.tokens_file %s is none of the Secret's files %v", inPod, secretFiles)
+	}
+	tokens, err := cfg.Auth.Tokens()
+	if err != nil {
+		t.Fatalf("the Secret's tokens file does not load: %v", err)
+	}
+	if tokens.Len() < 1 {
+		t.Fatal("the tokens file holds no token")
+	}
+	if names := strings.Join(tokens.Names(), " "); !strings.Contains(names, "(decide)") {
+		t.Errorf("no token has the decide scope alone, for the ingress: %s", names)
+	}
+	// The placeholders say they are placeholders, and the files say how
+	// to generate real tokens.
+	for _, tok := range strings.Fields(secretFiles[inPod]) {
+		if len(tok) >= 16 && !strings.HasPrefix(tok, "replace-me") {
+			t.Errorf("the Secret's token %q does not say it is a placeholder", tok)
+		}
+	}
+	for _, doc := range []string{"deploy/kubernetes/secret.yaml", "deploy/kubernetes/README.md"} {
+		if !strings.Contains(readDoc(t, doc), "openssl rand -hex 32") {
+			t.Errorf("%s does not say how to generate a token", doc)
+		}
 	}
 	if w := cfg.Warnings(); len(w) > 0 {
 		t.Errorf("the config warns: %q", w)

@@ -9,8 +9,10 @@ package tlsfiles
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync/atomic"
 	"time"
@@ -31,7 +33,9 @@ type serverFiles struct {
 	stamp    string         // the files' sizes and modification times
 }
 
-// NewServer reads the files; clientCAFile may be empty (no mutual TLS).
+// NewServer reads the files; clientCAFile may be empty (no mutual TLS). A
+// file's error is a *FileError naming the file at fault by its key
+// (tls.cert_file, tls.key_file, tls.client_ca_file).
 func NewServer(certFile, keyFile, clientCAFile string) (*Server, error) {
 	s := &Server{certFile: certFile, keyFile: keyFile, clientCAFile: clientCAFile}
 	if err := s.Reload(); err != nil {
@@ -59,22 +63,79 @@ func (s *Server) ReloadIfChanged() (bool, error) {
 	return true, s.Reload()
 }
 
+// FileError is a TLS file that cannot be used: the configuration key
+// that names it (such as "tls.cert_file"), the file, and why.
+type FileError struct {
+	Key  string
+	File string
+	Err  error
+}
+
+// Error implements error: "tls.cert_file /etc/c.pem: why".
+func (e *FileError) Error() string { return e.Key + " " + e.File + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *FileError) Unwrap() error { return e.Err }
+
+// Keys of the server's files, as the configuration names them.
+const (
+	keyCert     = "tls.cert_file"
+	keyKey      = "tls.key_file"
+	keyClientCA = "tls.client_ca_file"
+)
+
 func (s *Server) read() (*serverFiles, error) {
 	f := &serverFiles{stamp: stamp(s.certFile, s.keyFile, s.clientCAFile)}
-	cert, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
+	cert, err := keyPair(s.certFile, s.keyFile, keyCert, keyKey)
 	if err != nil {
-		return nil, fmt.Errorf("tls.cert_file %s, tls.key_file %s: %w", s.certFile, s.keyFile, err)
+		return nil, err
 	}
 	if cert.Leaf != nil && time.Now().After(cert.Leaf.NotAfter) {
-		return nil, fmt.Errorf("tls.cert_file %s: the certificate expired at %s", s.certFile, cert.Leaf.NotAfter.Format(time.RFC3339))
+		return nil, &FileError{keyCert, s.certFile, fmt.Errorf("the certificate expired at %s", cert.Leaf.NotAfter.Format(time.RFC3339))}
 	}
 	f.cert = &cert
 	if s.clientCAFile != "" {
 		if f.clientCA, err = ReadPool(s.clientCAFile); err != nil {
-			return nil, fmt.Errorf("tls.client_ca_file: %w", err)
+			return nil, &FileError{keyClientCA, s.clientCAFile, err}
 		}
 	}
 	return f, nil
+}
+
+// keyPair reads a certificate and its key, and blames the file at fault:
+// the certificate's when it is unreadable or holds no certificate, the
+// key's otherwise (unreadable, no key, or not the certificate's key).
+func keyPair(certFile, keyFile, certKey, keyKey string) (tls.Certificate, error) {
+	certPEM, err := readFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, &FileError{certKey, certFile, err}
+	}
+	if !holdsCertificate(certPEM) {
+		return tls.Certificate{}, &FileError{certKey, certFile, errors.New("holds no PEM certificate")}
+	}
+	keyPEM, err := readFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, &FileError{keyKey, keyFile, err}
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, &FileError{keyKey, keyFile, fmt.Errorf("is not the key of %s's certificate: %w", certKey, err)}
+	}
+	return cert, nil
+}
+
+// holdsCertificate reports whether data's first PEM certificate parses.
+func holdsCertificate(data []byte) bool {
+	for {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			return false
+		}
+		if b.Type == "CERTIFICATE" {
+			_, err := x509.ParseCertificate(b.Bytes)
+			return err == nil
+		}
+	}
 }
 
 // stamp describes the files' sizes and modification times.
@@ -93,17 +154,29 @@ func stamp(files ...string) string {
 	return out
 }
 
-// ReadPool reads a PEM file of CA certificates.
+// ReadPool reads a PEM file of CA certificates. Its errors leave the
+// file's name out, for the caller to name it (see FileError).
 func ReadPool(file string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(file)
+	data, err := readFile(file)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+		return nil, errors.New("holds no PEM certificate")
 	}
 	return pool, nil
+}
+
+// readFile is os.ReadFile with errors that leave the file's name out: "no
+// such file or directory", "is a directory".
+func readFile(file string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return nil, pe.Err
+	}
+	return data, err
 }
 
 // MutualTLS reports whether clients must present a certificate.
@@ -134,19 +207,21 @@ func (s *Server) Config(nextProtos ...string) *tls.Config {
 // Client returns a client configuration (TLS 1.2 or later) that trusts the
 // CAs of caFile (empty: the system's roots), presents the certificate of
 // certFile and keyFile if given (both or neither), and checks the server's
-// name against serverName (empty: the address dialled).
+// name against serverName (empty: the address dialled). A file's error is
+// a *FileError keyed by the Redis store section's keys (tls_ca_file,
+// tls_cert_file, tls_key_file).
 func Client(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if caFile != "" {
 		pool, err := ReadPool(caFile)
 		if err != nil {
-			return nil, err
+			return nil, &FileError{"tls_ca_file", caFile, err}
 		}
 		c.RootCAs = pool
 	}
 	switch {
 	case certFile != "" && keyFile != "":
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		cert, err := keyPair(certFile, keyFile, "tls_cert_file", "tls_key_file")
 		if err != nil {
 			return nil, err
 		}

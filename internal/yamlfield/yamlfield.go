@@ -6,7 +6,9 @@
 //	line 3: store.timout: unknown key "timout"; did you mean "timeout"?
 //	rules/edge.yaml:4: descriptors[0].shadow_mode: "maybe" is not true or false
 //
-// It serves every YAML dialect floodgate reads. [Decode] walks a struct's
+// It serves every YAML dialect floodgate reads. [Parse] reads a document,
+// turning the parser's complaints into Errors with the line and a hint.
+// [Decode] walks a struct's
 // yaml tags; a hand-written parser over yaml.Node collects its errors in a
 // [List], whose readers ([List.Mapping], [List.String], [List.Bool],
 // [List.Uint]) check a node and report what is wrong with it, and builds
@@ -235,16 +237,51 @@ func (l *List) String(n *yaml.Node, path string) (string, bool) {
 	return n.Value, true
 }
 
-// Bool returns the boolean n (YAML 1.1's yes, no, on and off too), and
-// reports any other node.
+// Bool returns the boolean n, written plainly: true or false, or YAML
+// 1.1's y, yes, on, n, no and off (any of them capitalised or in capitals),
+// which envoyproxy/ratelimit's YAML library (yaml.v2) reads as booleans
+// too. It reports any other node, a quoted string ("true", "yes") among
+// them: yaml.v2 refuses a quoted value where it wants a boolean, and so
+// does Bool.
 func (l *List) Bool(n *yaml.Node, path string) (bool, bool) {
 	var b bool
-	decode := func(n *yaml.Node) error { return n.Decode(&b) }
-	if n.Kind != yaml.ScalarNode || decode(n) != nil {
-		l.Add(&Error{Line: n.Line, Path: path, Value: Describe(n), Reason: notBool, Fix: unquoteFix(n, decode)})
+	if n.Kind != yaml.ScalarNode || !plainScalar(n) || n.Decode(&b) != nil {
+		e := &Error{Line: n.Line, Path: path, Value: Describe(n)}
+		e.Reason, e.Fix = boolReason(n, true)
+		l.Add(e)
 		return false, false
 	}
 	return b, true
+}
+
+// plainScalar reports whether n is written plainly: no quotes, no block
+// scalar (| or >), no explicit tag.
+func plainScalar(n *yaml.Node) bool {
+	return n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle|yaml.TaggedStyle) == 0
+}
+
+// yaml11Bools are the plain words YAML 1.1 (yaml.v2, and yaml.v3 decoding
+// into a bool) reads as booleans besides true and false.
+var yaml11Bools = []string{"y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
+
+// boolReason says why the scalar n is not a boolean, and how to write
+// one; yaml11 says whether yes, no, on and off would be read.
+func boolReason(n *yaml.Node, yaml11 bool) (reason, fix string) {
+	switch {
+	case n.Kind != yaml.ScalarNode || IsNull(n):
+		return notBool, ""
+	case !plainScalar(n):
+		return "is a quoted string, not a boolean", "write true or false without quotes"
+	case !yaml11 && slices.Contains(yaml11Bools, n.Value):
+		return notBool, "write true or false (yes, no, on and off are strings in YAML 1.2, which this file is read as)"
+	}
+	return notBool, ""
+}
+
+// isBool reports whether the plain scalar n is YAML 1.2's true or false
+// (in any of the three cases YAML allows).
+func isBool(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && plainScalar(n) && n.ShortTag() == "!!bool"
 }
 
 // Uint returns the whole number n, between 0 and most, and reports any
@@ -361,6 +398,14 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
 		return
 	}
 	if !walked(v.Type()) {
+		if base(v.Type()).Kind() == reflect.Bool && !isBool(n) {
+			// Strictly YAML 1.2's booleans: neither a quoted "true" nor
+			// yaml.v3's YAML 1.1 words (yes, no, on, off, also quoted).
+			e := &Error{Line: n.Line, Path: path, Value: Describe(n)}
+			e.Reason, e.Fix = boolReason(n, false)
+			d.errs.Add(e)
+			return
+		}
 		decode := func(n *yaml.Node) error { return decodeScalar(n, reflect.New(v.Type()).Elem()) }
 		if err := decodeScalar(n, v); err != nil {
 			e := &Error{Line: n.Line, Path: path, Value: Describe(n), Reason: reason(v.Type(), err), Fix: unquoteFix(n, decode)}
@@ -437,8 +482,17 @@ func DurationFix(n *yaml.Node) string {
 	return ""
 }
 
-// reason says why a value did not decode into a t.
+// base is t without its pointers: bool for *bool.
+func base(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// reason says why a value did not decode into a t (or a pointer to one).
 func reason(t reflect.Type, err error) string {
+	t = base(t)
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return "is invalid: " + strings.TrimPrefix(err.Error(), "yaml: ")

@@ -181,7 +181,7 @@ func TestListReaders(t *testing.T) {
 		`f.yaml:6: top.zzz: unknown key "zzz"; known keys here: name, port, on, big, quoted, flag, list, null`,
 		`f.yaml:7: top.big: "70000" is not a whole number between 0 and 65535`,
 		`f.yaml:8: top.quoted: "12" is not a whole number between 0 and 65535; write it without quotes`,
-		`f.yaml:9: top.flag: "true" is not true or false; write it without quotes`,
+		`f.yaml:9: top.flag: "true" is a quoted string, not a boolean; write true or false without quotes`,
 		"f.yaml:10: top.list: a list is not a string",
 	}
 	if got := l.Err(); got == nil || got.Error() != strings.Join(want, "\n") {
