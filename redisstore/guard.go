@@ -175,8 +175,8 @@ func (t *topology) nodeFor(slot uint16) *node {
 // node's clock. Commands without a key on a cluster are passed through.
 type guard struct {
 	conn        atomic.Pointer[connection]
-	maxInFlight int   // the bound per node; negative: none
-	threshold   int64 // consecutive failures that open a breaker; negative: never
+	maxInFlight int           // the bound per node; negative: none
+	threshold   int64         // consecutive failures that open a breaker; negative: never
 	timeout     time.Duration // the store's own timeout (Config.Timeout)
 	base        time.Time
 	logger      *slog.Logger
