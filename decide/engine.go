@@ -333,13 +333,19 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 		out[i].RefundErr = results[j].RefundErr
 	}
 	// A denied batch took nothing: the store gave it back (but for items
-	// whose give-back failed, which keep their cost and a RefundErr).
+	// whose give-back failed, which keep their cost and a RefundErr). A
+	// store that is not atomic across its items (a Redis Cluster batch
+	// across slots, splitstore) took the admitted ones for a moment: a
+	// denial another request met meanwhile must not stay cached.
 	if anyDenied(out, checks) {
-		for _, i := range idx {
+		for j, i := range idx {
 			if out[i].RefundErr == nil {
 				out[i].giveBack(checks[i].cost())
 			} else {
 				out[i].taken = false
+			}
+			if results[j].Err == nil && results[j].Decision.Allowed {
+				e.invalidate(checks[i].Key)
 			}
 		}
 	}
