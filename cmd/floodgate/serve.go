@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -254,17 +254,25 @@ func reload(srv *server.Server, rls *rlsServer, path string, running *config.Con
 	return cfg
 }
 
+// storeChanged reports whether any store setting differs, every key of the
+// section (and of store.per_second) and the passwords that environment
+// variables hold: the store is opened once, at start.
+func storeChanged(a, b config.Store) bool {
+	if !reflect.DeepEqual(a, b) || a.PasswordValue() != b.PasswordValue() || a.SentinelPasswordValue() != b.SentinelPasswordValue() {
+		return true
+	}
+	if a.PerSecond != nil && b.PerSecond != nil {
+		return storeChanged(*a.PerSecond, *b.PerSecond)
+	}
+	return false
+}
+
 // restartSettings lists the settings a reload cannot apply that differ
 // between the config in force and the next one (both with serve's flags
 // applied, so a flag never counts as a change).
 func restartSettings(running, next *config.Config) []string {
 	var changed []string
-	a, b := running.Store, next.Store
-	if a.Type != b.Type || !slices.Equal(a.Addrs, b.Addrs) || a.MasterName != b.MasterName || a.Username != b.Username ||
-		a.PasswordValue() != b.PasswordValue() || a.TLS != b.TLS || a.DB != b.DB || a.Timeout != b.Timeout ||
-		a.KeyPrefix != b.KeyPrefix || a.FlushDelay != b.FlushDelay || a.OverLimitCache != b.OverLimitCache ||
-		a.TLSCAFile != b.TLSCAFile || a.TLSCertFile != b.TLSCertFile || a.TLSKeyFile != b.TLSKeyFile ||
-		a.TLSServerName != b.TLSServerName || a.MaxKeys != b.MaxKeys {
+	if storeChanged(running.Store, next.Store) {
 		changed = append(changed, "store")
 	}
 	if running.TLS != next.TLS {
