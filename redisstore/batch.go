@@ -30,7 +30,9 @@ var _ floodgate.BatchStore = (*Store)(nil)
 // Decision: it may still be recorded.
 //
 // A batch of one valid item is its algorithm's script call, as AllowN
-// makes it. Config.Timeout bounds the whole call, refunds included. When a script
+// makes it. Config.Timeout bounds the scripts' round trip; the refunds
+// across slots after a denial get a Config.Timeout of their own, even if the
+// caller has gone away, so a denied batch takes up to twice it. When a script
 // call fails (an outage or a timeout: ErrStoreUnavailable), every item it
 // carried gets the error, and may or may not have been recorded, as for
 // AllowN; such items are not refunded.
