@@ -83,7 +83,17 @@ type Options struct {
 	// *memory.Store, which decides a denial as fast as the cache answers
 	// it: then the cache is always off.
 	OverLimitCache CacheOptions
+	// LocalMaxKeys bounds the keys the local fallback's memory store holds
+	// (FailLocal checks during an outage), as memory.WithMaxKeys does, so a
+	// flood of new keys during an outage cannot grow it without end.
+	// Zero: DefaultLocalMaxKeys; negative: no bound.
+	LocalMaxKeys int
 }
+
+// DefaultLocalMaxKeys is the most keys the local fallback holds by
+// default (about 25 MB for token buckets; a sliding-window log's entries
+// come on top).
+const DefaultLocalMaxKeys = 1 << 18
 
 // Engine decides requests against one store. Create it with New; it is safe
 // for concurrent use and holds no goroutines.
@@ -144,7 +154,13 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 		system:      systemClock,
 		cache:       cache,
 	}
-	e.local = sync.OnceValue(func() *memory.Store { return memory.New(memory.WithClock(clockFunc(opts.Now))) })
+	localKeys := opts.LocalMaxKeys
+	if localKeys == 0 {
+		localKeys = DefaultLocalMaxKeys
+	}
+	e.local = sync.OnceValue(func() *memory.Store {
+		return memory.New(memory.WithClock(clockFunc(opts.Now)), memory.WithMaxKeys(localKeys))
+	})
 	e.batch, _ = store.(floodgate.BatchStore)
 	return e, nil
 }

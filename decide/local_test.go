@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -228,5 +229,45 @@ func TestFallbackReset(t *testing.T) {
 	}
 	if r := e.Decide(ctx, check); !r.Allowed() {
 		t.Errorf("after a second reset: %v, want the local state cleared", r.Verdict)
+	}
+}
+
+// TestFallbackBounded: the local fallback's memory store holds at most
+// Options.LocalMaxKeys keys, so a flood of new keys during an outage cannot
+// grow it without end: a key pushed out by the flood starts afresh. With no
+// bound it is kept.
+func TestFallbackBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		maxKeys int
+		evicted bool
+	}{{"bounded", 256, true}, {"unbounded", -1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktest.NewManual(epoch)
+			s := &switchable{BatchStore: memory.New(memory.WithClock(clock))}
+			e, err := decide.New(s, decide.Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now, LocalMaxKeys: tc.maxKeys})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			s.down.Store(true)
+			limit := floodgate.PerHour(1)
+			check := func(key string) decide.Result {
+				return e.Decide(ctx, []decide.Check{{Rule: "r", Key: key, Limit: limit, Failure: decide.FailLocal, LocalShare: 1}})
+			}
+			if r := check("victim"); !r.Allowed() || !r.LocalFallback() {
+				t.Fatalf("first: %v", r.Verdict)
+			}
+			if r := check("victim"); r.Allowed() {
+				t.Fatal("second within the hour admitted")
+			}
+			for i := range 20_000 {
+				clock.Advance(time.Microsecond) // the flood is more recent than the victim
+				check("flood-" + strconv.Itoa(i))
+			}
+			if r := check("victim"); r.Allowed() != tc.evicted {
+				t.Errorf("the victim after 20,000 new keys: admitted %v, want %v", r.Allowed(), tc.evicted)
+			}
+		})
 	}
 }
