@@ -77,10 +77,12 @@ type node struct {
 	probing       atomic.Bool  // a probe is running
 	probedAt      atomic.Int64 // when the last probe started (store µs)
 	policy        atomic.Pointer[string]
-	policyAt      atomic.Int64 // when the policy was last read (store µs); 0: read it now
-	reading       atomic.Bool  // a policy read is running
-	evictWarn     atomic.Bool  // the evicting policy was already reported
-	configRefused atomic.Bool  // CONFIG GET was refused, and said so
+	policyAt      atomic.Int64           // when the policy was last read (store µs); 0: read it now
+	reading       atomic.Bool            // a policy read is running
+	evictWarn     atomic.Bool            // the evicting policy was already reported
+	configRefused atomic.Bool            // CONFIG GET was refused, and said so
+	oldVersion    atomic.Pointer[string] // the Redis version, when older than 7.0
+	versionWarn   atomic.Bool            // the old version was already reported
 }
 
 func newNode(addr string, maxInFlight int) *node {

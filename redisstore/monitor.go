@@ -203,6 +203,7 @@ func (m *monitor) readPolicy(c *connection, n *node) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	m.readVersion(ctx, client, n)
 	kv, err := client.Do(ctx, client.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
 	if err != nil {
 		if isRedisReply(err) && !n.configRefused.Swap(true) {
@@ -220,6 +221,44 @@ func (m *monitor) readPolicy(c *connection, n *node) {
 	} else {
 		n.evictWarn.Store(false)
 	}
+}
+
+// readVersion reads n's Redis version (INFO server) and warns, once, when
+// it is older than 7.0: the scripts' "#!lua" first line does not compile
+// there, so every decision would fail as a store error.
+func (m *monitor) readVersion(ctx context.Context, client rueidis.Client, n *node) {
+	info, err := client.Do(ctx, client.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return
+	}
+	v := infoValue(info, "redis_version")
+	if v == "" || versionAtLeast7(v) {
+		n.oldVersion.Store(nil)
+		return
+	}
+	n.oldVersion.Store(&v)
+	if !n.versionWarn.Swap(true) {
+		m.g.logger.Error("redisstore: Redis "+v+" is older than 7.0, which the store's scripts need (their #!lua line): every decision fails as a store error and is never admitted; upgrade Redis",
+			"node", n.addr, "redis_version", v)
+	}
+}
+
+// infoValue returns field's value in an INFO reply, or "".
+func infoValue(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// versionAtLeast7 reports whether a redis_version such as "7.0.15" is 7.0
+// or later (an unreadable one counts as recent: nothing to warn about).
+func versionAtLeast7(v string) bool {
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	return err != nil || n >= 7
 }
 
 // evicts reports whether policy may evict any key, whatever its TTL.
@@ -312,6 +351,9 @@ func (s *Store) Health() floodgate.Health {
 		}
 		if e := n.lastErr.Load(); e != nil {
 			nh.LastError = *e
+		}
+		if v := n.oldVersion.Load(); v != nil {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("%s: Redis %s is older than 7.0, which the store's scripts need: every decision fails as a store error; upgrade Redis", n.addr, *v))
 		}
 		if p := n.policy.Load(); p != nil {
 			nh.EvictionPolicy = *p

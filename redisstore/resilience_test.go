@@ -794,3 +794,31 @@ func TestShortCallerDeadlines(t *testing.T) {
 		})
 	}
 }
+
+// TestOldRedisVersion: a Redis older than 7.0 cannot compile the scripts'
+// "#!lua" line; the store reads INFO server and says so in Health's
+// warnings (a 7.x server, as in TestEvictionPolicy, gets none).
+func TestOldRedisVersion(t *testing.T) {
+	for v, recent := range map[string]bool{"7.0.15": true, "7.2.4": true, "8.0.0": true, "6.2.14": false, "5.0.7": false, "": true, "weird": true} {
+		if got := versionAtLeast7(v); got != recent {
+			t.Errorf("versionAtLeast7(%q) = %v, want %v", v, got, recent)
+		}
+	}
+	if got := infoValue("# Server\r\nredis_version:6.2.14\r\nredis_mode:standalone\r\n", "redis_version"); got != "6.2.14" {
+		t.Errorf("infoValue = %q", got)
+	}
+	server := redistest.Spawn(t)
+	s, err := New(Config{Addrs: []string{server.Addr}, Mode: ModeStandalone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if h := s.Health(); len(h.Warnings) > 0 {
+		t.Fatalf("a Redis 7 server warned: %q", h.Warnings)
+	}
+	old := "6.2.14"
+	s.guard.conn.Load().topo.Load().nodes[0].oldVersion.Store(&old)
+	if h := s.Health(); len(h.Warnings) != 1 || !strings.Contains(h.Warnings[0], "Redis 6.2.14 is older than 7.0") {
+		t.Errorf("Health.Warnings = %q; want the old version named", h.Warnings)
+	}
+}
