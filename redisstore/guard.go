@@ -254,10 +254,16 @@ func (g *guard) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 	if err := g.enter(ctx, n, own); err != nil {
 		return rueidis.NewErrorResult(err)
 	}
-	mark := n.abandoned.Load()
-	res := c.client.Do(ctx, cmd)
-	g.leave(ctx, n, res.Error(), mark, own)
-	return res
+	call := func(ctx context.Context) rueidis.RedisResult {
+		mark := n.abandoned.Load()
+		res := c.client.Do(ctx, cmd)
+		g.leave(ctx, n, res.Error(), mark, true)
+		return res
+	}
+	if !own {
+		return detached(g, ctx, call, rueidis.NewErrorResult)
+	}
+	return call(ctx)
 }
 
 // ownDeadline reports whether ctx's deadline, if it passes, says something
@@ -265,10 +271,40 @@ func (g *guard) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 // shorter one of the caller's. A gRPC client may send a grpc-timeout
 // shorter than a round trip; its calls fail, but a healthy node must not be
 // counted as failing for them, or its breaker would open and fail every
-// other caller's decisions too.
+// other caller's decisions too. Calls under a shorter deadline go through
+// detached.
 func (g *guard) ownDeadline(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return !ok || time.Until(dl) >= g.timeout-g.timeout/8
+}
+
+// detached runs do, a call to rueidis that has its places in flight, under
+// the store's own timeout instead of ctx's shorter deadline, and returns
+// its result, or fail's when ctx ends first: then do finishes alone. So rueidis never sees
+// a caller's deadline shorter than the store's timeout: it neither closes
+// the shared connection for it (its synchronous mode does when a call
+// passes its deadline) nor keeps the command's place in flight taken after
+// the caller has gone (the call gives it back when the reply comes); and a
+// healthy node is never counted as failing for it. The script still
+// carries the caller's deadline and charges nothing if it starts after it.
+func detached[T any](g *guard, ctx context.Context, do func(context.Context) T, fail func(error) T) T {
+	ch := make(chan T, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+		defer cancel()
+		ch <- do(rctx)
+	}()
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		select {
+		case r := <-ch:
+			return r
+		default:
+			return fail(ctx.Err())
+		}
+	}
 }
 
 // DoMulti sends the commands whose nodes admit them, pipelined, and fails
@@ -278,6 +314,7 @@ func (g *guard) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueid
 	if c == nil {
 		return failAll(len(multi), g.unconnected())
 	}
+	own := g.ownDeadline(ctx)
 	t := c.topo.Load()
 	var nodes []*node // distinct, in order of first use
 	which := make([]int, len(multi))
@@ -298,7 +335,6 @@ func (g *guard) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueid
 	}
 	refused := make([]error, len(nodes))
 	marks := make([]uint64, len(nodes))
-	own := g.ownDeadline(ctx)
 	for j, n := range nodes {
 		if refused[j] = g.enter(ctx, n, own); refused[j] == nil {
 			marks[j] = n.abandoned.Load()
@@ -315,6 +351,19 @@ func (g *guard) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueid
 			}
 		}
 	}
+	call := func(ctx context.Context) []rueidis.RedisResult {
+		return g.sendMulti(ctx, c, multi, send, sent, which, nodes, refused, marks)
+	}
+	if !own && len(send) > 0 {
+		return detached(g, ctx, call, func(err error) []rueidis.RedisResult { return failAll(len(multi), err) })
+	}
+	return call(ctx)
+}
+
+// sendMulti is DoMulti's second half: it sends the commands of send (the
+// indexes sent in multi, when not all), under ctx, and accounts for each
+// node's call; which, nodes, refused and marks are DoMulti's.
+func (g *guard) sendMulti(ctx context.Context, c *connection, multi, send []rueidis.Completed, sent, which []int, nodes []*node, refused []error, marks []uint64) []rueidis.RedisResult {
 	var got []rueidis.RedisResult
 	if len(send) > 0 {
 		got = c.client.DoMulti(ctx, send...)
@@ -337,7 +386,7 @@ func (g *guard) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueid
 	for i := range multi {
 		if j := which[i]; j >= 0 && refused[j] == nil && !done[j] {
 			done[j] = true
-			g.leave(ctx, nodes[j], res[i].Error(), marks[j], own)
+			g.leave(ctx, nodes[j], res[i].Error(), marks[j], true)
 		}
 	}
 	return res

@@ -131,12 +131,6 @@ func New(cfg Config) (*Store, error) {
 		// two cores): concurrent calls share fewer, larger batches, which
 		// costs Redis fewer system calls per decision (docs/PERFORMANCE.md).
 		PipelineMultiplex: -1,
-		// Always through rueidis's pipeline, never its synchronous mode
-		// (a lone caller on a fresh connection), which closes the shared
-		// connection when a call passes its deadline: a caller's deadline
-		// shorter than a round trip would tear it down for every caller.
-		// In the pipeline a call that passes its deadline is only given up.
-		AlwaysPipelining: true,
 	}
 	switch {
 	case cfg.FlushDelay == 0:
@@ -398,13 +392,20 @@ const (
 
 // bounded returns ctx bounded by the store's timeout: ctx itself when its
 // own deadline comes first (as Envoy's, gRPC's grpc-timeout, sets one for
-// every call), so that a call sets one deadline, not two; otherwise a
-// child of ctx with the timeout.
+// every call), so that a call sets one deadline, not two (the guard then
+// runs the call under the store's timeout and stops waiting at ctx's:
+// detached); otherwise the store's timeout, without ctx's cancellation: a
+// caller that goes away (a client that hung up) leaves the call to finish
+// within the timeout, so that its command's place in flight is given back
+// when the reply comes, not held until a later call's.
 func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		return ctx, func() {} // gone already: nothing is sent
+	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, s.timeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 }
 
 // run executes limit's script for op on key under the store's timeout and
