@@ -131,7 +131,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer rls.stop()
-	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(),
+	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(), Probes: rls.probes(),
 		MaxInFlight: cfg.MaxInFlight, Tokens: tokens, OverLimitCache: cfg.OverLimitCache(), StoreAPI: storeOpts})
 	if err != nil {
 		return err
