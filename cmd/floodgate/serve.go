@@ -160,7 +160,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	warnExposed(stderr, logger, tokens != nil, map[string]string{"listen": ln.Addr().String(), "grpc_listen": rls.address()})
+	exposed, authFix := configListeners(ln.Addr().String(), rls.address())
+	if compat != nil {
+		exposed, authFix = envoyListeners(ln.Addr().String(), rls.address())
+	}
+	warnExposed(stderr, logger, tokens != nil, exposed, authFix)
 	printBanner(stdout, cfg, policy, scheme(httpTLS)+"://"+ln.Addr().String(), func(w io.Writer) {
 		rls.banner(w)
 		if ops != nil {
