@@ -579,8 +579,14 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 	if dom.alg == floodgate.TokenBucket {
 		r.Limit = floodgate.NewTokenBucket(int64(r.RequestsPerUnit), int64(r.RequestsPerUnit), window)
 	}
+	// The core's bounds for the domain's algorithm (a sliding-window log
+	// holds one entry per request), in the request's terms.
 	if err := r.Limit.Validate(); err != nil {
-		return nil, fmt.Errorf("requests_per_unit %d: %w", r.RequestsPerUnit, err)
+		var le *floodgate.LimitError
+		if errors.As(err, &le) && le.Field == "Quota" {
+			return nil, fmt.Errorf("requests_per_unit %d %s", r.RequestsPerUnit, le.Reason)
+		}
+		return nil, fmt.Errorf("requests_per_unit %d per %s: %w", r.RequestsPerUnit, o.GetUnit(), err)
 	}
 	return r, nil
 }
