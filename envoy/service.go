@@ -404,7 +404,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		cached := d.kind == kindCheck && res.Outcomes[d.check].Cached
 		s.count(set, dom, descs[i], d, st, outcome, cached)
 	}
-	if err := callError(ds, checks, &res); err != nil {
+	if err := callError(descs, ds, checks, &res); err != nil {
 		return nil, err
 	}
 	if s.headers || (dom != nil && dom.headers) {
@@ -497,53 +497,6 @@ func (s *Service) giveBack(ctx context.Context, d *descriptor) {
 		s.warn.Warn(ctx, "floodgate: giving back is_negative_hits failed; the key keeps the hits it counted",
 			slog.String("rule", r.Key), slog.String("error", d.err.Error()))
 	}
-}
-
-// callError translates a verdict that fails the whole call: a store error
-// (INTERNAL, whatever the failure mode), an invalid request (INVALID_ARGUMENT;
-// a cost above the quota is answered OVER_LIMIT instead), and an outage of a
-// rule whose failure mode is error (UNAVAILABLE).
-func callError(ds []descriptor, checks []decide.Check, res *decide.Result) error {
-	switch res.Verdict {
-	case decide.StoreError:
-		return status.Errorf(codes.Internal, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
-	case decide.Invalid:
-		if !errors.Is(res.Err(), floodgate.ErrCostExceedsLimit) {
-			return status.Errorf(codes.InvalidArgument, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
-		}
-	case decide.Unavailable:
-		// Any unavailable rule whose failure mode is error fails the call,
-		// whichever fail-closed rule the engine named as deciding.
-		for i := range ds {
-			if d := &ds[i]; d.kind == kindCheck && d.fail.call && !checks[d.check].Shadow &&
-				res.Outcomes[d.check].Verdict == decide.Unavailable {
-				return status.Errorf(codes.Unavailable, "rule %s: %v", checks[d.check].Rule, res.Outcomes[d.check].Err)
-			}
-		}
-	}
-	return nil
-}
-
-// validate answers INVALID_ARGUMENT for requests the reference rejects and
-// descriptors Envoy's own validation rejects.
-func validate(req *rlsv3.RateLimitRequest) error {
-	if req.GetDomain() == "" {
-		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	}
-	if len(req.GetDescriptors()) == 0 {
-		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	}
-	for i, d := range req.GetDescriptors() {
-		if len(d.GetEntries()) == 0 {
-			return status.Errorf(codes.InvalidArgument, "descriptors[%d]: entries must not be empty", i)
-		}
-		for j, e := range d.GetEntries() {
-			if e.GetKey() == "" {
-				return status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key must not be empty", i, j)
-			}
-		}
-	}
-	return nil
 }
 
 // hits returns a descriptor's cost: its own hits_addend if set, where 0
