@@ -292,7 +292,9 @@ const maxInline = 8
 // fail open): open answers OK, closed OVER_LIMIT, and error fails the call
 // with UNAVAILABLE. Any other store error fails the call with INTERNAL,
 // whatever the failure mode. An empty domain, no descriptors, a descriptor
-// without entries or an entry without a key fail with INVALID_ARGUMENT;
+// without entries or an entry without a key, a limit override the domain's
+// algorithm cannot hold, and more hits than a sliding-window log takes in
+// one request (unless in shadow or quota mode) fail with INVALID_ARGUMENT;
 // then, with Options.RequireRules and no rules loaded yet, every call fails
 // with UNKNOWN and NoRulesMessage.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
