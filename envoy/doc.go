@@ -62,7 +62,10 @@
 // and whatever the other descriptors admitted for it is refunded, so it uses
 // up no quota anywhere. Unknown domains and descriptors answer OK without a
 // limit, as the reference does. See [Service.ShouldRateLimit] for every
-// field of the answer.
+// field of the answer. A request whose strings hold invalid UTF-8 (header
+// bytes 0x80-0xFF that Envoy copied into a value) is decided with U+FFFD
+// in their place, on a gRPC server built with [ServerCodec] (as
+// [NewGRPCServer] builds it), instead of failing before the service.
 //
 // It is an adapter room: it imports the root package, the decide engine, the
 // internal helpers, grpc and go-control-plane's Envoy protos, never a store.

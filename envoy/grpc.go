@@ -12,7 +12,10 @@ import (
 // reflection name it.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
-// Register registers s as the RateLimitService of a gRPC server.
+// Register registers s as the RateLimitService of a gRPC server. Build
+// that server with [ServerCodec] (as [NewGRPCServer] does): without it, a
+// descriptor value holding invalid UTF-8 fails the call with INTERNAL
+// before s sees it, and Envoy's default failure_mode_deny=false admits.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 }
@@ -44,9 +47,11 @@ const StreamWorkers = 128
 // NewGRPCServer returns a gRPC server with s, the health service and the
 // reflection service (v1 and v1alpha, so grpcurl and grpc_cli can list and
 // call the services without the .proto files) registered, and the health server to shut down before
-// stopping. opts are passed to grpc.NewServer.
+// stopping. It decodes requests with [ServerCodec], so that invalid UTF-8
+// in a descriptor is decided rather than failing the call. opts are passed
+// to grpc.NewServer.
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers)}, opts...)...)
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers), ServerCodec()}, opts...)...)
 	s.Register(g)
 	h := RegisterHealth(g)
 	reflection.Register(g)

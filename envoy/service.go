@@ -292,7 +292,9 @@ const maxInline = 8
 // fail open): open answers OK, closed OVER_LIMIT, and error fails the call
 // with UNAVAILABLE. Any other store error fails the call with INTERNAL,
 // whatever the failure mode. An empty domain, no descriptors, a descriptor
-// without entries or an entry without a key fail with INVALID_ARGUMENT;
+// without entries or an entry without a key, a limit override the domain's
+// algorithm cannot hold, and more hits than a sliding-window log takes in
+// one request (unless in shadow or quota mode) fail with INVALID_ARGUMENT;
 // then, with Options.RequireRules and no rules loaded yet, every call fails
 // with UNKNOWN and NoRulesMessage.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -404,7 +406,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		cached := d.kind == kindCheck && res.Outcomes[d.check].Cached
 		s.count(set, dom, descs[i], d, st, outcome, cached)
 	}
-	if err := callError(ds, checks, &res); err != nil {
+	if err := callError(descs, ds, checks, &res); err != nil {
 		return nil, err
 	}
 	if s.headers || (dom != nil && dom.headers) {
@@ -499,53 +501,6 @@ func (s *Service) giveBack(ctx context.Context, d *descriptor) {
 	}
 }
 
-// callError translates a verdict that fails the whole call: a store error
-// (INTERNAL, whatever the failure mode), an invalid request (INVALID_ARGUMENT;
-// a cost above the quota is answered OVER_LIMIT instead), and an outage of a
-// rule whose failure mode is error (UNAVAILABLE).
-func callError(ds []descriptor, checks []decide.Check, res *decide.Result) error {
-	switch res.Verdict {
-	case decide.StoreError:
-		return status.Errorf(codes.Internal, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
-	case decide.Invalid:
-		if !errors.Is(res.Err(), floodgate.ErrCostExceedsLimit) {
-			return status.Errorf(codes.InvalidArgument, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
-		}
-	case decide.Unavailable:
-		// Any unavailable rule whose failure mode is error fails the call,
-		// whichever fail-closed rule the engine named as deciding.
-		for i := range ds {
-			if d := &ds[i]; d.kind == kindCheck && d.fail.call && !checks[d.check].Shadow &&
-				res.Outcomes[d.check].Verdict == decide.Unavailable {
-				return status.Errorf(codes.Unavailable, "rule %s: %v", checks[d.check].Rule, res.Outcomes[d.check].Err)
-			}
-		}
-	}
-	return nil
-}
-
-// validate answers INVALID_ARGUMENT for requests the reference rejects and
-// descriptors Envoy's own validation rejects.
-func validate(req *rlsv3.RateLimitRequest) error {
-	if req.GetDomain() == "" {
-		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	}
-	if len(req.GetDescriptors()) == 0 {
-		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	}
-	for i, d := range req.GetDescriptors() {
-		if len(d.GetEntries()) == 0 {
-			return status.Errorf(codes.InvalidArgument, "descriptors[%d]: entries must not be empty", i)
-		}
-		for j, e := range d.GetEntries() {
-			if e.GetKey() == "" {
-				return status.Errorf(codes.InvalidArgument, "descriptors[%d].entries[%d]: key must not be empty", i, j)
-			}
-		}
-	}
-	return nil
-}
-
 // hits returns a descriptor's cost: its own hits_addend if set, where 0
 // means a check that takes nothing (peek), else the request's, where 0
 // means 1 (Envoy sends 0 when it sets none), as in the reference.
@@ -579,8 +534,14 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 	if dom.alg == floodgate.TokenBucket {
 		r.Limit = floodgate.NewTokenBucket(int64(r.RequestsPerUnit), int64(r.RequestsPerUnit), window)
 	}
+	// The core's bounds for the domain's algorithm (a sliding-window log
+	// holds one entry per request), in the request's terms.
 	if err := r.Limit.Validate(); err != nil {
-		return nil, fmt.Errorf("requests_per_unit %d: %w", r.RequestsPerUnit, err)
+		var le *floodgate.LimitError
+		if errors.As(err, &le) && le.Field == "Quota" {
+			return nil, fmt.Errorf("requests_per_unit %d %s", r.RequestsPerUnit, le.Reason)
+		}
+		return nil, fmt.Errorf("requests_per_unit %d per %s: %w", r.RequestsPerUnit, o.GetUnit(), err)
 	}
 	return r, nil
 }

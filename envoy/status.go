@@ -158,8 +158,11 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 		st.Code = over
 		return st, outcomeFailClosed
 	case o.Err != nil:
-		if !r.ShadowMode {
-			st.Code = over // the request then fails: it is not admitted
+		// An enforced check's error fails the request; a shadow or quota
+		// mode check's (a cost its algorithm does not take in one request)
+		// never denies.
+		if !r.ShadowMode && !d.quota {
+			st.Code = over
 		}
 		return st, outcomeError
 	}

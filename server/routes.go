@@ -21,6 +21,7 @@ import (
 //	*    /v1/forward-auth   forward auth keyed on the client's address (any method)  scope decide
 //	GET  /healthz           the process is up                       open
 //	GET  /readyz            the store answers (with its nodes, if it reports them)  open
+//	     Options.Probes     further probes (Envoy's GET /healthcheck)  open
 //	GET  /metrics           Prometheus metrics                      scope metrics
 //	POST /v1/store/...      the store API, when Options.StoreAPI is set  scope decide
 //
@@ -33,8 +34,8 @@ func (s *Server) Handler() http.Handler { return s.handler(true) }
 // served apart, by OpsHandler on a listener of their own.
 func (s *Server) APIHandler() http.Handler { return s.handler(false) }
 
-// OpsHandler returns the probes and metrics alone — GET /healthz, /readyz
-// and /metrics — with no authentication, for a listener that only the
+// OpsHandler returns the probes and metrics alone — GET /healthz, /readyz,
+// Options.Probes and /metrics — with no authentication, for a listener that only the
 // monitoring network reaches.
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -81,14 +82,18 @@ func (s *Server) handler(withMetrics bool) http.Handler {
 	return problemsForUnrouted(mux)
 }
 
-// probes adds /healthz and /readyz, which are never authenticated nor under
-// the in-flight cap: a probe must tell the truth when the API is saturated.
+// probes adds /healthz, /readyz and Options.Probes, which are never
+// authenticated nor under the in-flight cap: a probe must tell the truth
+// when the API is saturated, and a prober holds no token.
 func (s *Server) probes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
+	for pattern, h := range s.probeRoutes {
+		mux.Handle(pattern, h)
+	}
 }
 
 func (s *Server) metricsHandler() http.Handler {

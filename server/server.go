@@ -47,20 +47,26 @@ type Options struct {
 	// Default: a new registry of the server's own.
 	Registry *prometheus.Registry
 	// MaxInFlight bounds the requests that may wait on the store at once
-	// (decisions, resets and Routes; never /healthz, /readyz, /metrics or
-	// /v1/rules). A decision over the bound is not sent to the store: its
-	// rule's failure mode answers it (fail-open admits, fail-closed answers
-	// 503 with the engine's retry delay), and a reset or a Route answers 503
-	// with that delay; each is counted in
+	// (decisions, resets and Routes; never /healthz, /readyz, Probes,
+	// /metrics or /v1/rules). A decision over the bound is not sent to the
+	// store: its rule's failure mode answers it (fail-open admits,
+	// fail-closed answers 503 with the engine's retry delay), and a reset or
+	// a Route answers 503 with that delay; each is counted in
 	// floodgate_http_requests_shed_total. Default DefaultMaxInFlight.
 	MaxInFlight int
 	// Routes adds handlers to the API by ServeMux pattern (such as the Envoy
 	// service's "POST /json"), under the in-flight bound, needing a token
 	// with ScopeDecide when authentication is on, and a JSON body on POST.
 	Routes map[string]http.Handler
+	// Probes adds health probes by ServeMux pattern (such as the Envoy
+	// service's "GET /healthcheck"), served as /healthz and /readyz are:
+	// never authenticated, never under the in-flight bound, by Handler,
+	// APIHandler and OpsHandler alike.
+	Probes map[string]http.Handler
 	// Tokens, if not nil, turns authentication on: every endpoint but
-	// /healthz and /readyz needs "Authorization: Bearer TOKEN" with a token
-	// of the right scope (401 without one, 403 with the wrong scope).
+	// /healthz, /readyz and Probes needs "Authorization: Bearer TOKEN" with
+	// a token of the right scope (401 without one, 403 with the wrong
+	// scope).
 	// SetTokens replaces them.
 	Tokens *Tokens
 	// Timeout, if positive, bounds each decision (decide.Options.Timeout).
@@ -83,16 +89,17 @@ type Options struct {
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
 type Server struct {
-	engine   *decide.Engine
-	store    floodgate.Store
-	now      func() time.Time // the Clock's Now, or time.Now
-	registry *prometheus.Registry
-	metrics  *metrics
-	policy   atomic.Pointer[policy]
-	inFlight chan struct{}
-	routes   map[string]http.Handler
-	tokens   atomic.Pointer[Tokens]
-	storeAPI *storeAPI // nil: off
+	engine      *decide.Engine
+	store       floodgate.Store
+	now         func() time.Time // the Clock's Now, or time.Now
+	registry    *prometheus.Registry
+	metrics     *metrics
+	policy      atomic.Pointer[policy]
+	inFlight    chan struct{}
+	routes      map[string]http.Handler
+	probeRoutes map[string]http.Handler
+	tokens      atomic.Pointer[Tokens]
+	storeAPI    *storeAPI // nil: off
 }
 
 // New returns a server deciding with store under p. The error names the
@@ -138,13 +145,14 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		}
 	}
 	s := &Server{
-		engine:   engine,
-		store:    store,
-		now:      now,
-		registry: opts.Registry,
-		metrics:  m,
-		inFlight: make(chan struct{}, opts.MaxInFlight),
-		routes:   opts.Routes,
+		engine:      engine,
+		store:       store,
+		now:         now,
+		registry:    opts.Registry,
+		metrics:     m,
+		inFlight:    make(chan struct{}, opts.MaxInFlight),
+		routes:      opts.Routes,
+		probeRoutes: opts.Probes,
 	}
 	if opts.StoreAPI != nil {
 		if s.storeAPI, err = newStoreAPI(opts.StoreAPI, store, m, engine.UnavailableRetryAfter()); err != nil {

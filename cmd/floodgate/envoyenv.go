@@ -180,7 +180,17 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	listen := net.JoinHostPort(e.str("HOST", "0.0.0.0"), strconv.Itoa(e.port("PORT", 8080)))
 	grpcListen := net.JoinHostPort(e.str("GRPC_HOST", "0.0.0.0"), strconv.Itoa(e.port("GRPC_PORT", 8081)))
 	c.grpc.uds = e.str("GRPC_UDS", "")
+	// 0 is no age limit, for the peer (gRPC's default) as here. Below
+	// 10ns gRPC's ±10% jitter panics at the first connection, the peer's too.
 	c.grpc.maxConnAge = e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour)
+	if d := c.grpc.maxConnAge; d < 0 || d > 0 && d < 10*time.Nanosecond {
+		what := "negative"
+		if d > 0 {
+			what = "under 10ns"
+		}
+		e.fail("GRPC_MAX_CONNECTION_AGE=%q is %s: gRPC cannot add its jitter to it, and envoyproxy/ratelimit crashes at its first gRPC connection; "+
+			"set a duration such as 24h (the default), or 0 for no age limit", e.str("GRPC_MAX_CONNECTION_AGE", ""), what)
+	}
 	c.grpc.maxConnAgeGrace = e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour)
 	if e.set("DEBUG_PORT") || e.set("DEBUG_HOST") {
 		note("DEBUG_HOST/DEBUG_PORT: there is no debug listener; floodgate's /metrics and health are on the HTTP listener %s", listen)
@@ -263,7 +273,12 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	if e.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false) {
 		note("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: always so in floodgate: a request over the limit counts nowhere")
 	}
-	if n := e.int("LOCAL_CACHE_SIZE_IN_BYTES", 0); n > 0 {
+	// 0 is no cache, for the peer as here; the peer's freecache takes a
+	// negative size for its smallest, 512 KiB.
+	if n := e.int("LOCAL_CACHE_SIZE_IN_BYTES", 0); n < 0 {
+		e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%q is negative (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); "+
+			"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", e.str("LOCAL_CACHE_SIZE_IN_BYTES", ""))
+	} else if n > 0 {
 		// The reference's freecache holds a key until its unit ends;
 		// floodgate's until the denial's own retry delay has passed.
 		c.opts.OverLimitCache = decide.CacheOptions{MaxBytes: int64(n)}

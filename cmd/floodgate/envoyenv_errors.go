@@ -227,3 +227,16 @@ func maskRedisURL(s string) string {
 // urlCredsRE matches a URL: its scheme, userinfo (up to the last @ before
 // the host), host and path, and query, up to a comma, quote or space.
 var urlCredsRE = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*)://(?:([^,"\s]*)@)?([^,"\s?@]*)(\?[^,"\s]*)?`)
+
+// envoyListeners are serve's listeners under --envoy-env, named by the
+// peer's variables that set them, with fixes that work there: the
+// environment has no setting for tokens, so requiring them means running
+// with a config file instead.
+func envoyListeners(listen, grpcListen string) ([]exposable, string) {
+	listeners := []exposable{
+		{"HOST/PORT", listen, "set HOST=127.0.0.1"},
+		{"GRPC_HOST/GRPC_PORT", grpcListen, "set GRPC_HOST=127.0.0.1, or GRPC_UDS to a unix socket's path for an Envoy on this machine"},
+	}
+	return listeners, "run floodgate serve --config FILE with auth.tokens_file instead of --envoy-env, which has no setting for tokens " +
+		"(and give Envoy the decide token in its gRPC service's initial_metadata)"
+}

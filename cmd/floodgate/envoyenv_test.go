@@ -238,6 +238,23 @@ func TestReadEnvoyEnv(t *testing.T) {
 				t.Errorf("over-limit cache %+v, want on with MaxBytes 1048576", c.opts.OverLimitCache)
 			}
 		}, "", ""},
+		{"local cache 0 is off, as for the peer", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"}), func(t *testing.T, c *envoyCompat) {
+			if c.opts.OverLimitCache != (decide.CacheOptions{}) {
+				t.Errorf("over-limit cache %+v, want off", c.opts.OverLimitCache)
+			}
+		}, "", ""},
+		{"negative local cache", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-5"}), nil,
+			`LOCAL_CACHE_SIZE_IN_BYTES="-5" is negative (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); ` +
+				"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", ""},
+		{"GRPC_MAX_CONNECTION_AGE=0 is no age limit, as for the peer", with(map[string]string{"GRPC_MAX_CONNECTION_AGE": "0s"}), func(t *testing.T, c *envoyCompat) {
+			if c.grpc.maxConnAge != 0 {
+				t.Errorf("max connection age %v, want 0 (none)", c.grpc.maxConnAge)
+			}
+		}, "", ""},
+		{"negative GRPC_MAX_CONNECTION_AGE", with(map[string]string{"GRPC_MAX_CONNECTION_AGE": "-1s"}), nil,
+			`GRPC_MAX_CONNECTION_AGE="-1s" is negative: gRPC cannot add its jitter to it, and envoyproxy/ratelimit crashes at its first gRPC connection; ` +
+				"set a duration such as 24h (the default), or 0 for no age limit", ""},
+		{"GRPC_MAX_CONNECTION_AGE under 10ns", with(map[string]string{"GRPC_MAX_CONNECTION_AGE": "9ns"}), nil, `GRPC_MAX_CONNECTION_AGE="9ns" is under 10ns`, ""},
 		{"bad boolean", with(map[string]string{"SHADOW_MODE": "yes please"}), nil, `SHADOW_MODE="yes please" is not a boolean`, ""},
 		{"bad ratio", with(map[string]string{"NEAR_LIMIT_RATIO": "2"}), nil, `NEAR_LIMIT_RATIO="2" is not a number in (0, 1]`, ""},
 		{"tls without a key", with(map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c"}), nil, "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY", ""},

@@ -131,7 +131,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer rls.stop()
-	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(),
+	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(), Probes: rls.probes(),
 		MaxInFlight: cfg.MaxInFlight, Tokens: tokens, OverLimitCache: cfg.OverLimitCache(), StoreAPI: storeOpts})
 	if err != nil {
 		return err
@@ -160,7 +160,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	warnExposed(stderr, logger, tokens != nil, map[string]string{"listen": ln.Addr().String(), "grpc_listen": rls.address()})
+	exposed, authFix := configListeners(ln.Addr().String(), rls.address())
+	if compat != nil {
+		exposed, authFix = envoyListeners(ln.Addr().String(), rls.address())
+	}
+	warnExposed(stderr, logger, tokens != nil, exposed, authFix)
 	printBanner(stdout, cfg, policy, scheme(httpTLS)+"://"+ln.Addr().String(), func(w io.Writer) {
 		rls.banner(w)
 		if ops != nil {

@@ -189,12 +189,22 @@ func (r *rlsServer) reload() bool {
 }
 
 // routes returns the HTTP routes the Envoy service adds to the API: /json,
-// and /healthcheck as envoyproxy/ratelimit serves it.
+// a decision, under the API's tokens and in-flight bound.
 func (r *rlsServer) routes() map[string]http.Handler {
 	if r == nil {
 		return nil
 	}
-	return map[string]http.Handler{"/json": r.svc.JSONHandler(), "GET /healthcheck": r.svc.HealthHandler(r.rules, time.Second)}
+	return map[string]http.Handler{"/json": r.svc.JSONHandler()}
+}
+
+// probes returns the probe the Envoy service adds to the API:
+// /healthcheck as envoyproxy/ratelimit serves it, following readiness,
+// open and never shed, as /healthz and /readyz.
+func (r *rlsServer) probes() map[string]http.Handler {
+	if r == nil {
+		return nil
+	}
+	return map[string]http.Handler{"GET /healthcheck": r.svc.HealthHandler(r.rules, time.Second)}
 }
 
 // banner prints the gRPC address under serve's banner.

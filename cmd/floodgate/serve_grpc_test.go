@@ -203,3 +203,44 @@ func TestServeEnvoyRLSBadFolder(t *testing.T) {
 		t.Fatalf("serve with a missing rule folder: %v", err)
 	}
 }
+
+// TestServeHealthcheckIsAProbe: GET /healthcheck answers as /healthz and
+// /readyz do, without a token when authentication is on (a prober has
+// none), while POST /json, a decision, needs one.
+func TestServeHealthcheckIsAProbe(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, "5")
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+	for name, data := range map[string]string{
+		tokens: "ingress decide " + tokDecide + "\n",
+		cfg:    "grpc_listen: 127.0.0.1:0\nmax_in_flight: 1\nenvoy_config: " + dir + "\nauth:\n  tokens_file: " + tokens + "\n",
+	} {
+		if err := os.WriteFile(name, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base, _, _, _ := startServeRLS(t, true, "--config", cfg)
+	get := func(path, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, path := range []string{"/healthz", "/healthcheck"} {
+		if code, body := get(path, ""); code != http.StatusOK {
+			t.Errorf("GET %s without a token: %d %s, want 200", path, code, body)
+		}
+	}
+	if code, body := post(t, base+"/json", `{"domain":"e2e","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`); code != http.StatusUnauthorized {
+		t.Errorf("POST /json without a token: %d %s, want 401", code, body)
+	}
+}

@@ -126,18 +126,34 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// exposable is a listener warnExposed checks: what set it (a config key,
+// or the variables of --envoy-env), its address, and how to keep it on
+// this machine in the same terms.
+type exposable struct{ name, addr, local string }
+
+// configListeners are serve's listeners as a config file sets them, with
+// the fix for each: bind to loopback, or turn tokens on.
+func configListeners(listen, grpcListen string) ([]exposable, string) {
+	return []exposable{
+		{"listen", listen, "set listen to a loopback address (127.0.0.1:PORT)"},
+		{"grpc_listen", grpcListen, "set grpc_listen to a loopback address (127.0.0.1:PORT)"},
+	}, "set auth.tokens_file"
+}
+
 // warnExposed warns, on stderr and in the log, about each listener that
 // others can reach while anyone may use it: beyond loopback with no tokens.
-func warnExposed(stderr io.Writer, logger *slog.Logger, auth bool, listeners map[string]string) {
+// The warning says how to fix it: the listener's local fix, or authFix.
+func warnExposed(stderr io.Writer, logger *slog.Logger, auth bool, listeners []exposable, authFix string) {
 	if auth {
 		return
 	}
-	for name, addr := range listeners {
-		if addr == "" || isLoopback(addr) || strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, "@") {
+	for _, l := range listeners {
+		if l.addr == "" || isLoopback(l.addr) || strings.HasPrefix(l.addr, "/") || strings.HasPrefix(l.addr, "@") {
 			continue // a unix socket (GRPC_UDS) is this machine's only
 		}
-		fmt.Fprintf(stderr, "WARNING: %s %s is reachable beyond this machine and needs no token: anyone who reaches it can decide, reset and list limits. Set auth.tokens_file (docs/SECURITY.md).\n", name, addr)
-		logger.Warn("listening beyond loopback without authentication", "listener", name, "addr", addr)
+		fmt.Fprintf(stderr, "WARNING: %s %s is reachable beyond this machine and needs no token: anyone who reaches it can decide, reset and list limits. "+
+			"To keep it on this machine %s; to require tokens %s (docs/SECURITY.md).\n", l.name, l.addr, l.local, authFix)
+		logger.Warn("listening beyond loopback without authentication", "listener", l.name, "addr", l.addr)
 	}
 }
 

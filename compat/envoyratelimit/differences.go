@@ -101,6 +101,13 @@ var Differences = []Difference{
 			"failure_mode_deny decides, as for a folder that does not parse.",
 	},
 	{
+		Name: "invalid-utf8-decided",
+		What: "A request whose domain, descriptor keys or values hold invalid UTF-8 (Envoy copies header bytes 0x80-0xFF into descriptor values " +
+			"as they are) is decided, each invalid sequence read as U+FFFD, so values that differ only in their invalid bytes share one counter. " +
+			"The peer's gRPC library refuses to decode such a request and answers INTERNAL, which Envoy's default failure_mode_deny=false admits.",
+		Why: "Otherwise any client passes every limit by adding one byte such as 0xFF to a header a descriptor reads.",
+	},
+	{
 		Name: "health-follows-store",
 		What: "gRPC health and GET /healthcheck answer NOT_SERVING / 500 while the store is unreachable; the peer's follow Redis only with " +
 			"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true.",

@@ -13,12 +13,14 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 )
 
 // service is a running RLS service process: the peer, or floodgate as its
 // drop-in.
 type service struct {
 	client rlsv3.RateLimitServiceClient
+	conn   *grpc.ClientConn
 	http   string // its HTTP address (POST /json, GET /healthcheck, /metrics)
 }
 
@@ -71,5 +73,5 @@ func start(t *testing.T, what, bin string, env []string, p Ports, args ...string
 		t.Fatalf("%s: %v\n%s", what, err, log.String())
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &service{client: rlsv3.NewRateLimitServiceClient(conn), http: "127.0.0.1:" + strconv.Itoa(p.HTTP)}
+	return &service{client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, http: "127.0.0.1:" + strconv.Itoa(p.HTTP)}
 }

@@ -368,6 +368,9 @@ func sideBySide(t *testing.T, src string, bins [2]string, env []string, global s
 			t.Errorf("GET %s/healthcheck = %q, want OK", svc.http, body)
 		}
 	}
+	if len(env) == 0 && layout == oneRedis { // after diffStats: the peer counts nothing for these calls
+		t.Run("invalid UTF-8 in a value", func(t *testing.T) { ps.invalidUTF8(t) })
+	}
 	if global == "" && !spread { // with RUNTIME_WATCH_ROOT=true the peer reloads only when RUNTIME_ROOT is swapped
 		t.Run("reload: a new file in the watched folder", func(t *testing.T) { ps.reload(t, src, rules) })
 	}
