@@ -96,8 +96,14 @@ func TestServeEnvoyEnvRedisSettings(t *testing.T) {
 	if k := keys(mainSrv); !strings.Contains(k, "permin") || strings.Contains(k, "persec") {
 		t.Errorf("main Redis (unix socket) holds %q: want the per-minute rule's key only", k)
 	}
-	if k := keys(psSrv); !strings.Contains(k, "persec") || strings.Contains(k, "permin") {
-		t.Errorf("per-second Redis (TLS) holds %q: want the per-second rule's key only", k)
+	// The per-second rule's key lives for its one-second window, which a
+	// loaded machine may let pass before KEYS: the calls the per-second
+	// server ran say where it went instead.
+	if k := keys(psSrv); strings.Contains(k, "permin") {
+		t.Errorf("per-second Redis (TLS) holds %q: want no per-minute key", k)
+	}
+	if stats, err := psSrv.Do(t, "INFO", "commandstats").ToString(); err != nil || !strings.Contains(stats, "cmdstat_eval") {
+		t.Errorf("per-second Redis (TLS) ran no script (%v):\n%s", err, stats)
 	}
 	if !strings.Contains(logs.String(), "TLS hostname verification is off") {
 		t.Errorf("no warning about the skipped hostname verification in the log:\n%s", logs)
