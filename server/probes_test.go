@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -35,20 +34,7 @@ func TestProbes(t *testing.T) {
 	}
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
-	done := make(chan int)
-	go func() {
-		req, _ := http.NewRequest("POST", ts.URL+"/v1/check", bytes.NewBufferString(`{"rule":"api","key":"k"}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+decideToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			done <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := occupySlot(t, ts.URL, decideToken)
 	select {
 	case <-entered: // the one slot is taken
 	case <-time.After(10 * time.Second):

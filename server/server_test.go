@@ -369,17 +369,7 @@ func TestMaxInFlight(t *testing.T) {
 	}
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
-	done := make(chan int)
-	go func() {
-		resp, err := http.Post(ts.URL+"/v1/check", "application/json", bytes.NewBufferString(`{"rule":"api","key":"k"}`))
-		if err != nil {
-			done <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := occupySlot(t, ts.URL, "")
 	<-entered
 	// The one slot is taken: decisions follow their rule's failure mode
 	// without reaching the (blocked) store; probes and metrics still answer.
@@ -439,6 +429,31 @@ func TestMaxInFlight(t *testing.T) {
 	if strings.Contains(rec.Body.String(), "floodgate_store_errors_total") {
 		t.Errorf("requests the store was never asked about count as store errors")
 	}
+}
+
+// occupySlot sends one check of rule "api" (with token, if any) to the
+// server at url, whose store blocks it, and returns where its status
+// arrives (0 if it failed): it holds the server's one in-flight slot
+// meanwhile.
+func occupySlot(t *testing.T, url, token string) <-chan int {
+	t.Helper()
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", url+"/v1/check", bytes.NewBufferString(`{"rule":"api","key":"k"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	return done
 }
 
 type blockingStore struct {
