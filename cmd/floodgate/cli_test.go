@@ -206,6 +206,25 @@ func TestScriptsNameMatchesList(t *testing.T) {
 	}
 }
 
+// TestScriptsAllBlocksLoad: in `floodgate scripts`' listing of every
+// script, each block starts with the "#!lua" line Redis needs first, its
+// banner after it, so a block copied from one shebang to the next loads.
+func TestScriptsAllBlocksLoad(t *testing.T) {
+	out, _, code := cli(t, "scripts")
+	if code != 0 {
+		t.Fatal("scripts failed")
+	}
+	blocks := strings.Split(out, "\n#!lua")
+	if len(blocks) != 5 || !strings.HasPrefix(blocks[0], "#!lua") {
+		t.Fatalf("%d blocks; the listing starts %q", len(blocks), out[:min(len(out), 40)])
+	}
+	for i, b := range blocks {
+		if _, rest, _ := strings.Cut(b, "\n"); !strings.HasPrefix(rest, "-- ==== ") {
+			t.Errorf("block %d: the line after #!lua is not the banner: %q", i, rest[:min(len(rest), 40)])
+		}
+	}
+}
+
 // TestCheckURL: check --url asks a running server, so it sees what the
 // server counted; check on the memory store says it decides alone.
 func TestCheckURL(t *testing.T) {

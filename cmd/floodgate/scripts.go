@@ -15,8 +15,8 @@ import (
 )
 
 // runScripts prints one script as it is (its SHA1 is the one --list
-// shows), every script under a "-- ==== NAME ====" banner, or writes them
-// into a folder.
+// shows), every script with a "-- ==== NAME ====" banner after its first
+// line (the "#!lua" one Redis needs first), or writes them into a folder.
 func runScripts(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("scripts", "scripts [--out DIR] [--list] [NAME]", stderr)
 	out := fs.String("out", "", "write the .lua files into `dir` (created if missing) instead of printing them")
@@ -65,7 +65,11 @@ func runScripts(_ context.Context, args []string, stdout, stderr io.Writer) erro
 			if i > 0 {
 				fmt.Fprintln(stdout)
 			}
-			fmt.Fprintf(stdout, "-- ==== %s ====\n%s", n, scripts[n])
+			// The banner goes after the "#!lua" line, which Redis needs
+			// first: a block copied from its shebang to the next still
+			// loads (only its SHA1 differs from --list's).
+			first, rest, _ := strings.Cut(scripts[n], "\n")
+			fmt.Fprintf(stdout, "%s\n-- ==== %s ====\n%s", first, n, rest)
 		}
 	}
 	return nil
