@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,10 @@ const probeInterval = 200 * time.Millisecond
 // every call's deadline.
 const clockInterval = time.Second
 
+// oomRecent is how long Health warns after a node refused a script for
+// lack of memory.
+const oomRecent = 10 * time.Second
+
 // policyInterval is how often each node's maxmemory-policy is read again,
 // besides after connecting and after an outage.
 const policyInterval = time.Minute
@@ -82,6 +87,7 @@ type node struct {
 	evictWarn     atomic.Bool            // the evicting policy was already reported
 	configRefused atomic.Bool            // CONFIG GET was refused, and said so
 	oldVersion    atomic.Pointer[string] // the Redis version, when older than 7.0
+	oomAt         atomic.Int64           // when n last refused a script for lack of memory (store µs); 0: never
 	versionWarn   atomic.Bool            // the old version was already reported
 }
 
@@ -459,6 +465,9 @@ func (g *guard) leave(ctx context.Context, n *node, err error, mark uint64, own 
 	// command queued before this one, abandoned ones included.
 	g.releaseUpTo(n, mark)
 	g.release(n, 1)
+	if err != nil && strings.HasPrefix(err.Error(), "OOM") && isRedisReply(err) {
+		n.oomAt.Store(max(1, g.now())) // full: it answers, but every decision is an outage
+	}
 	if err == nil || isRedisReply(err) {
 		g.success(n)
 	} else {

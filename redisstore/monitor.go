@@ -352,6 +352,9 @@ func (s *Store) Health() floodgate.Health {
 		if e := n.lastErr.Load(); e != nil {
 			nh.LastError = *e
 		}
+		if at := n.oomAt.Load(); at != 0 && g.now()-at < oomRecent.Microseconds() {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("%s: Redis refused a decision for lack of memory (OOM: maxmemory reached under noeviction) in the last %s: decisions on its keys follow their failure mode until it has room", n.addr, oomRecent))
+		}
 		if v := n.oldVersion.Load(); v != nil {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("%s: Redis %s is older than 7.0, which the store's scripts need: every decision fails as a store error; upgrade Redis", n.addr, *v))
 		}

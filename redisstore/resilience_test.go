@@ -565,6 +565,11 @@ func TestOOMEveryAlgorithm(t *testing.T) {
 	if n, _ := do(t, client, "DBSIZE").AsInt64(); n != dbsize {
 		t.Errorf("DBSIZE %d over maxmemory, was %d: a refused script wrote", n, dbsize)
 	}
+	// The node answers, so its breaker stays closed, but Health (and so
+	// /readyz) says it is full.
+	if h := s.Health(); len(h.Warnings) != 1 || !strings.Contains(h.Warnings[0], "lack of memory") || !h.Available() {
+		t.Errorf("Health over maxmemory = %+v; want available, with a warning that Redis is full", h)
+	}
 }
 
 // TestLazyConnect: a store made with LazyConnect while Redis is down
