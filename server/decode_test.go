@@ -128,6 +128,13 @@ func TestServerErrorsAreProblems(t *testing.T) {
 		{"DELETE", "/v1/rules", "", 405},
 		{"POST", "/healthz", "", 405},
 		{"POST", "/v1/reset", `{"rule":"login","key":"` + strings.Repeat("x", server.MaxBodyBytes) + `"}`, 413},
+		// Paths ServeMux would redirect (a 307 without a body) are no
+		// endpoint, with the canonical path in the detail.
+		{"POST", "//v1/check", `{"rule":"login","key":"k"}`, 404},
+		{"POST", "/v1/./check", `{"rule":"login","key":"k"}`, 404},
+		{"GET", "//healthz", "", 404},
+		{"GET", "/v1/x/../rules", "", 404},
+		{"GET", "*", "", 404},
 	} {
 		rec := f.do(c.method, c.path, c.body)
 		if rec.Code != c.status || rec.Header().Get("Content-Type") != "application/problem+json" {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -104,6 +106,14 @@ func (s *Server) metricsHandler() http.Handler {
 // with its Allow header) with problem details instead of plain text.
 func problemsForUnrouted(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A path with empty, "." or ".." segments (or "*") is answered as no
+		// endpoint, with the canonical path, rather than redirected as
+		// ServeMux would (a 307 with no body, which a client re-sends
+		// its POST body to).
+		if p := r.URL.Path; p == "" || p[0] != '/' || canonical(p) != p {
+			problem.Error(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: write the path without empty, '.' or '..' segments (%s)", r.Method, p, canonical(p)))
+			return
+		}
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
 			h.ServeHTTP(w, r)
@@ -116,6 +126,16 @@ func problemsForUnrouted(mux *http.ServeMux) http.Handler {
 		}
 		problem.Error(w, probe.status, fmt.Sprintf("no endpoint %s %s; see GET /v1/rules and POST /v1/check", r.Method, r.URL.Path))
 	})
+}
+
+// canonical returns p cleaned as ServeMux would redirect to: rooted,
+// without empty, "." or ".." segments, keeping a trailing slash.
+func canonical(p string) string {
+	c := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
 }
 
 // statusProbe records the status and headers a handler writes.
