@@ -192,6 +192,7 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	if len(checks) == 0 {
 		return
 	}
+	caller := ctx
 	if e.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, e.timeout)
@@ -208,7 +209,7 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 		if err := checkCost(c); err != nil {
 			r.Outcomes[i] = Outcome{Verdict: Invalid, Err: err}
 			if c.Shadow {
-				shadows++ // reported with the others, never denying
+				e.report(ctx, c, &r.Outcomes[i]) // would refuse it: said, never denying
 			}
 			continue
 		}
@@ -269,7 +270,7 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 		}
 		e.finishFlights(checks, r.Outcomes)
 	}
-	e.conclude(ctx, checks, r)
+	e.conclude(ctx, checks, r, caller.Err() != nil)
 	// Shadow checks are skipped after an outage of an enforced one: they
 	// would wait out the store's timeout a second time.
 	if r.Verdict == Admitted && shadows > 0 && !outage {
@@ -285,10 +286,6 @@ func (e *Engine) decideShadows(ctx context.Context, checks []Check, out []Outcom
 	}
 	for i := range checks {
 		c, o := &checks[i], &out[i]
-		if o.Verdict == Invalid && c.Shadow {
-			e.report(ctx, c, o) // would refuse the request: said, never denying
-			continue
-		}
 		if !c.Shadow || c.CheckOnly || o.Err != nil {
 			continue
 		}
@@ -454,7 +451,13 @@ func rank(c *Check, o *Outcome) int {
 
 // conclude sets the request's verdict from the enforced checks' outcomes,
 // logs failures, and gives back what a request that is not admitted took.
-func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
+// When the caller's own context has ended (gone: its deadline, such as a
+// gRPC client's grpc-timeout, or its cancellation), a check the store could
+// not decide is not an outage to fail open on: the caller chose the time,
+// and a client that sends a deadline shorter than a round trip must not
+// pass a fail-open rule. Such a check denies as if it failed closed; one
+// decided locally (FailLocal) keeps its local decision.
+func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result, gone bool) {
 	best, bestRank := -1, 0
 	for i := range checks {
 		c, o := &checks[i], &r.Outcomes[i]
@@ -463,6 +466,9 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result) {
 		}
 		e.report(ctx, c, o)
 		k := rank(c, o)
+		if k == 0 && gone && o.Verdict == Unavailable && !o.Local {
+			k = 1
+		}
 		switch {
 		case k > bestRank:
 			best, bestRank = i, k

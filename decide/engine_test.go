@@ -573,3 +573,44 @@ func TestCheckOnly(t *testing.T) {
 		}
 	})
 }
+
+// TestCallerGone: a check the store could not decide because the caller's
+// own context ended (a client's deadline shorter than a round trip, or its
+// cancellation) never admits, even under a fail-open rule: otherwise any
+// client could pass a fail-open rule by sending a tiny grpc-timeout. The
+// engine's own deadline (Options.Timeout) is an outage, and a fail-open rule
+// admits then.
+func TestCallerGone(t *testing.T) {
+	check := []decide.Check{{Rule: "r", Key: "k", Limit: floodgate.PerMinute(1), Failure: decide.FailOpen}}
+	short := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), time.Millisecond)
+	}
+	cancelled := func() (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Millisecond, cancel)
+		return ctx, cancel
+	}
+	forever := func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }
+	for _, tc := range []struct {
+		name    string
+		ctx     func() (context.Context, context.CancelFunc)
+		timeout time.Duration
+		want    decide.Verdict
+	}{
+		{"the caller's deadline", short, 0, decide.Unavailable},
+		{"the caller went away", cancelled, 0, decide.Unavailable},
+		{"the engine's own deadline", forever, 20 * time.Millisecond, decide.Admitted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := decide.New(blocking{memory.New()}, decide.Options{Timeout: tc.timeout, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			if r := e.Decide(ctx, check); r.Verdict != tc.want || r.Outcomes[0].Verdict != decide.Unavailable {
+				t.Errorf("verdict %v (check %v), want %v", r.Verdict, r.Outcomes[0].Verdict, tc.want)
+			}
+		})
+	}
+}

@@ -106,13 +106,19 @@ func refusedSetUp(err error, cfg *Config) error {
 		}
 	}
 	field, value, fix := "Password", "(not shown)", "check the username and password (Config.Username, Config.Password)"
+	if cfg.mode() == ModeSentinel {
+		fix += ", and the Sentinels' own (Config.SentinelUsername, Config.SentinelPassword)"
+	}
 	switch {
+	case strings.HasPrefix(msg, "WRONGPASS"):
 	case strings.HasPrefix(msg, "NOAUTH"):
 		value, fix = "(empty)", "Redis requires a password: set Config.Password (and Config.Username for an ACL user)"
 	case strings.HasPrefix(msg, "NOPERM"):
 		field, value, fix = "Username", strconv.Quote(cfg.Username), "the ACL user lacks a command a connection starts with (HELLO, CLIENT, SELECT): grant them"
 	case strings.Contains(msg, "DB index"):
 		field, value, fix = "DB", strconv.Itoa(cfg.DB), "use a database number the server has (its `databases` setting; 0 to 15 by default)"
+	default:
+		field, value, fix = "Addrs", strconv.Quote(strings.Join(cfg.Addrs, ",")), "the server there refused the commands a connection starts with (HELLO, CLIENT SETNAME, SELECT): is it Redis 7 or later, and does its configuration allow them?"
 	}
 	return &ConfigError{Field: field, Value: value, Reason: fmt.Sprintf("is refused by Redis (%s): %s", msg, fix)}
 }

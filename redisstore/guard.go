@@ -273,16 +273,22 @@ func (g *guard) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 }
 
 // ownDeadline reports whether ctx's deadline, if it passes, says something
-// about the node: whether it is (about) the store's own timeout, not a
-// shorter one of the caller's. A gRPC client may send a grpc-timeout
+// about the node: whether it is (about) the store's own timeout, or at
+// least detachBelow, not a far shorter one of the caller's. A gRPC client may send a grpc-timeout
 // shorter than a round trip; its calls fail, but a healthy node must not be
 // counted as failing for them, or its breaker would open and fail every
 // other caller's decisions too. Calls under a shorter deadline go through
 // detached.
 func (g *guard) ownDeadline(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
-	return !ok || time.Until(dl) >= g.timeout-g.timeout/8
+	return !ok || time.Until(dl) >= min(g.timeout-g.timeout/8, detachBelow)
 }
+
+// detachBelow is the caller's deadline under which a call is detached: far
+// below any healthy round trip's worst case, far above none. Envoy's
+// default rate-limit timeout (20ms) stays on the direct path, which takes
+// no goroutine.
+const detachBelow = 10 * time.Millisecond
 
 // detached runs do, a call to rueidis that has its places in flight, under
 // the store's own timeout instead of ctx's shorter deadline, and returns

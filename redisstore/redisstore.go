@@ -392,12 +392,9 @@ const (
 
 // bounded returns ctx bounded by the store's timeout: ctx itself when its
 // own deadline comes first (as Envoy's, gRPC's grpc-timeout, sets one for
-// every call), so that a call sets one deadline, not two (the guard then
-// runs the call under the store's timeout and stops waiting at ctx's:
-// detached); otherwise the store's timeout, without ctx's cancellation: a
-// caller that goes away (a client that hung up) leaves the call to finish
-// within the timeout, so that its command's place in flight is given back
-// when the reply comes, not held until a later call's.
+// every call), so that a call sets one deadline, not two (the guard runs a
+// call whose deadline is far shorter under the store's timeout, and stops
+// waiting at ctx's: detached); otherwise a child of ctx with the timeout.
 func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Err() != nil {
 		return ctx, func() {} // gone already: nothing is sent
@@ -405,7 +402,7 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 // run executes limit's script for op on key under the store's timeout and
@@ -492,10 +489,17 @@ var outages = []string{
 // classify wraps err from a call under ctx: outages (timeouts, connection
 // failures, outage replies) match floodgate.ErrStoreUnavailable; other
 // Redis error replies match ErrScript.
+//
+// A script that refused to run past ctx's deadline (its DEADLINE reply) is
+// answered when ctx has ended: the deadline in Redis's clock is never
+// later than ctx's, so it may pass there a little earlier, and a caller
+// must see its own deadline passed (the engine then knows the caller chose
+// the time and denies, instead of failing open).
 func classify(ctx context.Context, what string, err error) error {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
 		msg := rerr.Error()
 		if strings.HasPrefix(msg, deadlineReply) {
+			<-ctx.Done()
 			return fmt.Errorf("%w: redisstore: %s: %w: %w", floodgate.ErrStoreUnavailable, what, context.DeadlineExceeded, err)
 		}
 		for _, p := range outages {

@@ -164,13 +164,14 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch args[0] {
 	case "validate":
-		fs := newFlagSet("config validate", "config validate [--connect] [--store-api] FILE", stderr)
+		fs := newFlagSet("config validate", "config validate [--connect] [--store-api] [--envoy-config DIR] FILE", stderr)
 		connect := fs.Bool("connect", false, "connect to the store too, as serve does when it starts (a Redis store must then be reachable)")
 		storeAPI := fs.Bool("store-api", false, "validate the file as serve --store-api reads it: store settings alone, with no rules, then serve remote stores")
+		envoyDir := fs.String("envoy-config", "", "validate the file as serve --envoy-config `dir` reads it: with Envoy's rule files from dir (then a file with no rules of its own is a server)")
 		if err := parseFlagsArgs(fs, args[1:], 1, 1); err != nil {
 			return err
 		}
-		plan, err := planServe(fs.Arg(0), serveOverrides{storeAPI: *storeAPI})
+		plan, err := planServe(fs.Arg(0), serveOverrides{storeAPI: *storeAPI, envoyConfig: *envoyDir})
 		if err != nil {
 			return err
 		}

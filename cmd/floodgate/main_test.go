@@ -124,6 +124,11 @@ func TestCommands(t *testing.T) {
 	_ = os.WriteFile(bad, []byte("rules:\n  - name: x\n    algorithm: fixed_window\n    limit: 0\n    window: 1s\n"), 0o600)
 	good := filepath.Join(dir, "good.yaml")
 	_ = os.WriteFile(good, []byte("rules:\n  - name: x\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n"), 0o600)
+	noRules := filepath.Join(dir, "no-rules.yaml")
+	_ = os.WriteFile(noRules, []byte("listen: 127.0.0.1:0\n"), 0o600)
+	envoyDir := filepath.Join(dir, "envoy")
+	_ = os.Mkdir(envoyDir, 0o700)
+	_ = os.WriteFile(filepath.Join(envoyDir, "config.yaml"), []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n"), 0o600)
 	cases := []struct {
 		name    string
 		args    []string
@@ -141,6 +146,8 @@ func TestCommands(t *testing.T) {
 		{"check no rule", []string{"check", "--key", "k"}, errUsage, ""},
 		{"config validate good", []string{"config", "validate", good}, nil, "ok"},
 		{"config validate bad", []string{"config", "validate", bad}, errAny, ""},
+		{"config validate no rules", []string{"config", "validate", noRules}, errAny, ""},
+		{"config validate no rules, Envoy's from a folder", []string{"config", "validate", "--envoy-config", envoyDir, noRules}, nil, "envoy rules for 1 domains"},
 		{"config example", []string{"config", "example"}, nil, "sliding_window_log"},
 		{"scripts all", []string{"scripts"}, nil, "-- ==== token_bucket.lua ===="},
 		{"scripts one", []string{"scripts", "sliding_window_log"}, nil, "KEYS[1]"},
