@@ -499,7 +499,9 @@ func classify(ctx context.Context, what string, err error) error {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
 		msg := rerr.Error()
 		if strings.HasPrefix(msg, deadlineReply) {
-			<-ctx.Done()
+			if _, ok := ctx.Deadline(); ok {
+				<-ctx.Done() // the store's calls always carry one: never forever
+			}
 			return fmt.Errorf("%w: redisstore: %s: %w: %w", floodgate.ErrStoreUnavailable, what, context.DeadlineExceeded, err)
 		}
 		for _, p := range outages {
