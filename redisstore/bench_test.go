@@ -422,7 +422,7 @@ func BenchmarkGuardCost(b *testing.B) {
 					b.Error(err)
 					return
 				}
-				s.guard.leave(ctx, n, nil, n.abandoned.Load(), own)
+				s.guard.leave(ctx, n, nil, n.abandoned.Load())
 			}
 		})
 	})

@@ -263,7 +263,7 @@ func (g *guard) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 	call := func(ctx context.Context) rueidis.RedisResult {
 		mark := n.abandoned.Load()
 		res := c.client.Do(ctx, cmd)
-		g.leave(ctx, n, res.Error(), mark, true)
+		g.leave(ctx, n, res.Error(), mark)
 		return res
 	}
 	if !own {
@@ -398,7 +398,7 @@ func (g *guard) sendMulti(ctx context.Context, c *connection, multi, send []ruei
 	for i := range multi {
 		if j := which[i]; j >= 0 && refused[j] == nil && !done[j] {
 			done[j] = true
-			g.leave(ctx, nodes[j], res[i].Error(), marks[j], true)
+			g.leave(ctx, nodes[j], res[i].Error(), marks[j])
 		}
 	}
 	return res
@@ -453,16 +453,17 @@ func (g *guard) openError(n *node) error {
 }
 
 // leave accounts for a call to n that entered when n had had mark
-// abandoned calls, and returned err. A call that passed the store's own
-// deadline (own) counts as a failure of n; one that passed a shorter
-// deadline of its caller's, or whose caller went away, does not.
-func (g *guard) leave(ctx context.Context, n *node, err error, mark uint64, own bool) {
+// abandoned calls, and returned err. A call that passed its deadline counts
+// as a failure of n (a far shorter deadline of the caller's never reaches
+// here: detached runs such calls under the store's own); one whose caller
+// went away does not.
+func (g *guard) leave(ctx context.Context, n *node, err error, mark uint64) {
 	if err != nil && ctx.Err() != nil && !isRedisReply(err) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		// The caller gave up; rueidis keeps the command in its ring until
 		// the reply comes or the connection ends, so its place stays taken
 		// until a later call hears back from n.
 		n.abandoned.Add(1)
-		if own && errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, context.DeadlineExceeded) {
 			g.failure(n, err)
 		}
 		return
