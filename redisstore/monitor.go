@@ -212,7 +212,9 @@ func (m *monitor) readPolicy(c *connection, n *node) {
 		return
 	}
 	policy := kv["maxmemory-policy"]
-	n.policy.Store(&policy)
+	// Stored after the warning is logged: whoever sees the policy in
+	// Health can also find it in the log.
+	defer n.policy.Store(&policy)
 	if evicts(policy) {
 		if !n.evictWarn.Swap(true) {
 			m.g.logger.Error("redisstore: Redis evicts keys under memory pressure (maxmemory-policy "+policy+"): an evicted key forgets its limit's history and admits again; use noeviction (docs/RESILIENCE.md)",
@@ -236,11 +238,11 @@ func (m *monitor) readVersion(ctx context.Context, client rueidis.Client, n *nod
 		n.oldVersion.Store(nil)
 		return
 	}
-	n.oldVersion.Store(&v)
 	if !n.versionWarn.Swap(true) {
 		m.g.logger.Error("redisstore: Redis "+v+" is older than 7.0, which the store's scripts need (their #!lua line): every decision fails as a store error and is never admitted; upgrade Redis",
 			"node", n.addr, "redis_version", v)
 	}
+	n.oldVersion.Store(&v) // after the log line, as readPolicy
 }
 
 // infoValue returns field's value in an INFO reply, or "".
