@@ -48,6 +48,10 @@ func (s *Service) count(set *ruleSet, dom *domain, desc *ratelimitv3.RateLimitDe
 	near := uint64(math.Floor(float64(float32(q) * float32(s.near))))
 	add(statTotalHits, h)
 	switch {
+	case o == outcomeLocalOK:
+		add(statWithinLimit, h) // against the local share: no near_limit
+	case o == outcomeLocalOverLimit:
+		add(statOverLimit, h)
 	case cached && o == outcomeOverLimit:
 		add(statOverLimit, h)
 		add(statOverLimitWithLocalCache, h)

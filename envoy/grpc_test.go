@@ -66,6 +66,97 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 5}
 `
 
+const localRules = `
+domain: local
+failure_mode: local
+instances: 4
+descriptors:
+  - key: inherit
+    rate_limit: {unit: hour, requests_per_unit: 8}
+  - key: own
+    rate_limit: {unit: hour, requests_per_unit: 8, local_share: 0.5}
+  - key: mode
+    rate_limit: {unit: hour, requests_per_unit: 8, failure_mode: local}
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 8, failure_mode: open}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 8}
+`
+
+// TestLocalFailureMode: failure_mode local in a rule file limits each
+// instance alone, at the rule's share of the limit or its domain's, while
+// the store is unavailable, and the shared limit applies again once it
+// answers.
+func TestLocalFailureMode(t *testing.T) {
+	for _, tc := range []struct {
+		key      string
+		admitted int // of 10 requests while the store is down
+	}{
+		{"inherit", 2}, // 8 / 4 instances, the domain's share
+		{"own", 4},     // the rule's own local_share: 0.5
+		{"mode", 2},    // its own failure_mode: local, the domain's share
+		{"open", 10},   // failure_mode open admits everyone
+		{"shadow", 10}, // shadow rules fail open
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			mem, _ := memoryStore()
+			e := start(t, &failingStore{Store: mem}, true, Options{}, localRules)
+			admitted := 0
+			for range 10 {
+				resp, err := e.client.ShouldRateLimit(context.Background(), request("local", desc(tc.key+"=down")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					admitted++
+				}
+			}
+			if admitted != tc.admitted {
+				t.Errorf("admitted %d of 10 while the store was down, want %d", admitted, tc.admitted)
+			}
+			if tc.key != "open" && tc.key != "shadow" {
+				okN := e.counter(t, "floodgate_envoy_descriptors_total", "outcome=local_ok")
+				overN := e.counter(t, "floodgate_envoy_descriptors_total", "outcome=local_over_limit")
+				errs := e.counter(t, "floodgate_envoy_store_errors_total")
+				if okN != float64(tc.admitted) || overN != float64(10-tc.admitted) || errs != 10 {
+					t.Errorf("metrics: local_ok %v, local_over_limit %v, store errors %v; want %d, %d, 10", okN, overN, errs, tc.admitted, 10-tc.admitted)
+				}
+			}
+			// Another value's store answers: the whole shared limit applies.
+			admitted = 0
+			for range 10 {
+				resp, err := e.client.ShouldRateLimit(context.Background(), request("local", desc(tc.key+"=up")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					admitted++
+				}
+			}
+			if want := map[bool]int{true: 10, false: 8}[tc.key == "shadow"]; admitted != want {
+				t.Errorf("admitted %d of 10 by the store, want %d", admitted, want)
+			}
+		})
+	}
+}
+
+// TestOptionsFailureMode: the service's default failure mode is one of
+// error, open and closed; local, which needs a share of each limit, is
+// refused there with the way to write it.
+func TestOptionsFailureMode(t *testing.T) {
+	mem, _ := memoryStore()
+	for mode, want := range map[string]string{
+		"local": "set failure_mode: local with local_share or instances in the rule files",
+		"ajar":  `failure mode "ajar" is not error, open, closed or local`,
+	} {
+		_, err := New(mem, &Rules{}, Options{FailureMode: mode})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("FailureMode %q: error %v, want it to say %q", mode, err, want)
+		}
+	}
+}
+
 func TestFailureModes(t *testing.T) {
 	const h = time.Hour
 	tests := []struct {

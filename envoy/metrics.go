@@ -133,7 +133,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "floodgate_envoy_descriptors_total",
 			Help: "Request descriptors by domain, matched rule (its key, as envoyproxy/ratelimit names it in its statistics) and outcome: " +
 				"ok, over_limit, shadow_over_limit, unlimited, blocked, no_rule, replaced, negative_hits, fail_open, fail_closed, fail_error, error, " +
-				"skipped (not asked: another descriptor decided the request first).",
+				"skipped (not asked: another descriptor decided the request first), local_ok, local_over_limit (failure_mode local: decided by this instance alone while the store was unavailable).",
 		}, []string{"domain", "descriptor", "outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "floodgate_envoy_request_duration_seconds",
@@ -142,7 +142,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_envoy_store_errors_total",
-			Help: "Descriptors the store could not decide in time (the rule's failure mode answered), and is_negative_hits give-backs that failed.",
+			Help: "Descriptors the store could not decide in time (the rule's failure mode answered, or this instance alone under failure_mode local), and is_negative_hits give-backs that failed.",
 		}),
 		refundErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_envoy_refund_errors_total",

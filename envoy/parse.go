@@ -266,20 +266,6 @@ func (p *parser) algorithm(n *yaml.Node, path string) (floodgate.Algorithm, bool
 	return alg, true
 }
 
-func (p *parser) failureMode(n *yaml.Node, path string) (failure, bool) {
-	s, ok := p.errs.String(n, path)
-	if !ok {
-		return failure{}, false
-	}
-	m, err := parseFailure(s)
-	if err != nil {
-		p.errs.Add(&ConfigError{Line: n.Line, Path: path, Value: strconv.Quote(s), Reason: "is not error, open or closed",
-			Fix: yamlfield.DidYouMean(s, []string{"error", "open", "closed"})})
-		return failure{}, false
-	}
-	return m, true
-}
-
 // file1 compiles one file's domain.
 func (p *parser) file1(data []byte) *domain {
 	doc, dec, err := yamlfield.Parse(data)
@@ -305,9 +291,14 @@ func (p *parser) file1(data []byte) *domain {
 	root := doc.Content[0]
 	d := &domain{source: p.file, root: keyTable{}}
 	var descriptors *yaml.Node
-	for _, e := range p.errs.Mapping(root, "", "domain", "descriptors", "algorithm", "failure_mode", "response_headers") {
+	var shares shareKeys
+	for _, e := range p.errs.Mapping(root, "", "domain", "descriptors", "algorithm", "failure_mode", "local_share", "instances", "response_headers") {
 		v := e.Value
 		switch e.Key.Value {
+		case "local_share":
+			shares.share = v
+		case "instances":
+			shares.instances = v
 		case "domain":
 			d.name, _ = p.errs.String(v, "domain")
 			p.domainLine = v.Line
@@ -317,6 +308,7 @@ func (p *parser) file1(data []byte) *domain {
 			p.alg, _ = p.algorithm(v, "algorithm")
 		case "failure_mode":
 			p.failure, _ = p.failureMode(v, "failure_mode")
+			shares.mode = v
 		case "response_headers":
 			d.headers, _ = p.errs.Bool(v, "response_headers")
 		}
@@ -324,6 +316,7 @@ func (p *parser) file1(data []byte) *domain {
 	if root.Kind != yaml.MappingNode {
 		return nil
 	}
+	p.localShare(&p.failure, shares, 0, "")
 	if d.name == "" {
 		p.errs.Report(max(p.domainLine, root.Line), "domain", `""`, "is required: name the domain Envoy's rate-limit filter sends")
 	}
@@ -460,6 +453,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 	r.setFailure(p.failure)
 	var (
 		unitNode, rpuNode, algNode, capNode *yaml.Node
+		shares                              shareKeys
 		replacesLine                        int
 		unitName                            string
 		alg                                 = p.alg
@@ -467,7 +461,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		ok                                  = true
 	)
 	errsBefore := p.errs.Len()
-	for _, e := range p.errs.Mapping(n, path, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "capacity", "failure_mode") {
+	for _, e := range p.errs.Mapping(n, path, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "capacity", "failure_mode", "local_share", "instances") {
 		v, f := e.Value, e.Path
 		switch e.Key.Value {
 		case "unit":
@@ -489,10 +483,19 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 			capNode = v
 			capacity = p.uint32v(v, f)
 		case "failure_mode":
+			shares.mode = v
 			if m, ok := p.failureMode(v, f); ok {
 				r.setFailure(m)
 			}
+		case "local_share":
+			shares.share = v
+		case "instances":
+			shares.instances = v
 		}
+	}
+	own := failure{mode: r.FailureMode, call: r.FailCall, set: r.failureSet}
+	if p.localShare(&own, shares, p.failure.share, path) {
+		r.LocalShare = own.share
 	}
 	if n.Kind != yaml.MappingNode || p.errs.Len() > errsBefore || !ok {
 		return r
@@ -557,7 +560,9 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 			reason = le.Reason
 		}
 		p.errs.Report(line, yamlfield.Join(path, field), value, reason+" (algorithm "+alg.String()+", unit "+unitName+")")
+		return r
 	}
+	p.usableShare(r, shares, path, line)
 	return r
 }
 

@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -18,40 +17,6 @@ import (
 // file whose domain names none: the reference's clock-aligned fixed window,
 // so files written for envoyproxy/ratelimit admit what they admitted there.
 const DefaultAlgorithm = floodgate.FixedWindow
-
-// failure is a failure_mode as rule files write it. "open" and "closed" are
-// the engine's modes; "error" is FailClosed to the engine (nothing is
-// admitted for the request), and the service then fails the whole call with
-// UNAVAILABLE, so that Envoy's failure_mode_deny decides, as with
-// envoyproxy/ratelimit.
-type failure struct {
-	mode decide.FailureMode
-	call bool // "error": an outage fails the call
-	set  bool // written in the file; else the Service's default applies
-}
-
-// errorMode is failure_mode error, the default.
-var errorMode = failure{mode: decide.FailClosed, call: true}
-
-// parseFailure returns the failure mode named s: error, open or closed.
-func parseFailure(s string) (failure, error) {
-	if s == "error" {
-		return failure{mode: decide.FailClosed, call: true, set: true}, nil
-	}
-	m, err := decide.ParseFailureMode(s)
-	if err != nil {
-		return failure{}, fmt.Errorf("failure mode %q is not error, open or closed", s)
-	}
-	return failure{mode: m, set: true}, nil
-}
-
-// String returns the mode's name: error, open or closed.
-func (f failure) String() string {
-	if f.call {
-		return "error"
-	}
-	return f.mode.String()
-}
 
 // units are the rate_limit units, shortest first, named as their RLS enum
 // values in lower case. The lengths are the reference's: a month is 30 days
@@ -152,6 +117,10 @@ type Rule struct {
 	// Options.FailureMode applies instead. Shadow rules always fail open.
 	FailureMode decide.FailureMode
 	FailCall    bool
+	// LocalShare is the share of the limit this instance enforces alone
+	// while the store is unavailable, under FailureMode FailLocal: the
+	// rule's local_share or 1/instances, or else its domain's.
+	LocalShare float64
 	// Source is where the rule was written: "file:line".
 	Source string
 
@@ -199,7 +168,7 @@ func (r *Rule) setFailure(f failure) {
 	if !f.set {
 		f = errorMode
 	}
-	r.FailureMode, r.FailCall, r.failureSet = f.mode, f.call, f.set
+	r.FailureMode, r.FailCall, r.LocalShare, r.failureSet = f.mode, f.call, f.share, f.set
 }
 
 // compilePolicy serializes the rule's RateLimit-Policy member: q is the

@@ -32,7 +32,8 @@ type Options struct {
 	// Default: none, the metrics are kept but not exported.
 	Registerer prometheus.Registerer
 	// FailureMode applies to rules whose file sets none, named as rule files
-	// name it: "error", "open" or "closed". Empty means "error": the call
+	// name it: "error", "open" or "closed" ("local" needs a share, which
+	// only a rule file gives). Empty means "error": the call
 	// fails with UNAVAILABLE and Envoy's failure_mode_deny decides, as with
 	// envoyproxy/ratelimit.
 	FailureMode string
@@ -159,6 +160,9 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		f, err := parseFailure(opts.FailureMode)
 		if err != nil {
 			return nil, fmt.Errorf("envoy: Options.FailureMode: %w", err)
+		}
+		if f.mode == decide.FailLocal {
+			return nil, errors.New(`envoy: Options.FailureMode "local" needs a share of each limit: set failure_mode: local with local_share or instances in the rule files instead`)
 		}
 		fail = f
 	}
@@ -366,7 +370,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		default:
 			d.check, d.fail = len(checks), s.failureOf(r)
 			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i], r),
-				Limit: r.Limit, Cost: d.cost, CheckOnly: d.peek, Failure: d.fail.mode,
+				Limit: r.Limit, Cost: d.cost, CheckOnly: d.peek, Failure: d.fail.mode, LocalShare: d.fail.share,
 				Shadow: r.ShadowMode || d.quota || s.shadow})
 		}
 	}
@@ -394,6 +398,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for i := range ds {
 		d := &ds[i]
 		st, outcome := s.status(d, &res, now, &bufs[i])
+		if d.kind == kindCheck && res.Outcomes[d.check].Local {
+			s.metrics.storeErrors.Inc() // the store could not decide it
+			outcome = outcome.local()
+		}
 		resp.Statuses[i] = st
 		switch {
 		case d.quota && d.over:
@@ -483,7 +491,7 @@ func match(dom *domain, descs []*ratelimitv3.RateLimitDescriptor, ds []descripto
 // failureOf returns the failure mode that applies to a rule.
 func (s *Service) failureOf(r *Rule) failure {
 	if r.failureSet {
-		return failure{mode: r.FailureMode, call: r.FailCall, set: true}
+		return failure{mode: r.FailureMode, call: r.FailCall, share: r.LocalShare, set: true}
 	}
 	return s.failure
 }

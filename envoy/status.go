@@ -31,14 +31,28 @@ const (
 	outcomeFailError
 	outcomeError
 	outcomeSkipped
+	outcomeLocalOK        // failure_mode local: this instance admitted alone
+	outcomeLocalOverLimit // failure_mode local: over the instance's share
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{"ok", "over_limit", "shadow_over_limit", "unlimited", "no_rule", "replaced", "blocked",
-	"negative_hits", "fail_open", "fail_closed", "fail_error", "error", "skipped"}
+	"negative_hits", "fail_open", "fail_closed", "fail_error", "error", "skipped", "local_ok", "local_over_limit"}
 
 // String returns the outcome's label value, such as "over_limit".
 func (o outcome) String() string { return outcomeNames[o] }
+
+// local returns the outcome of a check the engine decided locally, under
+// failure_mode local while the store was unavailable.
+func (o outcome) local() outcome {
+	switch o {
+	case outcomeOK:
+		return outcomeLocalOK
+	case outcomeOverLimit:
+		return outcomeLocalOverLimit
+	}
+	return o
+}
 
 // statusBuf holds a status and the parts it may point to, so that one
 // allocation makes a whole status.

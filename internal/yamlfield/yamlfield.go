@@ -284,30 +284,6 @@ func isBool(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && plainScalar(n) && n.ShortTag() == "!!bool"
 }
 
-// Uint returns the whole number n, between 0 and most, and reports any
-// other node or number.
-func (l *List) Uint(n *yaml.Node, path string, most uint64) (uint64, bool) {
-	var v uint64
-	decode := func(n *yaml.Node) error {
-		if n.ShortTag() != "!!int" {
-			return errors.New("not an integer")
-		}
-		if err := n.Decode(&v); err != nil {
-			return err
-		}
-		if v > most {
-			return errors.New("out of range")
-		}
-		return nil
-	}
-	if n.Kind != yaml.ScalarNode || decode(n) != nil {
-		l.Add(&Error{Line: n.Line, Path: path, Value: Describe(n), Reason: fmt.Sprintf("%s between 0 and %d", notWhole, most),
-			Fix: unquoteFix(n, decode)})
-		return 0, false
-	}
-	return v, true
-}
-
 // Lines holds the line of every path a Decode met: "store.timeout",
 // "rules[1]", "store.addrs[0]"; "" is the document.
 type Lines map[string]int

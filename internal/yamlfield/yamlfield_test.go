@@ -2,6 +2,7 @@ package yamlfield_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,34 @@ func TestListReaders(t *testing.T) {
 	l.Mapping(root(t, "- a\n"), "", "a")
 	if !strings.HasSuffix(l.Err().Error(), "f.yaml:1: a list is not a mapping") {
 		t.Errorf("not a mapping: %v", l.Err())
+	}
+}
+
+func TestListFloat(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want float64
+		err  string
+	}{
+		{"v: 0.25", 0.25, ""},
+		{"v: 1", 1, ""},
+		{"v: 1e-3", 0.001, ""},
+		{`v: "0.5"`, 0, `f.yaml:1: v: "0.5" is not a number; write it without quotes`},
+		{"v: half", 0, `f.yaml:1: v: "half" is not a number`},
+		{"v: .nan", 0, `f.yaml:1: v: ".nan" is not a number`},
+		{"v: -.inf", 0, `f.yaml:1: v: "-.inf" is not a number`},
+		{"v: [1]", 0, `f.yaml:1: v: a list is not a number`},
+	} {
+		l := &yamlfield.List{File: "f.yaml"}
+		for _, e := range l.Mapping(root(t, tc.src), "", "v") {
+			v, ok := l.Float(e.Value, e.Path)
+			if v != tc.want || ok != (tc.err == "") {
+				t.Errorf("%s: Float = %v, %v; want %v", tc.src, v, ok, tc.want)
+			}
+		}
+		if got := fmt.Sprint(l.Err()); tc.err != "" && got != tc.err || tc.err == "" && l.Err() != nil {
+			t.Errorf("%s: error %s, want %q", tc.src, got, tc.err)
+		}
 	}
 }
 
