@@ -70,7 +70,10 @@ type Store interface {
 	// its full quota: the sliding-window log drops its n newest entries, the
 	// bucket gets n tokens back (up to its capacity), and the window counters
 	// are decreased in the window that is current (a refund after the window
-	// has moved on changes nothing).
+	// has moved on changes nothing). An ErrStoreUnavailable from a remote
+	// store (a timeout, the caller's deadline) does not say the refund was
+	// not made: it may still reach the store, so a caller that retries may
+	// give back twice.
 	RefundN(ctx context.Context, key string, limit Limit, n int64) error
 	// Reset clears the state of key under limit's algorithm: the whole quota
 	// is available again.
