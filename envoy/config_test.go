@@ -86,9 +86,10 @@ func TestParseErrors(t *testing.T) {
 		{"misspelt failure_mode", "domain: d\nfailure_mode: opne\n", `f.yaml:2: failure_mode: "opne" is not error, open, closed or local; did you mean "open"?`},
 		{"empty descriptor", "domain: d\ndescriptors:\n  -\n", "f.yaml:3: descriptors[0]: nothing is not a mapping"},
 		{"local without a share", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4, failure_mode: local}\n",
-			`f.yaml:4: descriptors[0].rate_limit.failure_mode: local needs local_share (such as 0.25) or instances (such as 4) beside it: the share of the limit each instance enforces alone while the store is unavailable`},
-		{"domain local without a share", "domain: d\nfailure_mode: local\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4}\n",
-			`f.yaml:2: failure_mode: local needs local_share (such as 0.25) or instances (such as 4) beside it: the share of the limit each instance enforces alone while the store is unavailable`},
+			`f.yaml:4: descriptors[0].rate_limit.failure_mode: local needs local_share (such as 0.25) or instances (such as 4): the share of the limit each instance enforces alone while the store is unavailable; set one beside it, or on the domain`},
+		{"domain local without a share", "domain: d\nfailure_mode: local\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4}\n" +
+			"  - key: b\n    rate_limit: {unit: second, requests_per_unit: 4, local_share: 0.5}\n  - key: c\n    rate_limit: {unlimited: true}\n",
+			`f.yaml:5: descriptors[0].rate_limit: has failure_mode local from its domain (line 2) and needs local_share (such as 0.25) or instances (such as 4): the share of the limit each instance enforces alone while the store is unavailable; set one here, or on the domain`},
 		{"share without local", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4, failure_mode: open, local_share: 0.5}\n",
 			`f.yaml:4: descriptors[0].rate_limit.local_share: 0.5 applies to failure_mode: local only (this one's failure_mode is open)`},
 		{"instances without local, by default", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4, instances: 3}\n",

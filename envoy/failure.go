@@ -74,9 +74,9 @@ type shareKeys struct {
 
 // localShare sets f.share, the share of the limit failure_mode local
 // enforces on each instance, from k (written at path) or else inherited, the
-// domain's. local_share and instances apply to failure_mode local only, and
-// local needs one of them, at its level or the domain's. It reports what is
-// wrong and returns false.
+// domain's. local_share and instances apply to failure_mode local only (a
+// rule that needs a share and has none is reported by usableShare). It
+// reports what is wrong and returns false.
 func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path string) bool {
 	var share float64
 	var at *yaml.Node
@@ -120,21 +120,24 @@ func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path str
 	if share == 0 {
 		share = inherited
 	}
-	if share == 0 {
-		if k.mode != nil { // else the domain's failure_mode: local, reported there
-			p.errs.Report(k.mode.Line, yamlfield.Join(path, "failure_mode"), "local", "needs local_share (such as 0.25) or instances (such as 4) beside it: "+
-				"the share of the limit each instance enforces alone while the store is unavailable")
-		}
-		return false
-	}
 	f.share = share
 	return true
 }
 
-// usableShare reports a local share that r's limit cannot be divided by
-// (decide.LocalLimit), at the rate_limit on line written at path with k.
+// usableShare reports a rule that fails local without a share, or with one
+// its limit cannot be divided by (decide.LocalLimit): r's rate_limit, on
+// line, written at path with k. Only rules the store decides need a share.
 func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
-	if r.FailureMode != decide.FailLocal || r.LocalShare == 0 {
+	if r.FailureMode != decide.FailLocal {
+		return
+	}
+	if r.LocalShare == 0 {
+		const need = "needs local_share (such as 0.25) or instances (such as 4): the share of the limit each instance enforces alone while the store is unavailable"
+		if k.mode != nil {
+			p.errs.Report(k.mode.Line, yamlfield.Join(path, "failure_mode"), "local", need+"; set one beside it, or on the domain")
+		} else {
+			p.errs.Report(line, path, "", fmt.Sprintf("has failure_mode local from its domain (line %d) and %s; set one here, or on the domain", p.failureLine, need))
+		}
 		return
 	}
 	if _, err := decide.LocalLimit(r.Limit, r.LocalShare); err != nil {

@@ -229,12 +229,13 @@ func (d *domain) merge(next *domain) error {
 
 // parser compiles one file, collecting errors.
 type parser struct {
-	file       string
-	errs       yamlfield.List
-	domainLine int
-	domain     string
-	alg        floodgate.Algorithm
-	failure    failure
+	file        string
+	errs        yamlfield.List
+	domainLine  int
+	domain      string
+	alg         floodgate.Algorithm
+	failure     failure // the domain's failure_mode
+	failureLine int     // where it is written
 }
 
 // maxErrors bounds the errors reported per file.
@@ -308,7 +309,7 @@ func (p *parser) file1(data []byte) *domain {
 			p.alg, _ = p.algorithm(v, "algorithm")
 		case "failure_mode":
 			p.failure, _ = p.failureMode(v, "failure_mode")
-			shares.mode = v
+			p.failureLine, shares.mode = v.Line, v
 		case "response_headers":
 			d.headers, _ = p.errs.Bool(v, "response_headers")
 		}
