@@ -102,17 +102,20 @@ func TestLocalFailureMode(t *testing.T) {
 		t.Run(tc.key, func(t *testing.T) {
 			mem, _ := memoryStore()
 			e := start(t, &failingStore{Store: mem}, true, Options{}, localRules)
-			admitted := 0
-			for range 10 {
-				resp, err := e.client.ShouldRateLimit(context.Background(), request("local", desc(tc.key+"=down")))
-				if err != nil {
-					t.Fatal(err)
+			// admitted sends 10 requests for the value, and counts the OKs.
+			admitted := func(value string) (n int) {
+				for range 10 {
+					resp, err := e.client.ShouldRateLimit(context.Background(), request("local", desc(tc.key+"="+value)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+						n++
+					}
 				}
-				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
-					admitted++
-				}
+				return n
 			}
-			if admitted != tc.admitted {
+			if admitted := admitted("down"); admitted != tc.admitted {
 				t.Errorf("admitted %d of 10 while the store was down, want %d", admitted, tc.admitted)
 			}
 			if tc.key != "open" && tc.key != "shadow" {
@@ -124,17 +127,7 @@ func TestLocalFailureMode(t *testing.T) {
 				}
 			}
 			// Another value's store answers: the whole shared limit applies.
-			admitted = 0
-			for range 10 {
-				resp, err := e.client.ShouldRateLimit(context.Background(), request("local", desc(tc.key+"=up")))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
-					admitted++
-				}
-			}
-			if want := map[bool]int{true: 10, false: 8}[tc.key == "shadow"]; admitted != want {
+			if admitted, want := admitted("up"), map[bool]int{true: 10, false: 8}[tc.key == "shadow"]; admitted != want {
 				t.Errorf("admitted %d of 10 by the store, want %d", admitted, want)
 			}
 		})
