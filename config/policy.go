@@ -49,23 +49,15 @@ type Rule struct {
 }
 
 // localShare returns the rule's local share, from local_share or
-// instances, or the key that is wrong.
+// instances (decide.ShareOf), or the key that is wrong.
 func (r Rule) localShare() (float64, *badKey) {
-	switch {
-	case r.LocalShare != 0 && r.Instances != 0:
-		return 0, &badKey{"instances", fmt.Sprint(r.Instances), "cannot be used together with local_share; set one of them"}
-	case r.Instances < 0:
-		return 0, &badKey{"instances", fmt.Sprint(r.Instances), "must be at least 1"}
-	case r.FailureMode != decide.FailLocal && r.LocalShare != 0:
-		return 0, &badKey{"local_share", fmt.Sprint(r.LocalShare), "applies to failure_mode: local only"}
-	case r.FailureMode != decide.FailLocal && r.Instances != 0:
-		return 0, &badKey{"instances", fmt.Sprint(r.Instances), "applies to failure_mode: local only"}
-	case r.FailureMode == decide.FailLocal && r.LocalShare == 0 && r.Instances == 0:
-		return 0, &badKey{"failure_mode", "local", "needs local_share (such as 0.25) or instances (such as 4): the share of the limit each instance enforces alone while the store is unavailable"}
-	case r.Instances != 0:
-		return 1 / float64(r.Instances), nil
+	share, err := decide.ShareOf(r.FailureMode, r.LocalShare, int64(r.Instances))
+	var fe *decide.FieldError
+	if !errors.As(err, &fe) {
+		return share, nil
 	}
-	return r.LocalShare, nil
+	key := map[string]string{"LocalShare": "local_share", "Instances": "instances", "Failure": "failure_mode"}[fe.Field]
+	return 0, &badKey{key, fe.Value, fe.Reason}
 }
 
 // RateLimit returns the floodgate.Limit the rule's fields describe. The

@@ -55,7 +55,7 @@ func TestLocalFallbackErrors(t *testing.T) {
 		{"both", head + "    failure_mode: local\n    local_share: 0.5\n    instances: 2\n", "f.yaml: line 8: rules[0].instances: 2 cannot be used together with local_share"},
 		{"share without local", head + "    local_share: 0.5\n", "f.yaml: line 6: rules[0].local_share: 0.5 applies to failure_mode: local only"},
 		{"instances without local", head + "    failure_mode: closed\n    instances: 3\n", "f.yaml: line 7: rules[0].instances: 3 applies to failure_mode: local only"},
-		{"share too big", head + "    failure_mode: local\n    local_share: 1.5\n", "f.yaml: line 7: rules[0].local_share: 1.5 is not a usable share of the limit: decide: local share 1.5 must be above 0 and at most 1"},
+		{"share too big", head + "    failure_mode: local\n    local_share: 1.5\n", "f.yaml: line 7: rules[0].local_share: 1.5 must be above 0 and at most 1 (0.25: each instance enforces a quarter of the limit)"},
 		{"negative instances", head + "    failure_mode: local\n    instances: -2\n", "f.yaml: line 7: rules[0].instances: -2 must be at least 1"},
 		{"unknown mode", head + "    failure_mode: lokal\n", `failure mode "lokal" is not open, closed or local`},
 		{"bad local_cache", head + "    local_cache: maybe\n", "rules[0].local_cache"},

@@ -34,10 +34,52 @@ func CheckRule(limit floodgate.Limit, failure FailureMode, localShare float64) [
 	if localShare != 0 && limitErr == nil {
 		if _, err := LocalLimit(limit, localShare); err != nil {
 			errs = append(errs, FieldError{Field: "LocalShare", Value: strconv.FormatFloat(localShare, 'g', -1, 64),
-				Reason: "is not a usable share of the limit: " + err.Error(), Err: err})
+				Reason: "is not a usable share of the limit: " + strings.TrimPrefix(err.Error(), "decide: "), Err: err})
 		}
 	}
 	return errs
+}
+
+// ShareOf returns the local share of a rule written in a file, where a
+// rule of failure mode local sets either its share of the limit (above 0,
+// at most 1) or the number of instances that share the store (at least 1:
+// a share of 1/instances). Zero means not written. A rule of another
+// failure mode sets neither, and its share is 0; a local rule with neither
+// is an error (the engine would take a share of 0 as the whole limit, which
+// a file means only by local_share: 1). The error is a *FieldError naming
+// LocalShare, Instances, or Failure for a local rule that has no share.
+// Both YAML dialects, floodgate's and Envoy's rule files, read a share
+// through it, so the same mistake gets the same answer.
+func ShareOf(failure FailureMode, share float64, instances int64) (float64, error) {
+	shareValue := strconv.FormatFloat(share, 'g', -1, 64)
+	switch {
+	case share != 0 && instances != 0:
+		return 0, &FieldError{Field: "Instances", Value: strconv.FormatInt(instances, 10), Reason: "cannot be used together with local_share; set one of them"}
+	case instances < 0:
+		return 0, &FieldError{Field: "Instances", Value: strconv.FormatInt(instances, 10), Reason: "must be at least 1"}
+	case share != 0 && !(share > 0 && share <= 1): // NaN too
+		return 0, &FieldError{Field: "LocalShare", Value: shareValue, Reason: "must be above 0 and at most 1 (0.25: each instance enforces a quarter of the limit)"}
+	case failure != FailLocal && share != 0:
+		return 0, &FieldError{Field: "LocalShare", Value: shareValue, Reason: "applies to failure_mode: local only"}
+	case failure != FailLocal && instances != 0:
+		return 0, &FieldError{Field: "Instances", Value: strconv.FormatInt(instances, 10), Reason: "applies to failure_mode: local only"}
+	case failure != FailLocal:
+		return 0, nil
+	case instances != 0:
+		return 1 / float64(instances), nil
+	case share == 0:
+		return 0, &FieldError{Field: "Failure", Value: "local", Reason: "needs local_share (such as 0.25) or instances (such as 4): " +
+			"the share of the limit each instance enforces alone while the store is unavailable"}
+	}
+	return share, nil
+}
+
+// Error returns the field, its value and the reason.
+func (e *FieldError) Error() string {
+	if e.Value == "" {
+		return e.Field + " " + e.Reason
+	}
+	return e.Field + " " + e.Value + " " + e.Reason
 }
 
 // CheckRuleName returns why name cannot name a rule of the library front

@@ -1,6 +1,8 @@
 package decide_test
 
 import (
+	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +54,42 @@ func TestCheckRuleNameAndKeyPrefix(t *testing.T) {
 		if got := decide.CheckKeyPrefix(prefix); (got == "") != ok {
 			t.Errorf("CheckKeyPrefix(%q) = %q", prefix, got)
 		}
+	}
+}
+
+// TestShareOf: a rule file's local_share and instances, read once for both
+// YAML dialects.
+func TestShareOf(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failure   decide.FailureMode
+		share     float64
+		instances int64
+		want      float64
+		field     string // of the *FieldError; "" for none
+	}{
+		{"a share", decide.FailLocal, 0.25, 0, 0.25, ""},
+		{"the whole limit", decide.FailLocal, 1, 0, 1, ""},
+		{"instances", decide.FailLocal, 0, 4, 0.25, ""},
+		{"neither, open", decide.FailOpen, 0, 0, 0, ""},
+		{"local with neither", decide.FailLocal, 0, 0, 0, "Failure"},
+		{"both", decide.FailLocal, 0.5, 2, 0, "Instances"},
+		{"negative instances", decide.FailLocal, 0, -2, 0, "Instances"},
+		{"share above 1", decide.FailLocal, 1.5, 0, 0, "LocalShare"},
+		{"negative share", decide.FailLocal, -0.5, 0, 0, "LocalShare"},
+		{"NaN share", decide.FailLocal, math.NaN(), 0, 0, "LocalShare"},
+		{"share, closed", decide.FailClosed, 0.5, 0, 0, "LocalShare"},
+		{"instances, open", decide.FailOpen, 0, 3, 0, "Instances"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decide.ShareOf(tc.failure, tc.share, tc.instances)
+			var fe *decide.FieldError
+			if errors.As(err, &fe) != (tc.field != "") || fe != nil && fe.Field != tc.field {
+				t.Fatalf("ShareOf = %v, %v; want a FieldError on %q", got, err, tc.field)
+			}
+			if err == nil && got != tc.want {
+				t.Errorf("ShareOf = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -73,66 +74,79 @@ type shareKeys struct {
 }
 
 // localShare sets f.share, the share of the limit failure_mode local
-// enforces on each instance, from k (written at path) or else inherited, the
-// domain's. local_share and instances apply to failure_mode local only (a
-// rule that needs a share and has none is reported by usableShare). It
-// reports what is wrong and returns false.
+// enforces on each instance, from k (written at path, read by
+// decide.ShareOf as floodgate's own config reads it) or else inherited, the
+// domain's. A rule that fails local with no share at all is reported by
+// usableShare, since only rules the store decides need one. It reports what
+// is wrong and returns false.
 func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path string) bool {
 	var share float64
-	var at *yaml.Node
-	atKey := "local_share"
-	switch {
-	case k.share != nil && k.instances != nil:
-		p.errs.Report(k.instances.Line, yamlfield.Join(path, "instances"), k.instances.Value, "cannot be used together with local_share; set one of them")
-		return false
-	case k.share != nil:
-		v, ok := p.errs.Float(k.share, yamlfield.Join(path, "local_share"))
-		if !ok {
-			return false
-		}
-		if !(v > 0 && v <= 1) {
-			p.errs.Report(k.share.Line, yamlfield.Join(path, "local_share"), k.share.Value, "must be above 0 and at most 1 (0.25: each instance enforces a quarter of the limit)")
-			return false
-		}
-		share, at = v, k.share
-	case k.instances != nil:
-		v, ok := p.errs.Uint(k.instances, yamlfield.Join(path, "instances"), math.MaxUint32)
-		if !ok {
-			return false
-		}
-		if v == 0 {
-			p.errs.Report(k.instances.Line, yamlfield.Join(path, "instances"), "0", "must be at least 1")
-			return false
-		}
-		share, at, atKey = 1/float64(v), k.instances, "instances"
+	var instances int64
+	ok := true
+	if k.share != nil {
+		share, ok = p.errs.Float(k.share, yamlfield.Join(path, "local_share"))
 	}
-	if f.mode != decide.FailLocal {
-		if at != nil {
-			why := "(this one's failure_mode is " + f.String() + ")"
-			if !f.set {
-				why = "(failure_mode is not set here or on the domain)"
-			}
-			p.errs.Report(at.Line, yamlfield.Join(path, atKey), at.Value, "applies to failure_mode: local only "+why)
-			return false
-		}
+	if k.instances != nil {
+		var okInstances bool
+		instances, okInstances = p.wholeNumber(k.instances, yamlfield.Join(path, "instances"))
+		ok = ok && okInstances
+	}
+	if !ok {
+		return false
+	}
+	got, err := decide.ShareOf(f.mode, share, instances)
+	var fe *decide.FieldError
+	switch {
+	case err == nil:
+		f.share = got
+		return true
+	case !errors.As(err, &fe):
+		p.errs.Report(0, path, "", err.Error())
+		return false
+	case fe.Field == "Failure": // local without a share of its own
+		f.share = inherited
 		return true
 	}
-	if share == 0 {
-		share = inherited
+	key, node := "local_share", k.share
+	if fe.Field == "Instances" {
+		key, node = "instances", k.instances
 	}
-	f.share = share
-	return true
+	reason := fe.Reason
+	if strings.HasPrefix(reason, "applies to") {
+		reason += " (this one's failure_mode is " + f.String() + ")"
+		if !f.set {
+			reason = fe.Reason + " (failure_mode is not set here or on the domain)"
+		}
+	}
+	line := 0
+	if node != nil {
+		line = node.Line
+	}
+	p.errs.Report(line, yamlfield.Join(path, key), fe.Value, reason)
+	return false
+}
+
+// wholeNumber reads a whole number, negative ones too (decide.ShareOf says
+// what is wrong with them), and reports any other node.
+func (p *parser) wholeNumber(n *yaml.Node, path string) (int64, bool) {
+	var v int64
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" && n.Decode(&v) == nil {
+		return v, true
+	}
+	_, ok := p.errs.Uint(n, path, math.MaxInt64) // reports it
+	return 0, ok
 }
 
 // usableShare reports a rule that fails local without a share, or with one
-// its limit cannot be divided by (decide.LocalLimit): r's rate_limit, on
+// its limit cannot be divided by (decide.CheckRule): r's rate_limit, on
 // line, written at path with k. Only rules the store decides need a share.
 func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
 	if r.FailureMode != decide.FailLocal {
 		return
 	}
 	if r.LocalShare == 0 {
-		const need = "needs local_share (such as 0.25) or instances (such as 4): the share of the limit each instance enforces alone while the store is unavailable"
+		_, err := decide.ShareOf(decide.FailLocal, 0, 0)
+		need := strings.TrimPrefix(err.Error(), "Failure local ")
 		if k.mode != nil {
 			p.errs.Report(k.mode.Line, yamlfield.Join(path, "failure_mode"), "local", need+"; set one beside it, or on the domain")
 		} else {
@@ -140,16 +154,19 @@ func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
 		}
 		return
 	}
-	if _, err := decide.LocalLimit(r.Limit, r.LocalShare); err != nil {
+	for _, fe := range decide.CheckRule(r.Limit, r.FailureMode, r.LocalShare) {
+		if fe.Field != "LocalShare" {
+			continue // the limit's own errors are reported where it is read
+		}
 		// The share is the rule's own or its domain's: name the one written.
 		field, node := "local_share", k.share
 		if node == nil && k.instances != nil {
 			field, node = "instances", k.instances
 		}
-		at, value, whose := line, strconv.FormatFloat(r.LocalShare, 'g', -1, 64), "the domain's share "
+		at, value, whose := line, fe.Value, "the domain's share "
 		if node != nil {
 			at, value, whose = node.Line, node.Value, ""
 		}
-		p.errs.Report(at, yamlfield.Join(path, field), value, whose+"cannot be used: "+strings.TrimPrefix(err.Error(), "decide: "))
+		p.errs.Report(at, yamlfield.Join(path, field), value, whose+fe.Reason)
 	}
 }
