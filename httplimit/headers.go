@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -67,19 +66,9 @@ func (l *Limiter) writeHeaders(h http.Header, rules []*rule, res *decide.Result)
 	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.now())
 }
 
-// quotaTitle is the title of the quota-exceeded problem type, as the draft
-// registers it.
-const quotaTitle = "Request cannot be satisfied as assigned quota has been exceeded"
-
 // quotaProblem renders a rule's 429 body once, at New.
 func quotaProblem(name string, l floodgate.Limit) []byte {
-	body, err := json.Marshal(problem.Details{
-		Type:             problem.QuotaExceeded,
-		Title:            quotaTitle,
-		Status:           http.StatusTooManyRequests,
-		Detail:           fmt.Sprintf("The request exceeds the quota of policy %q: %s. Retry after the number of seconds in Retry-After.", name, l),
-		ViolatedPolicies: []string{name},
-	})
+	body, err := json.Marshal(problem.Quota(http.StatusTooManyRequests, name, l.String()))
 	if err != nil { // cannot happen: every field marshals
 		body = []byte(`{"type":"` + problem.QuotaExceeded + `","status":429}`)
 	}

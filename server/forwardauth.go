@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/floodgate-rl/floodgate/internal/problem"
@@ -37,11 +36,5 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 		return
 	}
 	w.Header()["Cache-Control"] = []string{"no-store"}
-	problem.Write(w, problem.Details{
-		Type:             problem.QuotaExceeded,
-		Title:            "Too Many Requests",
-		Status:           p.denyStatus,
-		Detail:           fmt.Sprintf("rule %q: limit of %s exceeded", rl.Name, rl.Limit),
-		ViolatedPolicies: []string{rl.Name},
-	})
+	problem.Write(w, problem.Quota(p.denyStatus, rl.Name, rl.Limit.String()))
 }

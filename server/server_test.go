@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -250,6 +252,18 @@ func TestForwardAuth(t *testing.T) {
 	}
 	if got := fa("10.1.2.3:5555", "198.51.100.7"); got != 403 {
 		t.Fatalf("4th request: %d, want the configured 403", got)
+	}
+	// The denial's body is the middleware's problem, at the deny status.
+	req := httptest.NewRequest("GET", "/v1/forward-auth?rule=login", nil)
+	req.RemoteAddr, req.Header["X-Forwarded-For"] = "10.1.2.3:5555", []string{"198.51.100.7"}
+	denied := httptest.NewRecorder()
+	f.h.ServeHTTP(denied, req)
+	var got problem.Details
+	if err := json.Unmarshal(denied.Body.Bytes(), &got); err != nil || denied.Header().Get("Content-Type") != problem.ContentType {
+		t.Fatalf("denial body %q (%v), Content-Type %q", denied.Body, err, denied.Header().Get("Content-Type"))
+	}
+	if want := problem.Quota(403, "login", floodgate.NewLimit(floodgate.SlidingWindowLog, 3, time.Minute).String()); !reflect.DeepEqual(got, want) {
+		t.Errorf("denial body %+v, want %+v", got, want)
 	}
 	// A client spoofing the victim's address directly is keyed on its own.
 	if got := fa("203.0.113.9:1234", "198.51.100.7"); got != 200 {

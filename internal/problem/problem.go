@@ -6,6 +6,7 @@ package problem
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 )
@@ -16,6 +17,18 @@ const ContentType = "application/problem+json"
 // QuotaExceeded is the problem type of a request over its rate limit, from
 // the IETF RateLimit header fields draft.
 const QuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// QuotaExceededTitle is the title the draft registers for QuotaExceeded.
+const QuotaExceededTitle = "Request cannot be satisfied as assigned quota has been exceeded"
+
+// Quota returns the problem of a request that policy (a rule's name)
+// denied: status is 429, or a forward-auth deny status; limit describes
+// the rule's limit. Every front end's denial body is this one.
+func Quota(status int, policy, limit string) Details {
+	return Details{Type: QuotaExceeded, Title: QuotaExceededTitle, Status: status,
+		Detail:           fmt.Sprintf("The request exceeds the quota of policy %q: %s. Retry after the number of seconds in Retry-After.", policy, limit),
+		ViolatedPolicies: []string{policy}}
+}
 
 // Details is an RFC 9457 problem. Type defaults to "about:blank" and Title to
 // the status text.
