@@ -3,6 +3,8 @@ package splitstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,5 +186,80 @@ func TestBatchRefundFails(t *testing.T) {
 	}
 	if got := remaining(t, ps, "s", sec); got != 2 {
 		t.Fatalf("per-second store: %d remain, want 2 (the failed refund left the item recorded)", got)
+	}
+}
+
+// TestBatchAcrossStoresConcurrent: 64 goroutines send batches of three
+// items, two in the main store (a key shared by all, one per goroutine)
+// and one in the per-second store (one per group of eight), with quotas
+// that let every rule deny. The batches a side denies are given back on
+// the other, so each key ends holding exactly the batches its callers saw
+// admitted in full, and the shared key no more than its quota.
+func TestBatchAcrossStoresConcurrent(t *testing.T) {
+	const goroutines, groupSize, each = 64, 8, 30
+	clock := clocktest.NewManual(time.Date(2030, 1, 7, 0, 0, 30, 0, time.UTC)) // time stands still
+	main, ps := memory.New(memory.WithClock(clock)), memory.New(memory.WithClock(clock))
+	s, _ := splitstore.New(main, ps)
+	shared := floodgate.NewLimit(floodgate.SlidingWindowLog, 90, time.Hour)
+	group := floodgate.NewLimit(floodgate.TokenBucket, 12, time.Second)
+	own := floodgate.NewLimit(floodgate.FixedWindow, 2, time.Minute)
+	var (
+		mu       sync.Mutex
+		sharedN  int
+		groupN   [goroutines / groupSize]int
+		ownN     [goroutines]int
+		deniedBy [3]int
+		wg       sync.WaitGroup
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			items := []floodgate.BatchItem{
+				{Key: "shared", Limit: shared, Cost: 1},
+				{Key: "group/" + strconv.Itoa(g/groupSize), Limit: group, Cost: 1},
+				{Key: "own/" + strconv.Itoa(g), Limit: own, Cost: 1},
+			}
+			res := make([]floodgate.BatchResult, len(items))
+			for range each {
+				s.AllowBatch(context.Background(), items, res)
+				mu.Lock()
+				all := true
+				for i, r := range res {
+					if r.Err != nil || r.RefundErr != nil {
+						t.Errorf("item %d: %+v", i, r)
+					}
+					if !r.Decision.Allowed {
+						all, deniedBy[i] = false, deniedBy[i]+1
+					}
+				}
+				if all {
+					sharedN++
+					groupN[g/groupSize]++
+					ownN[g]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	used := func(store floodgate.Store, key string, l floodgate.Limit) int {
+		return int(l.Quota - remaining(t, store, key, l))
+	}
+	if got := used(main, "shared", shared); got != sharedN || sharedN > int(shared.Quota) {
+		t.Errorf("shared key holds %d, callers saw %d batches admitted (quota %d)", got, sharedN, shared.Quota)
+	}
+	for i, n := range groupN {
+		if got := used(ps, "group/"+strconv.Itoa(i), group); got != n {
+			t.Errorf("group key %d holds %d, callers saw %d", i, got, n)
+		}
+	}
+	for i, n := range ownN {
+		if got := used(main, "own/"+strconv.Itoa(i), own); got != n {
+			t.Errorf("own key %d holds %d, callers saw %d", i, got, n)
+		}
+	}
+	for i, rule := range []string{"shared", "group", "own"} {
+		if deniedBy[i] == 0 {
+			t.Errorf("the %s rule never denied: the quotas do not exercise it", rule)
+		}
 	}
 }
