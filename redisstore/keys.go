@@ -12,12 +12,21 @@ import (
 // longer ones are hashed, so keys stay bounded.
 const maxPlainIdentity = 128
 
-// suffixes name each algorithm's key after the hash tag.
-var suffixes = [...]string{
-	floodgate.SlidingWindowLog:     "swl",
-	floodgate.TokenBucket:          "tb",
-	floodgate.SlidingWindowCounter: "swc",
-	floodgate.FixedWindow:          "fw",
+// suffixes name each algorithm's key after the hash tag, indexed by
+// algorithm: the initials of the words of its name ("swl" for
+// sliding_window_log, "tb", "swc", "fw"), so that a new algorithm needs no
+// entry here (TestKeySuffixes keeps them distinct).
+var suffixes = keySuffixes()
+
+func keySuffixes() []string {
+	algs := floodgate.Algorithms()
+	out := make([]string, algs[len(algs)-1]+1)
+	for _, a := range algs {
+		for word := range strings.SplitSeq(a.String(), "_") {
+			out[a] += word[:1]
+		}
+	}
+	return out
 }
 
 // Key returns the Redis key that holds the state of identity under

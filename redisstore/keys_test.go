@@ -65,6 +65,25 @@ func TestKeyLayout(t *testing.T) {
 	}
 }
 
+// TestKeySuffixes: every algorithm's keys end in a suffix of its own, and
+// the four first ones keep the suffixes their stored keys have always had.
+func TestKeySuffixes(t *testing.T) {
+	seen := map[string]floodgate.Algorithm{}
+	for _, a := range floodgate.Algorithms() {
+		sfx := suffixes[a]
+		if prev, dup := seen[sfx]; dup || sfx == "" {
+			t.Errorf("%s and %s share the key suffix %q: give the new algorithm a name whose words have other initials", prev, a, sfx)
+		}
+		seen[sfx] = a
+	}
+	for a, want := range map[floodgate.Algorithm]string{floodgate.SlidingWindowLog: "swl", floodgate.TokenBucket: "tb",
+		floodgate.SlidingWindowCounter: "swc", floodgate.FixedWindow: "fw"} {
+		if suffixes[a] != want {
+			t.Errorf("%s: suffix %q, want %q (the keys already stored)", a, suffixes[a], want)
+		}
+	}
+}
+
 // TestKeyProperties: for every identity, all keys share one non-empty,
 // brace-free hash tag, which is that of every identity holding the same
 // tag of its own; distinct identities never share a key; keys stay
