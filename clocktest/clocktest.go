@@ -2,8 +2,8 @@
 // to, for tests and simulations: give it to a store (memory.WithClock) or a
 // front end, and step time instead of sleeping.
 //
-// Room: helpers (see docs/ARCHITECTURE.md). It imports only the standard
-// library.
+// It is a helper room (see docs/ARCHITECTURE.md): it imports only the
+// standard library.
 package clocktest
 
 import (

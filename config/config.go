@@ -7,8 +7,10 @@
 // are rejected.
 //
 // It is the configuration room: it imports the types it maps YAML onto
-// (server, redisstore, decide, clientip, the root package) and
-// internal/yamlfield, and nothing imports it but cmd/floodgate.
+// (server, redisstore, decide, clientip, the root package) and the
+// helpers it reads them with (internal/yamlfield, internal/fixedpoint,
+// internal/ratelimitheader, internal/tlsfiles), and nothing imports it but
+// cmd/floodgate.
 package config
 
 import (

@@ -68,5 +68,7 @@
 // [NewGRPCServer] builds it), instead of failing before the service.
 //
 // It is an adapter room: it imports the root package, the decide engine, the
-// internal helpers, grpc and go-control-plane's Envoy protos, never a store.
+// internal helpers, grpc, protobuf and go-control-plane's Envoy protos, yaml
+// (the rule files' nodes, read through internal/yamlfield) and Prometheus's
+// client, never a store or another front end.
 package envoy

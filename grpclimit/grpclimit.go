@@ -42,8 +42,8 @@
 // rejected one.
 //
 // It is an adapter room: it imports the root package, the decide engine,
-// clientip, the internal helpers and grpc, never a store or another front
-// end.
+// clientip, the internal helpers, grpc and its protobuf status types,
+// never a store or another front end.
 package grpclimit
 
 import (

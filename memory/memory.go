@@ -15,6 +15,9 @@
 // Keys are kept as given: callers bound their length (every floodgate front
 // end keys through decide.StoreKey, which hashes keys over
 // decide.MaxKeyLen bytes).
+//
+// It is a store room: it imports the root package, internal/limitcheck and
+// the algorithms (internal/algorithm), never another store or a front end.
 package memory
 
 import (

@@ -192,10 +192,23 @@ func newPolicy(p Policy) (*policy, error) {
 	return out, nil
 }
 
-// check is the engine's check of one request under rl: the server keys
-// its rules with decide.StoreKey in the empty namespace, as `floodgate
-// check` and `floodgate bench --rule` do.
+// Check is the engine's check of a request for key at cost under r, as the
+// server decides it: its store key is decide.StoreKey("", r.Name, key),
+// and the rule's failure mode, local share, cache and shadow settings come
+// with it. `floodgate check` and `floodgate bench --rule` decide with it,
+// so they read and write the keys the server does.
+func (r Rule) Check(key string, cost int64) decide.Check {
+	return r.checkIn(decide.NewKeySpace("", r.Name), key, cost)
+}
+
+// checkIn is Check with the rule's key space already made.
+func (r *Rule) checkIn(keys decide.KeySpace, key string, cost int64) decide.Check {
+	return decide.Check{Rule: r.Name, Key: keys.Key(key), Limit: r.Limit, Cost: cost,
+		Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+}
+
+// check is Rule.Check, with the key space made once when the rule was
+// loaded.
 func (rl *rule) check(key string, cost int64) decide.Check {
-	return decide.Check{Rule: rl.Name, Key: rl.keys.Key(key), Limit: rl.Limit, Cost: cost,
-		Failure: rl.Failure, LocalShare: rl.LocalShare, NoCache: rl.NoCache, Shadow: rl.Shadow}
+	return rl.Rule.checkIn(rl.keys, key, cost)
 }

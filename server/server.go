@@ -7,8 +7,8 @@
 // on SIGHUP); requests in flight finish under the rules they started with.
 //
 // It is an adapter room: it imports the root package, the decide engine,
-// clientip, httplimit (for HeaderMode only) and the internal helpers, never a
-// store or config.
+// clientip, httplimit (for HeaderMode only), the internal helpers and
+// Prometheus's client, never a store or config.
 package server
 
 import (

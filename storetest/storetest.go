@@ -16,8 +16,8 @@
 // suite can move time by hand. Stores backed by a shared server may return
 // the same backend each time: every case uses keys of its own.
 //
-// It is a store room, for tests: it imports the root package and the
-// standard library only.
+// It is a test helper room, for the stores' tests: it imports the root
+// package, clocktest, internal/limitcheck and the standard library.
 package storetest
 
 import (

@@ -26,7 +26,11 @@ const benchSynopsis = `bench [--target store|http|grpc] [--concurrency N] [--key
 Load-tests a rate-limit store in process (--target store: the memory store,
 Redis, a Redis Cluster or Sentinel, from --config or --store), or a running
 'floodgate serve' over its HTTP API (--target http: POST /v1/check) or its
-Envoy rate-limit gRPC service (--target grpc: ShouldRateLimit). Callers
+Envoy rate-limit gRPC service (--target grpc: ShouldRateLimit). With
+--config and --rule, --target store decides each request as serve does:
+through the engine (its over-limit cache, the rule's failure mode and
+shadow) on the server's store keys; without --rule it calls the store's
+AllowN directly ("raw AllowN (no engine)" in the summary). Callers
 send requests in a closed loop (each waits for its answer before the next),
 each for a key picked uniformly at random among --keys; --keys 1 is one hot
 key. A live line on stderr shows the rate and p99 of the last second; the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,9 +18,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
-	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/limitcheck"
-	"github.com/floodgate-rl/floodgate/server"
 )
 
 // benchTarget is what the callers load: decide answers one request.
@@ -69,28 +66,14 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 		}
 		cfg.Store = sc
 	}
-	var limit floodgate.Limit
-	storeKey := func(key string) string { return o.keyPrefix + key }
 	if o.rule != "" {
-		policy, err := cfg.Policy()
-		if err != nil {
-			return nil, err
-		}
-		i := slices.IndexFunc(policy.Rules, func(r server.Rule) bool { return r.Name == o.rule })
-		if i < 0 {
-			return nil, fmt.Errorf("no rule named %q in %s", o.rule, cfg.Source)
-		}
-		r := policy.Rules[i]
-		limit = r.Limit
-		// As floodgate serve keys a rule.
-		storeKey = func(key string) string { return decide.StoreKey("", r.Name, o.keyPrefix+key) }
-	} else {
-		alg, err := floodgate.ParseAlgorithm(o.algorithm)
-		if err != nil {
-			return nil, err
-		}
-		limit = floodgate.NewLimit(alg, o.limit, o.window)
+		return o.openRule(cfg)
 	}
+	alg, err := floodgate.ParseAlgorithm(o.algorithm)
+	if err != nil {
+		return nil, err
+	}
+	limit := floodgate.NewLimit(alg, o.limit, o.window)
 	if err := limit.Validate(); err != nil {
 		return nil, err
 	}
@@ -101,13 +84,50 @@ func (o *benchOptions) openStore(ctx context.Context) (*benchTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	cost := o.cost
+	// No rule: the store's own AllowN, with no engine (no over-limit cache,
+	// no failure mode), which the summary says.
+	prefix, cost := o.keyPrefix, o.cost
 	return &benchTarget{
-		desc:  "store " + cfg.Store.String(),
+		desc:  "store " + cfg.Store.String() + ", raw AllowN (no engine)",
 		limit: limit.String(),
 		decide: func(ctx context.Context, key string) (bool, error) {
-			d, err := store.AllowN(ctx, storeKey(key), limit, cost)
+			d, err := store.AllowN(ctx, prefix+key, limit, cost)
 			return d.Allowed, err
+		},
+		close: closeStore,
+	}, nil
+}
+
+// openRule loads cfg's rule o.rule, decided as floodgate serve decides it:
+// through an engine built as serve builds it (its over-limit cache, the
+// store's batch, the rule's failure mode and shadow), with the server's
+// check of the rule (server.Rule.Check), so it reads and writes the keys
+// serve does. A request is allowed as POST /v1/check would answer 200; one
+// the server would answer 503 or 500 is an error.
+func (o *benchOptions) openRule(cfg *config.Config) (*benchTarget, error) {
+	rule, err := configRule(cfg, o.rule)
+	if err != nil {
+		return nil, err
+	}
+	if err := limitcheck.Cost(rule.Limit, o.cost); err != nil {
+		return nil, err
+	}
+	store, closeStore, err := openStore(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := newEngine(store, cfg)
+	if err != nil {
+		closeStore()
+		return nil, err
+	}
+	prefix, cost := o.keyPrefix, o.cost
+	return &benchTarget{
+		desc:  "store " + cfg.Store.String() + " rule " + rule.Name + " (engine, as serve decides)",
+		limit: rule.Limit.String(),
+		decide: func(ctx context.Context, key string) (bool, error) {
+			resp, err := decideRule(ctx, engine, rule, prefix+key, cost)
+			return resp.Allowed, err
 		},
 		close: closeStore,
 	}, nil

@@ -83,6 +83,23 @@ func TestBenchMemory(t *testing.T) {
 		path := benchWriteFile(t, "floodgate.yaml", "store:\n  type: memory\nrules:\n  - name: api\n    algorithm: fixed_window\n    limit: 10\n    window: 1h\n")
 		res := runBenchJSON(t, "--config", path, "--rule", "api", "--cost", "2", "--keys", "1", "--requests", "50", "--concurrency", "3")
 		checkAccounting(t, res, 50, 5)
+		if !strings.Contains(res.Target, "rule api (engine, as serve decides)") {
+			t.Errorf("target %q: want the rule, decided by the engine", res.Target)
+		}
+	})
+	t.Run("a shadow rule never denies, as serve decides it", func(t *testing.T) {
+		// Through the store alone, 5 of 40 would be admitted; through the
+		// engine, as serve decides, a shadow rule admits every request.
+		path := benchWriteFile(t, "floodgate.yaml", "store:\n  type: memory\nrules:\n  - name: watch\n    algorithm: fixed_window\n    limit: 5\n    window: 1h\n    shadow: true\n")
+		res := runBenchJSON(t, "--config", path, "--rule", "watch", "--keys", "1", "--requests", "40", "--concurrency", "3")
+		checkAccounting(t, res, 40, 40)
+	})
+	t.Run("without a rule: the store's AllowN, labelled", func(t *testing.T) {
+		res := runBenchJSON(t, "--algorithm", "fixed_window", "--limit", "5", "--window", "1h", "--keys", "1", "--requests", "20", "--concurrency", "2")
+		checkAccounting(t, res, 20, 5)
+		if !strings.Contains(res.Target, "raw AllowN (no engine)") {
+			t.Errorf("target %q: want it labelled as the raw store", res.Target)
+		}
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/envoy"
@@ -90,29 +91,50 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // decideHere decides one request against cfg's store through the engine,
-// as the server does: the same store key, failure mode, shadow mode and
-// error policy.
+// as the server does: the same engine options, store key, failure mode,
+// shadow mode and error policy.
 func decideHere(ctx context.Context, cfg *config.Config, ruleName, key string, cost int64) (server.CheckResponse, error) {
-	policy, err := cfg.Policy()
+	rule, err := configRule(cfg, ruleName)
 	if err != nil {
 		return server.CheckResponse{}, err
 	}
-	i := slices.IndexFunc(policy.Rules, func(r server.Rule) bool { return r.Name == ruleName })
-	if i < 0 {
-		return server.CheckResponse{}, fmt.Errorf("no rule named %q in %s", ruleName, cfg.Source)
-	}
-	rule := policy.Rules[i]
 	store, closeStore, err := openStore(cfg.Store)
 	if err != nil {
 		return server.CheckResponse{}, err
 	}
 	defer closeStore()
-	engine, err := decide.New(store, decide.Options{Logger: slog.New(slog.DiscardHandler)})
+	engine, err := newEngine(store, cfg)
 	if err != nil {
 		return server.CheckResponse{}, err
 	}
-	res := engine.Decide(ctx, []decide.Check{{Rule: rule.Name, Key: decide.StoreKey("", rule.Name, key),
-		Limit: rule.Limit, Cost: cost, Failure: rule.Failure, LocalShare: rule.LocalShare, Shadow: rule.Shadow}})
+	return decideRule(ctx, engine, rule, key, cost)
+}
+
+// configRule returns the rule of cfg's policy named name.
+func configRule(cfg *config.Config, name string) (server.Rule, error) {
+	policy, err := cfg.Policy()
+	if err != nil {
+		return server.Rule{}, err
+	}
+	i := slices.IndexFunc(policy.Rules, func(r server.Rule) bool { return r.Name == name })
+	if i < 0 {
+		return server.Rule{}, fmt.Errorf("no rule named %q in %s", name, cfg.Source)
+	}
+	return policy.Rules[i], nil
+}
+
+// newEngine returns the engine floodgate serve decides with over store
+// under cfg (server.New builds it from the same options: the config's
+// over-limit cache, no deadline of its own), without logging.
+func newEngine(store floodgate.Store, cfg *config.Config) (*decide.Engine, error) {
+	return decide.New(store, decide.Options{Logger: slog.New(slog.DiscardHandler), OverLimitCache: cfg.OverLimitCache()})
+}
+
+// decideRule decides one request for key at cost under rule with engine,
+// with the check the server builds (server.Rule.Check), and answers as the
+// server's POST /v1/check would, or with the error it would answer.
+func decideRule(ctx context.Context, engine *decide.Engine, rule server.Rule, key string, cost int64) (server.CheckResponse, error) {
+	res := engine.Decide(ctx, []decide.Check{rule.Check(key, cost)})
 	switch res.Verdict {
 	case decide.Unavailable:
 		return server.CheckResponse{}, fmt.Errorf("store unavailable, and rule %q fails closed: the server would answer 503: %w", rule.Name, res.Err())

@@ -12,6 +12,9 @@
 // Callers validate the limit and the cost first (floodgate.Check): these
 // methods assume 1 <= n <= limit.Quota and a valid limit; a cost of 0 is
 // Peek.
+//
+// It is the algorithm room: it imports the root package and
+// internal/fixedpoint only, and only the memory store imports it.
 package algorithm
 
 import (

@@ -2,7 +2,10 @@
 // true: the README's library example compiles and prints what it says,
 // the reverse-proxy recipes of docs/PROXIES.md work against real nginx and
 // Caddy, and the container and Kubernetes files parse and hold what a
-// deployment needs. It has no code of its own.
+// deployment needs; TestRooms holds every package to the rooms table of
+// docs/ARCHITECTURE.md. It has no code of its own.
+//
+// It is a document test room: tests only, importing nothing outside them.
 //
 // nginx and Caddy are Debian packages (nginx-light, caddy); the proxy
 // tests skip when they are not installed, unless FLOODGATE_REQUIRE_PROXIES=1

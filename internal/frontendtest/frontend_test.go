@@ -5,6 +5,8 @@
 // rate-limit service must give the same decisions and byte-identical
 // rate-limit headers (metadata, for gRPC), on the memory store and on real
 // Redis.
+//
+// It is a document test room: tests only, with no code of their own.
 package frontendtest
 
 import (

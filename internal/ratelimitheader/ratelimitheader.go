@@ -6,7 +6,8 @@
 // Envoy's service to response_headers_to_add; for the same decisions all of
 // them send byte-identical values.
 //
-// It is a helper room: it imports the root package and httpsfv only.
+// It is a helper room: it imports the root package, internal/fixedpoint
+// and httpsfv only.
 package ratelimitheader
 
 import (

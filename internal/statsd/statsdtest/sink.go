@@ -2,8 +2,8 @@
 // keeps every datagram it receives and reads each line as a statsd server
 // does (counters summed, the last value of each gauge).
 //
-// It is a test helper, for the tests of internal/statsd, cmd/floodgate and
-// the side-by-side module; it imports the standard library only.
+// It is a test helper room, for the tests of internal/statsd, cmd/floodgate
+// and the side-by-side module; it imports the standard library only.
 package statsdtest
 
 import (
