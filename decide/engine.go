@@ -42,6 +42,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 	"github.com/floodgate-rl/floodgate/internal/logthrottle"
+	"github.com/floodgate-rl/floodgate/internal/storeerr"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -405,10 +406,9 @@ func setOutcome(o *Outcome, d floodgate.Decision, err error) {
 		o.set(Outcome{Decision: d, Verdict: Admitted, Decided: true, taken: true})
 	case err == nil:
 		o.set(Outcome{Decision: d, Verdict: Denied, Decided: true})
-	case errors.Is(err, floodgate.ErrInvalidLimit), errors.Is(err, floodgate.ErrInvalidCost), errors.Is(err, floodgate.ErrCostExceedsLimit):
+	case storeerr.Invalid(err):
 		o.set(Outcome{Verdict: Invalid, Err: err})
-	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, context.Canceled):
+	case storeerr.Outage(err):
 		o.set(Outcome{Verdict: Unavailable, Err: err})
 	default:
 		o.set(Outcome{Verdict: StoreError, Err: err})

@@ -30,6 +30,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+	"github.com/floodgate-rl/floodgate/internal/storeerr"
 )
 
 // MaxBodyBytes bounds request bodies; larger ones are answered 413.
@@ -430,7 +431,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request, shed error)
 	s.metrics.storeLatency.WithLabelValues("reset").Observe(time.Since(start).Seconds())
 	if err != nil {
 		status := http.StatusInternalServerError
-		if errors.Is(err, floodgate.ErrStoreUnavailable) {
+		if storeerr.Outage(err) {
 			status = http.StatusServiceUnavailable
 			w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(s.engine.UnavailableRetryAfter())}
 		}

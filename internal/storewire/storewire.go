@@ -9,7 +9,6 @@
 package storewire
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -19,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/storeerr"
 )
 
 // The store API's paths, all POST.
@@ -178,7 +178,7 @@ func NewError(err error) *Error {
 		kind = KindInvalidCost
 	case errors.Is(err, floodgate.ErrCostExceedsLimit):
 		kind = KindCostExceedsLimit
-	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case storeerr.Outage(err):
 		kind = KindUnavailable
 	}
 	return &Error{Kind: kind, Detail: err.Error()}
