@@ -357,6 +357,37 @@ func TestFailureModes(t *testing.T) {
 	}
 }
 
+// deadlineStore's resets end on the caller's deadline, as a store call
+// under a short deadline does.
+type deadlineStore struct{ floodgate.Store }
+
+func (deadlineStore) Reset(context.Context, string, floodgate.Limit) error {
+	return fmt.Errorf("reset: %w", context.DeadlineExceeded)
+}
+
+// TestResetOutage: a reset the store could not make in time is an outage
+// (503 with Retry-After), whether the store says ErrStoreUnavailable or the
+// deadline ended; any other error is 500.
+func TestResetOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store floodgate.Store
+		want  int
+	}{
+		{"unavailable", failingStore{}, 503},
+		{"deadline", deadlineStore{}, 503},
+		{"store error", scriptErrorStore{}, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, testConfig, func(floodgate.Clock) floodgate.Store { return tc.store })
+			rec := f.do("POST", "/v1/reset", `{"rule":"login","key":"k"}`)
+			if rec.Code != tc.want || (tc.want == 503) != (rec.Header().Get("Retry-After") == "5") {
+				t.Errorf("reset: %d, Retry-After %q; want %d", rec.Code, rec.Header().Get("Retry-After"), tc.want)
+			}
+		})
+	}
+}
+
 func TestReload(t *testing.T) {
 	f := newFixture(t, testConfig, nil)
 	if err := f.srv.Reload(policyOf(t, strings.Replace(testConfig, "limit: 3", "limit: 1", 1))); err != nil {
@@ -600,6 +631,8 @@ type scriptErrorStore struct{ floodgate.Store }
 func (scriptErrorStore) AllowN(context.Context, string, floodgate.Limit, int64) (floodgate.Decision, error) {
 	return floodgate.Decision{}, errScript
 }
+
+func (scriptErrorStore) Reset(context.Context, string, floodgate.Limit) error { return errScript }
 
 // TestStoreErrorNeverAdmits: a store error that is not an outage, behind a
 // fail-open rule of 1 per minute, answers 500 every time on /v1/check and
