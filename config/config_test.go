@@ -386,3 +386,45 @@ func FuzzParse(f *testing.F) {
 		_ = cfg.Warnings()
 	})
 }
+
+// TestStoreAddrs: a Redis address is checked by redisstore.Config.Validate
+// only; Parse names its YAML path and line, the address and the fix, for
+// the store and the per-second store alike, and accepts a unix socket
+// where redisstore does.
+func TestStoreAddrs(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // nil: valid
+	}{
+		{"host:port", "store:\n  type: redis\n  addrs: [\"127.0.0.1:6379\"]\n", nil},
+		{"unix socket", "store:\n  type: redis\n  addrs: [\"unix:///run/redis.sock\"]\n", nil},
+		{"unix socket path", "store:\n  type: redis\n  addrs: [/run/redis.sock]\n", nil},
+		{"port 99999", "store:\n  type: redis\n  addrs: [\"127.0.0.1:99999\"]\n",
+			[]string{`f.yaml: line 3: store.addrs[0]: "127.0.0.1:99999" has port 99999, not one from 1 to 65535`, "such as redis:6379"}},
+		{"port 0", "store:\n  type: redis\n  addrs: [\"127.0.0.1:0\"]\n", []string{"line 3: store.addrs[0]", `"127.0.0.1:0" has port 0`}},
+		{"no port", "store:\n  type: redis\n  addrs: [redishost]\n", []string{"line 3: store.addrs[0]", `"redishost" is not host:port`, "such as redis:6379"}},
+		{"a cluster's second node, on its own line", "store:\n  type: redis-cluster\n  addrs:\n    - a:7000\n    - b:99999\n",
+			[]string{"line 5: store.addrs[1]", `"b:99999" has port 99999`}},
+		{"a unix socket on a cluster", "store:\n  type: redis-cluster\n  addrs: [/run/redis.sock]\n", []string{"line 3: store.addrs[0]", "cluster mode needs host:port"}},
+		{"the per-second store's port 0", "store:\n  type: redis\n  addrs: [\"127.0.0.1:6379\"]\n  per_second:\n    type: redis\n    addrs: [\"127.0.0.1:0\"]\n",
+			[]string{"line 6: store.per_second.addrs[0]", `"127.0.0.1:0" has port 0`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "f.yaml")
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Parse = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Parse accepted:\n%s", tc.yaml)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Parse = %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}

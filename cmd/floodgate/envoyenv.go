@@ -424,8 +424,12 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		store.Type = config.StoreRedis
 		switch socketType {
 		case "tcp":
+			// redisstore (through config.Parse) checks the address; a
+			// path is a unix socket there, but not with the peer's tcp.
+			if strings.HasPrefix(url, "/") {
+				e.fail("%s=%q: with %s=tcp it is host:port, such as redis:6379; for a unix socket set %s=unix", v("URL"), url, v("SOCKET_TYPE"), v("SOCKET_TYPE"))
+			}
 			store.Addrs, creds = parseRedisAddrs(e, v("URL"), url, []string{url})
-			checkRedisAddrs(e, v("URL"), url, store.Addrs, fmt.Sprintf("with %s=tcp", v("SOCKET_TYPE")))
 		case "unix":
 			// The peer's default: a socket, often a twemproxy sidecar's,
 			// which cannot run floodgate's scripts (docs/ENVOY.md).
@@ -446,7 +450,6 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		if t == "cluster" {
 			store.Type = config.StoreRedisCluster
 			store.Addrs, creds = parseRedisAddrs(e, v("URL"), url, parts)
-			checkRedisAddrs(e, v("URL"), url, store.Addrs, "with "+v("TYPE")+"=cluster")
 		} else if len(parts) < 2 || strings.TrimSpace(parts[0]) == "" || strings.Contains(parts[0], "://") {
 			e.fail("%s=%q: with %s=sentinel it is <master name>,<sentinel1>,...", v("URL"), maskRedisURL(url), v("TYPE"))
 		} else {
@@ -454,7 +457,6 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 			// authenticate to the sentinels (radix's sentinel dialer).
 			store.Type, store.MasterName = config.StoreRedisSentinel, parts[0]
 			store.Addrs, sentinelCreds = parseRedisAddrs(e, v("URL"), url, parts[1:])
-			checkRedisAddrs(e, v("URL"), url, store.Addrs, "with "+v("TYPE")+"=sentinel, after the master name")
 		}
 	default:
 		e.fail("%s=%q is not single, sentinel or cluster", v("TYPE"), t)
@@ -518,25 +520,6 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		}
 	}
 	return store
-}
-
-// checkRedisAddrs checks that each of addrs, read from the variable name
-// (whose value is val), is host:port, failing by name with the fix.
-func checkRedisAddrs(e *envReader, name, val string, addrs []string, where string) {
-	for i, a := range addrs {
-		if strings.Contains(a, "://") {
-			continue // a URL parseRedisAddrs refused, and said why
-		}
-		_, port, err := net.SplitHostPort(a)
-		if n, perr := strconv.Atoi(port); err == nil && perr == nil && n > 0 && n <= 65535 {
-			continue
-		}
-		item := ""
-		if len(addrs) > 1 || strings.Contains(val, ",") {
-			item = fmt.Sprintf(" (its address %d, %q)", i+1, maskRedisURL(a))
-		}
-		e.fail("%s=%q%s is not host:port %s: write host:port, such as redis:6379", name, maskRedisURL(val), item, where)
-	}
 }
 
 // splitAuth splits the peer's "user:password" (or "password") credentials.

@@ -226,7 +226,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 			`REDIS_PERSECOND_URL="s:26379": with REDIS_PERSECOND_TYPE=sentinel it is <master name>,<sentinel1>,...`, ""},
 		{"per-second bad timeout", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TIMEOUT": "soon"}), nil, `REDIS_PERSECOND_TIMEOUT="soon" is not a duration`, ""},
 		{"per-second bad address", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "nowhere"}), nil,
-			`REDIS_PERSECOND_URL="nowhere" is not host:port with REDIS_PERSECOND_SOCKET_TYPE=tcp`, ""},
+			`REDIS_PERSECOND_URL="nowhere", REDIS_PERSECOND_SOCKET_TYPE="tcp": "nowhere" is not host:port: write host:port, such as redis:6379`, ""},
 		{"per-second settings without REDIS_PERSECOND", with(map[string]string{"REDIS_PERSECOND_URL": "ps:6380"}), func(t *testing.T, c *envoyCompat) {
 			if c.cfg.Store.PerSecond != nil {
 				t.Errorf("per-second store %+v", c.cfg.Store.PerSecond)
