@@ -428,3 +428,40 @@ func TestStoreAddrs(t *testing.T) {
 		})
 	}
 }
+
+// TestOverLimitCacheCheckedByDecide: the over-limit cache's bounds are
+// checked by decide.CacheOptions.Validate only: Parse reports its reason,
+// under the YAML key, with its line, the value and a fix in YAML's terms;
+// both bounds at once.
+func TestOverLimitCacheCheckedByDecide(t *testing.T) {
+	_, err := Parse([]byte("store:\n  over_limit_cache:\n    max_entries: -1\n    max_bytes: -5\n"), "f.yaml")
+	want := map[string]struct {
+		line  int
+		value string
+		opts  decide.CacheOptions
+	}{
+		"store.over_limit_cache.max_entries": {3, "-1", decide.CacheOptions{MaxEntries: -1}},
+		"store.over_limit_cache.max_bytes":   {4, "-5", decide.CacheOptions{MaxBytes: -5}},
+	}
+	for _, leaf := range leaves(errors.Unwrap(err)) { // under "f.yaml: "
+		var fe *FieldError
+		if !errors.As(leaf, &fe) {
+			continue
+		}
+		w, ok := want[fe.Path]
+		if !ok {
+			continue
+		}
+		delete(want, fe.Path)
+		var de *decide.FieldError
+		if !errors.As(w.opts.Validate(), &de) {
+			t.Fatalf("decide accepts %+v", w.opts)
+		}
+		if fe.Line != w.line || fe.Value != w.value || fe.Reason != de.Reason || !strings.Contains(fe.Fix, "disabled: true") || !strings.Contains(fe.Fix, "65536") {
+			t.Errorf("%s: %+v; want line %d, value %s, decide's reason %q and a fix", fe.Path, fe, w.line, w.value, de.Reason)
+		}
+	}
+	for path := range want {
+		t.Errorf("Parse = %v, reports nothing about %s", err, path)
+	}
+}

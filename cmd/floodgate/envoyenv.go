@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -274,14 +275,20 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 		note("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: always so in floodgate: a request over the limit counts nowhere")
 	}
 	// 0 is no cache, for the peer as here; the peer's freecache takes a
-	// negative size for its smallest, 512 KiB.
-	if n := e.int("LOCAL_CACHE_SIZE_IN_BYTES", 0); n < 0 {
-		e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%q is negative (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); "+
-			"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", e.str("LOCAL_CACHE_SIZE_IN_BYTES", ""))
-	} else if n > 0 {
-		// The reference's freecache holds a key until its unit ends;
-		// floodgate's until the denial's own retry delay has passed.
-		c.opts.OverLimitCache = decide.CacheOptions{MaxBytes: int64(n)}
+	// negative size for its smallest, 512 KiB. The reference's freecache
+	// holds a key until its unit ends; floodgate's until the denial's own
+	// retry delay has passed. decide checks the bound.
+	if n := e.int("LOCAL_CACHE_SIZE_IN_BYTES", 0); n != 0 {
+		cache := decide.CacheOptions{MaxBytes: int64(n)}
+		var fe *decide.FieldError
+		if err := cache.Validate(); errors.As(err, &fe) {
+			e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%q %s (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); "+
+				"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", e.str("LOCAL_CACHE_SIZE_IN_BYTES", ""), fe.Reason)
+		} else if err != nil {
+			e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%q: %v", e.str("LOCAL_CACHE_SIZE_IN_BYTES", ""), err)
+		} else {
+			c.opts.OverLimitCache = cache
+		}
 	}
 
 	// Behaviour.

@@ -244,7 +244,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 			}
 		}, "", ""},
 		{"negative local cache", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-5"}), nil,
-			`LOCAL_CACHE_SIZE_IN_BYTES="-5" is negative (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); ` +
+			`LOCAL_CACHE_SIZE_IN_BYTES="-5" must not be negative (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); ` +
 				"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", ""},
 		{"GRPC_MAX_CONNECTION_AGE=0 is no age limit, as for the peer", with(map[string]string{"GRPC_MAX_CONNECTION_AGE": "0s"}), func(t *testing.T, c *envoyCompat) {
 			if c.grpc.maxConnAge != 0 {
