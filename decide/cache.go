@@ -156,10 +156,8 @@ func (o CacheOptions) Validate() error {
 }
 
 func newCache(o CacheOptions) (*overLimitCache, error) {
-	if err := o.Validate(); err != nil {
-		fe := *err.(*FieldError)
-		fe.Field = "OverLimitCache." + fe.Field
-		return nil, &fe
+	if fe, ok := o.Validate().(*FieldError); ok && fe != nil {
+		return nil, &FieldError{Field: "OverLimitCache." + fe.Field, Value: fe.Value, Reason: fe.Reason}
 	}
 	if o.Disabled {
 		return nil, nil
