@@ -386,3 +386,82 @@ func FuzzParse(f *testing.F) {
 		_ = cfg.Warnings()
 	})
 }
+
+// TestStoreAddrs: a Redis address is checked by redisstore.Config.Validate
+// only; Parse names its YAML path and line, the address and the fix, for
+// the store and the per-second store alike, and accepts a unix socket
+// where redisstore does.
+func TestStoreAddrs(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // nil: valid
+	}{
+		{"host:port", "store:\n  type: redis\n  addrs: [\"127.0.0.1:6379\"]\n", nil},
+		{"unix socket", "store:\n  type: redis\n  addrs: [\"unix:///run/redis.sock\"]\n", nil},
+		{"unix socket path", "store:\n  type: redis\n  addrs: [/run/redis.sock]\n", nil},
+		{"port 99999", "store:\n  type: redis\n  addrs: [\"127.0.0.1:99999\"]\n",
+			[]string{`f.yaml: line 3: store.addrs[0]: "127.0.0.1:99999" has port 99999, not one from 1 to 65535`, "such as redis:6379"}},
+		{"port 0", "store:\n  type: redis\n  addrs: [\"127.0.0.1:0\"]\n", []string{"line 3: store.addrs[0]", `"127.0.0.1:0" has port 0`}},
+		{"no port", "store:\n  type: redis\n  addrs: [redishost]\n", []string{"line 3: store.addrs[0]", `"redishost" is not host:port`, "such as redis:6379"}},
+		{"a cluster's second node, on its own line", "store:\n  type: redis-cluster\n  addrs:\n    - a:7000\n    - b:99999\n",
+			[]string{"line 5: store.addrs[1]", `"b:99999" has port 99999`}},
+		{"a unix socket on a cluster", "store:\n  type: redis-cluster\n  addrs: [/run/redis.sock]\n", []string{"line 3: store.addrs[0]", "cluster mode needs host:port"}},
+		{"the per-second store's port 0", "store:\n  type: redis\n  addrs: [\"127.0.0.1:6379\"]\n  per_second:\n    type: redis\n    addrs: [\"127.0.0.1:0\"]\n",
+			[]string{"line 6: store.per_second.addrs[0]", `"127.0.0.1:0" has port 0`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "f.yaml")
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("Parse = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Parse accepted:\n%s", tc.yaml)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Parse = %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestOverLimitCacheCheckedByDecide: the over-limit cache's bounds are
+// checked by decide.CacheOptions.Validate only: Parse reports its reason,
+// under the YAML key, with its line, the value and a fix in YAML's terms;
+// both bounds at once.
+func TestOverLimitCacheCheckedByDecide(t *testing.T) {
+	_, err := Parse([]byte("store:\n  over_limit_cache:\n    max_entries: -1\n    max_bytes: -5\n"), "f.yaml")
+	want := map[string]struct {
+		line  int
+		value string
+		opts  decide.CacheOptions
+	}{
+		"store.over_limit_cache.max_entries": {3, "-1", decide.CacheOptions{MaxEntries: -1}},
+		"store.over_limit_cache.max_bytes":   {4, "-5", decide.CacheOptions{MaxBytes: -5}},
+	}
+	for _, leaf := range leaves(errors.Unwrap(err)) { // under "f.yaml: "
+		var fe *FieldError
+		if !errors.As(leaf, &fe) {
+			continue
+		}
+		w, ok := want[fe.Path]
+		if !ok {
+			continue
+		}
+		delete(want, fe.Path)
+		var de *decide.FieldError
+		if !errors.As(w.opts.Validate(), &de) {
+			t.Fatalf("decide accepts %+v", w.opts)
+		}
+		if fe.Line != w.line || fe.Value != w.value || fe.Reason != de.Reason || !strings.Contains(fe.Fix, "disabled: true") || !strings.Contains(fe.Fix, "65536") {
+			t.Errorf("%s: %+v; want line %d, value %s, decide's reason %q and a fix", fe.Path, fe, w.line, w.value, de.Reason)
+		}
+	}
+	for path := range want {
+		t.Errorf("Parse = %v, reports nothing about %s", err, path)
+	}
+}

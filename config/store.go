@@ -104,10 +104,14 @@ type OverLimitCache struct {
 }
 
 // OverLimitCache returns the engine's cache options for the store section.
-func (c *Config) OverLimitCache() decide.CacheOptions {
-	o := c.Store.OverLimitCache
+func (c *Config) OverLimitCache() decide.CacheOptions { return c.Store.OverLimitCache.options() }
+
+func (o OverLimitCache) options() decide.CacheOptions {
 	return decide.CacheOptions{Disabled: o.Disabled, MaxEntries: o.MaxEntries, MaxBytes: o.MaxBytes}
 }
+
+// cacheKeys are the YAML keys of decide.CacheOptions's fields.
+var cacheKeys = map[string]string{"MaxEntries": "max_entries", "MaxBytes": "max_bytes"}
 
 // Store types.
 const (
@@ -345,14 +349,25 @@ func (s *Store) checkAt(lines yamlfield.Lines, p string) []error {
 	return errs
 }
 
-// checkCache checks the over-limit cache's bounds.
+// checkCache reports decide.CacheOptions.Validate's errors about the
+// over-limit cache's bounds, each under its YAML key: the bounds one at a
+// time, so that both are reported.
 func (s *Store) checkCache(lines yamlfield.Lines, p string) []error {
+	o := s.OverLimitCache.options()
 	var errs []error
-	if n := s.OverLimitCache.MaxEntries; n < 0 {
-		errs = append(errs, lines.Error(p+".over_limit_cache.max_entries", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
-	}
-	if n := s.OverLimitCache.MaxBytes; n < 0 {
-		errs = append(errs, lines.Error(p+".over_limit_cache.max_bytes", fmt.Sprint(n), "must not be negative (0 or absent: the default; disabled: true turns the cache off)"))
+	for _, one := range []decide.CacheOptions{{MaxEntries: o.MaxEntries}, {MaxBytes: o.MaxBytes}} {
+		err := one.Validate()
+		var fe *decide.FieldError
+		switch {
+		case err == nil:
+		case errors.As(err, &fe) && cacheKeys[fe.Field] != "":
+			e := lines.Error(p+".over_limit_cache."+cacheKeys[fe.Field], fe.Value, fe.Reason)
+			e.Fix = fmt.Sprintf("set 0 or leave it out for the default (%d entries, %d MiB), or disabled: true to turn the cache off",
+				decide.DefaultCacheEntries, decide.DefaultCacheBytes>>20)
+			errs = append(errs, e)
+		default:
+			errs = append(errs, lines.Error(p+".over_limit_cache", "", err.Error()))
+		}
 	}
 	return errs
 }

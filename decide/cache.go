@@ -2,8 +2,8 @@ package decide
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,12 +140,24 @@ type overLimitCache struct {
 	evictions  atomic.Uint64
 }
 
-func newCache(o CacheOptions) (*overLimitCache, error) {
+// Validate reports whether o's bounds are usable, as a *FieldError naming
+// the first bad one (MaxEntries or MaxBytes): neither may be negative. New
+// calls it, for Options.OverLimitCache; front ends that read the bounds
+// from elsewhere (a config file, environment variables) call it to report
+// the engine's own check under their names.
+func (o CacheOptions) Validate() error {
 	if o.MaxEntries < 0 {
-		return nil, fmt.Errorf("decide: Options.OverLimitCache.MaxEntries %d must not be negative", o.MaxEntries)
+		return &FieldError{Field: "MaxEntries", Value: strconv.Itoa(o.MaxEntries), Reason: "must not be negative"}
 	}
 	if o.MaxBytes < 0 {
-		return nil, fmt.Errorf("decide: Options.OverLimitCache.MaxBytes %d must not be negative", o.MaxBytes)
+		return &FieldError{Field: "MaxBytes", Value: strconv.FormatInt(o.MaxBytes, 10), Reason: "must not be negative"}
+	}
+	return nil
+}
+
+func newCache(o CacheOptions) (*overLimitCache, error) {
+	if fe, ok := o.Validate().(*FieldError); ok && fe != nil {
+		return nil, &FieldError{Field: "OverLimitCache." + fe.Field, Value: fe.Value, Reason: fe.Reason}
 	}
 	if o.Disabled {
 		return nil, nil

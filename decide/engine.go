@@ -111,19 +111,22 @@ type Engine struct {
 	local       func() *memory.Store // the FailLocal store, made on first use
 }
 
-// New returns an engine deciding with store.
+// New returns an engine deciding with store. An unusable option is an
+// error wrapping a *FieldError that names it as Options does (Timeout,
+// UnavailableRetryAfter, LogInterval, OverLimitCache.MaxEntries,
+// OverLimitCache.MaxBytes; Store for a nil store): the front ends, whose
+// options carry the same names, report it as their own.
 func New(store floodgate.Store, opts Options) (*Engine, error) {
 	if store == nil {
-		return nil, errors.New("decide: New needs a store")
+		return nil, fmt.Errorf("decide: %w", &FieldError{Field: "Store", Value: "<nil>", Reason: "is required"})
 	}
-	if opts.Timeout < 0 {
-		return nil, fmt.Errorf("decide: Options.Timeout %s must not be negative", opts.Timeout)
-	}
-	if opts.UnavailableRetryAfter < 0 {
-		return nil, fmt.Errorf("decide: Options.UnavailableRetryAfter %s must not be negative", opts.UnavailableRetryAfter)
-	}
-	if opts.LogInterval < 0 {
-		return nil, fmt.Errorf("decide: Options.LogInterval %s must not be negative", opts.LogInterval)
+	for _, d := range []struct {
+		field string
+		d     time.Duration
+	}{{"Timeout", opts.Timeout}, {"UnavailableRetryAfter", opts.UnavailableRetryAfter}, {"LogInterval", opts.LogInterval}} {
+		if d.d < 0 {
+			return nil, fmt.Errorf("decide: %w", &FieldError{Field: d.field, Value: d.d.String(), Reason: "must not be negative"})
+		}
 	}
 	if opts.UnavailableRetryAfter == 0 {
 		opts.UnavailableRetryAfter = DefaultUnavailableRetryAfter
@@ -140,7 +143,7 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 	}
 	cache, err := newCache(opts.OverLimitCache)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("decide: %w", err)
 	}
 	if _, ok := store.(*memory.Store); ok {
 		cache = nil // it decides a denial as fast as the cache would answer it

@@ -11,11 +11,18 @@ import (
 // [Check]: the field as the rule types name it (Limit, Failure,
 // LocalShare), its value, and why. Front ends report it in their own
 // ConfigError, under the rule's index.
+//
+// As an error it is also how [New] and [CacheOptions.Validate] name a bad
+// option (such as "Timeout" or "OverLimitCache.MaxBytes"), so that every
+// front end reports the engine's own check under its own field names.
 type FieldError struct {
 	Field, Value, Reason string
 	// Err is the error behind Reason, if any.
 	Err error
 }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
 
 // CheckRule reports what is wrong with the parts of a rule that every
 // front end passes to a Check as they are: its limit, its failure mode,

@@ -157,7 +157,8 @@ type Config struct {
 	OverLimitCache decide.CacheOptions
 	// Timeout, if positive, bounds each call's decision
 	// (decide.Options.Timeout); passing it is an outage. Zero: the store's
-	// own per-call timeout is the one budget.
+	// own per-call timeout is the one budget. Negative is an error
+	// (decide.New's).
 	Timeout time.Duration
 	// UnavailableRetryAfter is the RetryInfo delay of a call that a
 	// fail-closed rule could not decide. Zero:
@@ -263,56 +264,31 @@ type rule struct {
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
-// the bad field.
+// the bad field. Store, Rules, KeyPrefix and the engine's options (Timeout,
+// UnavailableRetryAfter, LogInterval, OverLimitCache: none may be
+// negative) are checked by decide.NewLibrary, as for the other library
+// front end.
 func New(cfg Config) (*Limiter, error) {
-	if cfg.Store == nil {
-		return nil, &ConfigError{Field: "Store", Value: "<nil>", Reason: "is required"}
-	}
-	if len(cfg.Rules) == 0 {
-		return nil, &ConfigError{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"}
+	engine, now, err := decide.NewLibrary(decide.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: len(cfg.Rules), KeyPrefix: cfg.KeyPrefix,
+		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
+			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
+	if fe := (*decide.FieldError)(nil); errors.As(err, &fe) {
+		return nil, &ConfigError{Field: fe.Field, Value: fe.Value, Reason: fe.Reason, Err: fe}
+	} else if err != nil {
+		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
 	}
 	if cfg.Headers > HeadersNone {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
-	}
-	if cfg.UnavailableRetryAfter < 0 {
-		return nil, &ConfigError{Field: "UnavailableRetryAfter", Value: cfg.UnavailableRetryAfter.String(), Reason: "must not be negative"}
-	}
-	if cfg.Timeout < 0 {
-		return nil, &ConfigError{Field: "Timeout", Value: cfg.Timeout.String(), Reason: "must not be negative (0: the store's own timeout)"}
-	}
-	if cfg.LogInterval < 0 {
-		return nil, &ConfigError{Field: "LogInterval", Value: cfg.LogInterval.String(), Reason: "must not be negative"}
-	}
-	if reason := decide.CheckKeyPrefix(cfg.KeyPrefix); reason != "" {
-		return nil, &ConfigError{Field: "KeyPrefix", Value: fmt.Sprintf("%q", cfg.KeyPrefix), Reason: reason}
 	}
 	l := &Limiter{
 		headers:      cfg.Headers,
 		skip:         cfg.Skip,
 		onStoreError: cfg.OnStoreError,
 		onShadowDeny: cfg.OnShadowDeny,
-		now:          time.Now,
-	}
-	if cfg.Clock != nil {
-		l.now = cfg.Clock.Now
+		now:          now,
 	}
 	if l.skip == nil {
 		l.skip = SkipHealthAndReflection
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	engine, err := decide.New(cfg.Store, decide.Options{
-		Timeout:               cfg.Timeout,
-		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
-		Logger:                logger,
-		LogInterval:           cfg.LogInterval,
-		Now:                   l.now,
-		OverLimitCache:        cfg.OverLimitCache,
-	})
-	if err != nil {
-		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
 	}
 	l.engine = engine
 	peerKey := PeerAddress(cfg.ClientIP)

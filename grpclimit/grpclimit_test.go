@@ -29,6 +29,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/grpclimit"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/remotestore"
@@ -66,6 +67,36 @@ func TestConfigErrors(t *testing.T) {
 			var ce *grpclimit.ConfigError
 			if !errors.As(err, &ce) || ce.Field != c.field {
 				t.Fatalf("New = %v, want a *ConfigError for %s", err, c.field)
+			}
+		})
+	}
+}
+
+// TestEngineOptionErrors: the engine's options are checked by decide.New,
+// for the gRPC interceptors as for the middleware, named with their values
+// as decide names them.
+func TestEngineOptionErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  grpclimit.Config
+		want string
+	}{
+		{"negative timeout", grpclimit.Config{Timeout: -time.Millisecond}, "grpclimit: Timeout -1ms must not be negative"},
+		{"negative retry", grpclimit.Config{UnavailableRetryAfter: -time.Second}, "grpclimit: UnavailableRetryAfter -1s must not be negative"},
+		{"negative log interval", grpclimit.Config{LogInterval: -time.Second}, "grpclimit: LogInterval -1s must not be negative"},
+		{"negative cache entries", grpclimit.Config{OverLimitCache: decide.CacheOptions{MaxEntries: -1}}, "grpclimit: OverLimitCache.MaxEntries -1 must not be negative"},
+		{"negative cache bytes", grpclimit.Config{OverLimitCache: decide.CacheOptions{MaxBytes: -5}}, "grpclimit: OverLimitCache.MaxBytes -5 must not be negative"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Store, tt.cfg.Rules = memory.New(), []grpclimit.Rule{{Name: "a", Limit: floodgate.PerMinute(10)}}
+			_, err := grpclimit.New(tt.cfg)
+			var ce *grpclimit.ConfigError
+			if !errors.As(err, &ce) || err.Error() != tt.want {
+				t.Fatalf("New = %v, want the *ConfigError %q", err, tt.want)
+			}
+			var fe *decide.FieldError
+			if !errors.As(err, &fe) || fe.Field != ce.Field {
+				t.Errorf("New = %v, does not wrap decide's *FieldError for %s", err, ce.Field)
 			}
 		})
 	}

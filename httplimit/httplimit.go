@@ -173,10 +173,11 @@ type Config struct {
 	Headers HeaderMode
 	// Timeout, if positive, bounds each request's whole decision: its rules'
 	// store calls share this one deadline, and passing it counts as the
-	// store being unavailable. Zero (or negative): no deadline beyond the
+	// store being unavailable. Zero: no deadline beyond the
 	// request's own and the store's (the Redis store's Config.Timeout bounds
-	// every round trip; the memory store never waits). Set it only below the
-	// store's own timeout, never above: one budget, not two.
+	// every round trip; the memory store never waits). Negative is an
+	// error (decide.New's). Set it only below the store's own timeout,
+	// never above: one budget, not two.
 	//
 	// A call that times out may still have been counted by the store (the
 	// script ran, the reply came late); the middleware cannot tell, so it
@@ -287,25 +288,21 @@ type Limiter struct {
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
-// the bad field.
+// the bad field. Store, Rules, KeyPrefix and the engine's options (Timeout,
+// UnavailableRetryAfter, LogInterval, OverLimitCache: none may be
+// negative) are checked by decide.NewLibrary, as for the other library
+// front end.
 func New(cfg Config) (*Limiter, error) {
-	if cfg.Store == nil {
-		return nil, &ConfigError{Field: "Store", Value: "<nil>", Reason: "is required"}
-	}
-	if len(cfg.Rules) == 0 {
-		return nil, &ConfigError{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"}
+	engine, now, err := decide.NewLibrary(decide.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: len(cfg.Rules), KeyPrefix: cfg.KeyPrefix,
+		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
+			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
+	if fe := (*decide.FieldError)(nil); errors.As(err, &fe) {
+		return nil, &ConfigError{Field: fe.Field, Value: fe.Value, Reason: fe.Reason, Err: fe}
+	} else if err != nil {
+		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
 	}
 	if cfg.Headers > HeadersNone {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
-	}
-	if cfg.UnavailableRetryAfter < 0 {
-		return nil, &ConfigError{Field: "UnavailableRetryAfter", Value: cfg.UnavailableRetryAfter.String(), Reason: "must not be negative"}
-	}
-	if reason := decide.CheckKeyPrefix(cfg.KeyPrefix); reason != "" {
-		return nil, &ConfigError{Field: "KeyPrefix", Value: fmt.Sprintf("%q", cfg.KeyPrefix), Reason: reason}
-	}
-	if cfg.LogInterval < 0 {
-		return nil, &ConfigError{Field: "LogInterval", Value: cfg.LogInterval.String(), Reason: "must not be negative"}
 	}
 	l := &Limiter{
 		headers:      cfg.Headers,
@@ -314,28 +311,7 @@ func New(cfg Config) (*Limiter, error) {
 		onError:      cfg.ErrorHandler,
 		onStoreError: cfg.OnStoreError,
 		onShadowDeny: cfg.OnShadowDeny,
-		now:          time.Now,
-	}
-	if cfg.Clock != nil {
-		l.now = cfg.Clock.Now
-	}
-	logger, every := cfg.Logger, cfg.LogInterval
-	if logger == nil {
-		logger = slog.Default()
-	}
-	if every == 0 {
-		every = DefaultLogInterval
-	}
-	engine, err := decide.New(cfg.Store, decide.Options{
-		Timeout:               max(0, cfg.Timeout),
-		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
-		Logger:                logger,
-		LogInterval:           every,
-		Now:                   l.now,
-		OverLimitCache:        cfg.OverLimitCache,
-	})
-	if err != nil {
-		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
+		now:          now,
 	}
 	l.engine = engine
 	clientKey := ClientIP(cfg.ClientIP)

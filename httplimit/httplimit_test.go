@@ -17,7 +17,9 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/memory"
 )
 
 func TestSpoofedXFFFromUntrustedPeer(t *testing.T) {
@@ -670,6 +672,38 @@ func TestKeyErrorsFollowFailureMode(t *testing.T) {
 	e := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{{Name: "ip", Limit: floodgate.PerMinute(10), Failure: httplimit.FailClosed}}})
 	if w := e.do(req{remote: "@"}); w.Code != http.StatusServiceUnavailable {
 		t.Errorf("unix-socket peer: code %d", w.Code)
+	}
+}
+
+// TestEngineOptionErrors: the engine's options are checked by decide.New,
+// for the middleware as for the gRPC interceptors: a negative Timeout is an
+// error (it was once taken as zero), named with its value as decide names
+// it.
+func TestEngineOptionErrors(t *testing.T) {
+	ok := httplimit.Rule{Name: "ok", Limit: floodgate.PerMinute(1)}
+	for _, tt := range []struct {
+		name string
+		cfg  httplimit.Config
+		want string
+	}{
+		{"negative timeout", httplimit.Config{Timeout: -time.Millisecond}, "httplimit: Timeout -1ms must not be negative"},
+		{"negative retry", httplimit.Config{UnavailableRetryAfter: -time.Second}, "httplimit: UnavailableRetryAfter -1s must not be negative"},
+		{"negative log interval", httplimit.Config{LogInterval: -time.Second}, "httplimit: LogInterval -1s must not be negative"},
+		{"negative cache entries", httplimit.Config{OverLimitCache: decide.CacheOptions{MaxEntries: -1}}, "httplimit: OverLimitCache.MaxEntries -1 must not be negative"},
+		{"negative cache bytes", httplimit.Config{OverLimitCache: decide.CacheOptions{MaxBytes: -5}}, "httplimit: OverLimitCache.MaxBytes -5 must not be negative"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Store, tt.cfg.Rules = memory.New(), []httplimit.Rule{ok}
+			_, err := httplimit.New(tt.cfg)
+			var ce *httplimit.ConfigError
+			if !errors.As(err, &ce) || err.Error() != tt.want {
+				t.Fatalf("New = %v, want the *ConfigError %q", err, tt.want)
+			}
+			var fe *decide.FieldError
+			if !errors.As(err, &fe) || fe.Field != ce.Field {
+				t.Errorf("New = %v, does not wrap decide's *FieldError for %s", err, ce.Field)
+			}
+		})
 	}
 }
 

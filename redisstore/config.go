@@ -57,8 +57,9 @@ func (m Mode) String() string {
 // Config configures a Store. The zero value is not usable: Addrs is
 // required. Every other field has a working default.
 type Config struct {
-	// Addrs are the host:port addresses to connect to: the server, the
-	// sentinels (ModeSentinel) or any cluster nodes (ModeCluster). A
+	// Addrs are the host:port addresses to connect to, each port a number
+	// from 1 to 65535: the server, the sentinels (ModeSentinel) or any
+	// cluster nodes (ModeCluster). A
 	// single server (ModeStandalone, or ModeAuto with one address) may
 	// instead be reached over a unix socket: "unix:///path/to/redis.sock"
 	// or a path starting with "/" (with TLS over it, set TLS.ServerName to
@@ -195,8 +196,8 @@ func (c *Config) Validate() error {
 			}
 			continue
 		}
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: "is not host:port (nor a unix socket: unix:///path or /path)"}
+		if reason := checkHostPort(a, len(c.Addrs) == 1 && (mode == ModeAuto || mode == ModeStandalone)); reason != "" {
+			return &ConfigError{Field: fmt.Sprintf("Addrs[%d]", i), Value: strconv.Quote(a), Reason: reason}
 		}
 	}
 	switch {
@@ -216,6 +217,28 @@ func (c *Config) Validate() error {
 		return &ConfigError{Field: "Mode", Value: "auto", Reason: "cannot be used with LazyConnect (the server would have to say whether it is a cluster); set standalone, sentinel or cluster"}
 	}
 	return c.validateStore()
+}
+
+// checkHostPort returns why addr, not a unix socket, cannot be dialled as
+// host:port, or "" if it can: the port must be a number from 1 to 65535.
+// unixOK says whether a unix socket could stand there instead: the fix
+// names one if addr looks like a path.
+func checkHostPort(addr string, unixOK bool) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		if unixOK && strings.Contains(addr, "/") {
+			return "is not host:port (nor a unix socket): write host:port, such as redis:6379, or unix:///path/to/redis.sock"
+		}
+		return "is not host:port: write host:port, such as redis:6379"
+	}
+	n, err := strconv.Atoi(port)
+	switch {
+	case err != nil || strings.Trim(port, "0123456789") != "":
+		return fmt.Sprintf("has port %q, which is not a number: write host:port with a port from 1 to 65535, such as redis:6379", port)
+	case n < 1 || n > 65535:
+		return fmt.Sprintf("has port %s, not one from 1 to 65535: write host:port, such as redis:6379", port)
+	}
+	return ""
 }
 
 // unixPath reports whether addr names a unix socket ("unix://path" or a

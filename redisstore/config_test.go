@@ -66,6 +66,53 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestConfigValidateAddrs: Validate is the one check of a Redis address
+// (config and the Envoy environment report its error): a port from 1 to
+// 65535, or a unix socket; the error names Addrs[i], the address and the fix.
+func TestConfigValidateAddrs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		field string   // "" when valid
+		want  []string // in the error
+	}{
+		{"port 6379", Config{Addrs: []string{"127.0.0.1:6379"}}, "", nil},
+		{"port 65535", Config{Addrs: []string{"redis:65535"}}, "", nil},
+		{"IPv6", Config{Addrs: []string{"[::1]:6379"}}, "", nil},
+		{"no host", Config{Addrs: []string{":6379"}}, "", nil},
+		{"unix socket URL", Config{Addrs: []string{"unix:///run/redis.sock"}}, "", nil},
+		{"unix socket path", Config{Addrs: []string{"/run/redis.sock"}, Mode: ModeStandalone}, "", nil},
+		{"port 99999", Config{Addrs: []string{"127.0.0.1:99999"}}, "Addrs[0]", []string{`"127.0.0.1:99999"`, "has port 99999, not one from 1 to 65535", "such as redis:6379"}},
+		{"port 65536", Config{Addrs: []string{"redis:65536"}}, "Addrs[0]", []string{`"redis:65536"`, "has port 65536"}},
+		{"port 0", Config{Addrs: []string{"127.0.0.1:0"}}, "Addrs[0]", []string{`"127.0.0.1:0"`, "has port 0, not one from 1 to 65535"}},
+		{"no port", Config{Addrs: []string{"redishost"}}, "Addrs[0]", []string{`"redishost"`, "is not host:port", "such as redis:6379"}},
+		{"empty port", Config{Addrs: []string{"redishost:"}}, "Addrs[0]", []string{`"redishost:"`, "is not host:port"}},
+		{"named port", Config{Addrs: []string{"redishost:redis"}}, "Addrs[0]", []string{`"redishost:redis"`, `has port "redis", which is not a number`}},
+		{"signed port", Config{Addrs: []string{"redishost:+6379"}}, "Addrs[0]", []string{`has port "+6379", which is not a number`}},
+		{"a cluster's second node", Config{Addrs: []string{"a:7000", "b:99999"}, Mode: ModeCluster}, "Addrs[1]", []string{`"b:99999"`, "has port 99999"}},
+		{"a sentinel", Config{Addrs: []string{"s1:26379", "s2:0"}, SentinelMaster: "m"}, "Addrs[1]", []string{`"s2:0"`, "has port 0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field {
+				t.Fatalf("Validate() = %v, want a *ConfigError for %s", err, tc.field)
+			}
+			for _, w := range append([]string{tc.field}, tc.want...) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate() = %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
 func TestModeString(t *testing.T) {
 	for m, want := range map[Mode]string{ModeAuto: "auto", ModeStandalone: "standalone", ModeSentinel: "sentinel", ModeCluster: "cluster", 7: "Mode(7)"} {
 		if got := m.String(); got != want {

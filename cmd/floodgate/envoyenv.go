@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -274,14 +275,20 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 		note("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: always so in floodgate: a request over the limit counts nowhere")
 	}
 	// 0 is no cache, for the peer as here; the peer's freecache takes a
-	// negative size for its smallest, 512 KiB.
-	if n := e.int("LOCAL_CACHE_SIZE_IN_BYTES", 0); n < 0 {
-		e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%q is negative (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); "+
-			"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", e.str("LOCAL_CACHE_SIZE_IN_BYTES", ""))
-	} else if n > 0 {
-		// The reference's freecache holds a key until its unit ends;
-		// floodgate's until the denial's own retry delay has passed.
-		c.opts.OverLimitCache = decide.CacheOptions{MaxBytes: int64(n)}
+	// negative size for its smallest, 512 KiB. The reference's freecache
+	// holds a key until its unit ends; floodgate's until the denial's own
+	// retry delay has passed. decide checks the bound.
+	if n := e.int("LOCAL_CACHE_SIZE_IN_BYTES", 0); n != 0 {
+		cache := decide.CacheOptions{MaxBytes: int64(n)}
+		var fe *decide.FieldError
+		if err := cache.Validate(); errors.As(err, &fe) {
+			e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%q %s (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); "+
+				"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", e.str("LOCAL_CACHE_SIZE_IN_BYTES", ""), fe.Reason)
+		} else if err != nil {
+			e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%q: %v", e.str("LOCAL_CACHE_SIZE_IN_BYTES", ""), err)
+		} else {
+			c.opts.OverLimitCache = cache
+		}
 	}
 
 	// Behaviour.
@@ -424,8 +431,12 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		store.Type = config.StoreRedis
 		switch socketType {
 		case "tcp":
+			// redisstore (through config.Parse) checks the address; a
+			// path is a unix socket there, but not with the peer's tcp.
+			if strings.HasPrefix(url, "/") {
+				e.fail("%s=%q: with %s=tcp it is host:port, such as redis:6379; for a unix socket set %s=unix", v("URL"), url, v("SOCKET_TYPE"), v("SOCKET_TYPE"))
+			}
 			store.Addrs, creds = parseRedisAddrs(e, v("URL"), url, []string{url})
-			checkRedisAddrs(e, v("URL"), url, store.Addrs, fmt.Sprintf("with %s=tcp", v("SOCKET_TYPE")))
 		case "unix":
 			// The peer's default: a socket, often a twemproxy sidecar's,
 			// which cannot run floodgate's scripts (docs/ENVOY.md).
@@ -446,7 +457,6 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		if t == "cluster" {
 			store.Type = config.StoreRedisCluster
 			store.Addrs, creds = parseRedisAddrs(e, v("URL"), url, parts)
-			checkRedisAddrs(e, v("URL"), url, store.Addrs, "with "+v("TYPE")+"=cluster")
 		} else if len(parts) < 2 || strings.TrimSpace(parts[0]) == "" || strings.Contains(parts[0], "://") {
 			e.fail("%s=%q: with %s=sentinel it is <master name>,<sentinel1>,...", v("URL"), maskRedisURL(url), v("TYPE"))
 		} else {
@@ -454,7 +464,6 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 			// authenticate to the sentinels (radix's sentinel dialer).
 			store.Type, store.MasterName = config.StoreRedisSentinel, parts[0]
 			store.Addrs, sentinelCreds = parseRedisAddrs(e, v("URL"), url, parts[1:])
-			checkRedisAddrs(e, v("URL"), url, store.Addrs, "with "+v("TYPE")+"=sentinel, after the master name")
 		}
 	default:
 		e.fail("%s=%q is not single, sentinel or cluster", v("TYPE"), t)
@@ -518,25 +527,6 @@ func redisFromEnv(e *envReader, note func(string, ...any), prefix, defURL string
 		}
 	}
 	return store
-}
-
-// checkRedisAddrs checks that each of addrs, read from the variable name
-// (whose value is val), is host:port, failing by name with the fix.
-func checkRedisAddrs(e *envReader, name, val string, addrs []string, where string) {
-	for i, a := range addrs {
-		if strings.Contains(a, "://") {
-			continue // a URL parseRedisAddrs refused, and said why
-		}
-		_, port, err := net.SplitHostPort(a)
-		if n, perr := strconv.Atoi(port); err == nil && perr == nil && n > 0 && n <= 65535 {
-			continue
-		}
-		item := ""
-		if len(addrs) > 1 || strings.Contains(val, ",") {
-			item = fmt.Sprintf(" (its address %d, %q)", i+1, maskRedisURL(a))
-		}
-		e.fail("%s=%q%s is not host:port %s: write host:port, such as redis:6379", name, maskRedisURL(val), item, where)
-	}
 }
 
 // splitAuth splits the peer's "user:password" (or "password") credentials.

@@ -146,6 +146,7 @@ func envoyConfigError(err error, lookup func(string) (string, bool)) error {
 		b.WriteString(": ")
 		if fe.Value != "" && !slices.ContainsFunc(hiddenValues, func(f string) bool { return strings.HasSuffix(fe.Path, f) }) {
 			b.WriteString(maskRedisURL(fe.Value))
+			b.WriteString(addrItem(fe.Path, lookup))
 			b.WriteByte(' ')
 		}
 		b.WriteString(fieldsToVars(fe.Reason, strings.HasPrefix(fe.Path, perSecondPath)))
@@ -156,6 +157,32 @@ func envoyConfigError(err error, lookup func(string) (string, bool)) error {
 		msgs = append(msgs, b.String())
 	}
 	return fmt.Errorf("envoyproxy/ratelimit environment: %s", strings.Join(msgs, "; "))
+}
+
+var addrIndexRE = regexp.MustCompile(`\.addrs\[(\d+)\]$`)
+
+// addrItem names, for an error about one of the addresses (path
+// store.addrs[i] or store.per_second.addrs[i]) of a REDIS_URL listing
+// several, which one it is: " (its address 2)", or " (its sentinel 1)"
+// after a sentinel list's master name; "" otherwise.
+func addrItem(path string, lookup func(string) (string, bool)) string {
+	m := addrIndexRE.FindStringSubmatch(path)
+	if m == nil {
+		return ""
+	}
+	prefix := "REDIS_"
+	if strings.HasPrefix(path, perSecondPath+".") {
+		prefix = "REDIS_PERSECOND_"
+	}
+	url, _ := lookup(prefix + "URL")
+	i, _ := strconv.Atoi(m[1])
+	if t, _ := lookup(prefix + "TYPE"); strings.EqualFold(t, "sentinel") {
+		return fmt.Sprintf(" (its sentinel %d)", i+1)
+	}
+	if !strings.Contains(url, ",") {
+		return ""
+	}
+	return fmt.Sprintf(" (its address %d)", i+1)
 }
 
 // perSecondPath is the config section of the per-second Redis.

@@ -226,7 +226,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 			`REDIS_PERSECOND_URL="s:26379": with REDIS_PERSECOND_TYPE=sentinel it is <master name>,<sentinel1>,...`, ""},
 		{"per-second bad timeout", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TIMEOUT": "soon"}), nil, `REDIS_PERSECOND_TIMEOUT="soon" is not a duration`, ""},
 		{"per-second bad address", with(map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "nowhere"}), nil,
-			`REDIS_PERSECOND_URL="nowhere" is not host:port with REDIS_PERSECOND_SOCKET_TYPE=tcp`, ""},
+			`REDIS_PERSECOND_URL="nowhere", REDIS_PERSECOND_SOCKET_TYPE="tcp": "nowhere" is not host:port: write host:port, such as redis:6379`, ""},
 		{"per-second settings without REDIS_PERSECOND", with(map[string]string{"REDIS_PERSECOND_URL": "ps:6380"}), func(t *testing.T, c *envoyCompat) {
 			if c.cfg.Store.PerSecond != nil {
 				t.Errorf("per-second store %+v", c.cfg.Store.PerSecond)
@@ -244,7 +244,7 @@ func TestReadEnvoyEnv(t *testing.T) {
 			}
 		}, "", ""},
 		{"negative local cache", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-5"}), nil,
-			`LOCAL_CACHE_SIZE_IN_BYTES="-5" is negative (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); ` +
+			`LOCAL_CACHE_SIZE_IN_BYTES="-5" must not be negative (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); ` +
 				"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", ""},
 		{"GRPC_MAX_CONNECTION_AGE=0 is no age limit, as for the peer", with(map[string]string{"GRPC_MAX_CONNECTION_AGE": "0s"}), func(t *testing.T, c *envoyCompat) {
 			if c.grpc.maxConnAge != 0 {
