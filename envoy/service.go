@@ -247,16 +247,17 @@ const (
 
 // descriptor is one descriptor of a request on its way to a status.
 type descriptor struct {
-	rule  *Rule
-	kind  kind
-	cost  int64
-	peek  bool    // hits_addend 0: check only
-	quota bool    // quota mode (the rule's or global): never OVER_LIMIT
-	over  bool    // kindCheck, quota or global shadow: the store found it over
-	check int     // kindCheck: the index of its decide.Check
-	fail  failure // kindCheck: what an outage means
-	err   error   // kindNegative: the give-back failed
-	key   string  // kindNegative: the store key
+	rule   *Rule
+	kind   kind
+	cost   int64
+	peek   bool    // hits_addend 0: check only
+	quota  bool    // quota mode (the rule's or global): never OVER_LIMIT
+	shadow bool    // shadow_mode, global shadow or quota mode: the check's Shadow; never in a header (inHeaders)
+	over   bool    // kindCheck, quota or global shadow: the store found it over
+	check  int     // kindCheck: the index of its decide.Check
+	fail   failure // kindCheck: what an outage means
+	err    error   // kindNegative: the give-back failed
+	key    string  // kindNegative: the store key
 }
 
 // maxInline is the number of descriptors a request can carry before
@@ -355,6 +356,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		d.cost, d.peek = hits(req, descs[i])
 		r := d.rule
 		d.quota = r != nil && (r.QuotaMode || s.quota)
+		d.shadow = r != nil && (r.ShadowMode || d.quota || s.shadow)
 		switch {
 		case d.kind != kindCheck: // no rule, or a replaced one
 		case r.Unlimited:
@@ -366,12 +368,12 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		case r.blocked():
 			d.kind = kindBlocked
-			blocked = blocked || !(r.ShadowMode || d.quota || s.shadow || d.peek)
+			blocked = blocked || !(d.shadow || d.peek)
 		default:
 			d.check, d.fail = len(checks), s.failureOf(r)
 			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i], r),
 				Limit: r.Limit, Cost: d.cost, CheckOnly: d.peek, Failure: d.fail.mode, LocalShare: d.fail.share,
-				Shadow: r.ShadowMode || d.quota || s.shadow})
+				Shadow: d.shadow})
 		}
 	}
 	var outcomes [maxInline]decide.Outcome
