@@ -42,9 +42,10 @@ type Options struct {
 	// RateLimit-Policy and RateLimit (IETF draft 11), X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset (when the quota is whole
 	// again, in Unix epoch seconds), and Retry-After when over the limit,
-	// with the values floodgate's HTTP middleware sends. Off by default, as
-	// in the reference; a rule file turns them on for its domain with
-	// response_headers: true.
+	// with the values floodgate's HTTP middleware sends. Shadow
+	// descriptors (shadow_mode, quota mode, ShadowMode, QuotaMode) never
+	// appear. Off by default, as in the reference; a rule file turns them
+	// on for its domain with response_headers: true.
 	ResponseHeaders bool
 	// Clock tells the time for X-RateLimit-Reset (an absolute time), log
 	// throttling, the over-limit cache and the duration_until_reset of
@@ -72,8 +73,10 @@ type Options struct {
 	DynamicMetadata bool
 	// PeerHeaders, if set (LIMIT_RESPONSE_HEADERS_ENABLED), adds the
 	// reference's three headers to every answer that has a limited
-	// descriptor, naming them as set here (empty names take the reference's
-	// defaults, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset).
+	// descriptor that is not shadow, naming them as set here (empty names
+	// take the reference's defaults, RateLimit-Limit, RateLimit-Remaining,
+	// RateLimit-Reset). Unlike the reference, they never describe a shadow
+	// descriptor (shadow_mode, quota mode, ShadowMode, QuotaMode).
 	PeerHeaders *PeerHeaders
 	// NearLimitRatio is the share of a quota past which hits count as
 	// near_limit in ratelimit_service_rate_limit_near_limit, as the
