@@ -109,3 +109,18 @@ func TestShadowNeverInHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerHeadersSkipGiveBack: the peer's headers describe descriptors the
+// store decided or a rule blocks, as RateLimit-Policy lists them
+// (inHeaders), not an is_negative_hits give-back, whose limit_remaining
+// (0) counts nothing.
+func TestPeerHeadersSkipGiveBack(t *testing.T) {
+	mem, clock := memoryStore()
+	e := start(t, mem, true, Options{Clock: clock, PeerHeaders: &PeerHeaders{}}, shadowHeaderRules)
+	back := desc("k=g")
+	back.IsNegativeHits = true
+	resp := e.raw(t, request("sh", desc("e=g"), back))
+	if got, want := headerLines(resp), "RateLimit-Limit: 100\nRateLimit-Remaining: 99\nRateLimit-Reset: 3600"; got != want {
+		t.Errorf("headers\n%s\nwant\n%s", got, want)
+	}
+}
