@@ -26,9 +26,8 @@ func (d *descriptor) inHeaders() bool {
 // applied and is not shadow (inHeaders); RateLimit and X-RateLimit-*
 // describe the engine's deciding check; Retry-After comes with a denial, or
 // alone when a fail-closed rule could not decide (as the middleware's
-// 503). A request
-// that a rule blocks (requests_per_unit 0) or whose cost is above a quota
-// gets RateLimit-Policy only: no retry can succeed.
+// 503). A request that a rule blocks (requests_per_unit 0) or whose cost is
+// above a quota gets RateLimit-Policy only: no retry can succeed.
 func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3.HeaderValue {
 	h := http.Header{}
 	switch res.Verdict {
