@@ -11,14 +11,23 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
+// inHeaders reports whether a descriptor may appear in a response header,
+// of either family (responseHeaders, peerHeaders): a rule with a limit that
+// the store decided or that blocks, and not shadow. Shadow is the flag the
+// engine's check got (the rule's shadow_mode, global SHADOW_MODE or quota
+// mode), so nothing the engine decided as shadow reaches a header.
+func (d *descriptor) inHeaders() bool {
+	return (d.kind == kindCheck || d.kind == kindBlocked) && !d.shadow
+}
+
 // responseHeaders returns the rate-limit headers of a decided request, with
 // the values the HTTP middleware sends for the same decisions, in
-// ratelimitheader.Order: RateLimit-Policy lists every limited, non-shadow
-// rule that applied; RateLimit and X-RateLimit-* describe the engine's
-// deciding check; Retry-After comes with a denial, or alone when a
-// fail-closed rule could not decide (as the middleware's 503). A request
-// that a rule blocks (requests_per_unit 0) or whose cost is above a quota
-// gets RateLimit-Policy only: no retry can succeed.
+// ratelimitheader.Order: RateLimit-Policy lists every limited rule that
+// applied and is not shadow (inHeaders); RateLimit and X-RateLimit-*
+// describe the engine's deciding check; Retry-After comes with a denial, or
+// alone when a fail-closed rule could not decide (as the middleware's
+// 503). A request that a rule blocks (requests_per_unit 0) or whose cost is
+// above a quota gets RateLimit-Policy only: no retry can succeed.
 func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3.HeaderValue {
 	h := http.Header{}
 	switch res.Verdict {
@@ -34,7 +43,7 @@ func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3
 		)
 		for i := range ds {
 			dd := &ds[i]
-			if (dd.kind != kindCheck && dd.kind != kindBlocked) || dd.rule.ShadowMode {
+			if !dd.inHeaders() {
 				continue
 			}
 			p, ok := policyOf(dd.rule)

@@ -13,13 +13,16 @@ import (
 // peerHeaders returns envoyproxy/ratelimit's response headers
 // (LIMIT_RESPONSE_HEADERS_ENABLED) for an answer: the limit, remaining and
 // reset (seconds until the clock-aligned unit ends) of the descriptor
-// closest to its limit, or of the last one over it, among those with a
-// limit; none when no descriptor has one.
+// closest to its limit, or of the last one over it, as the reference picks
+// them, among those that may appear in a header (inHeaders); none when no
+// descriptor may. Unlike the reference, which picks among every status with
+// a limit, a shadow descriptor (shadow_mode, SHADOW_MODE, quota mode) is
+// never picked: the deliberate difference "shadow-not-in-headers".
 func (s *Service) peerHeaders(ds []descriptor, resp *rlsv3.RateLimitResponse, now time.Time) []*corev3.HeaderValue {
 	var most *rlsv3.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
 	for i, st := range resp.Statuses {
-		if ds[i].kind == kindUnlimited || st.GetCurrentLimit() == nil {
+		if !ds[i].inHeaders() || st.GetCurrentLimit() == nil {
 			continue
 		}
 		if st.GetLimitRemaining() < least {

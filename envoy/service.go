@@ -42,9 +42,10 @@ type Options struct {
 	// RateLimit-Policy and RateLimit (IETF draft 11), X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset (when the quota is whole
 	// again, in Unix epoch seconds), and Retry-After when over the limit,
-	// with the values floodgate's HTTP middleware sends. Off by default, as
-	// in the reference; a rule file turns them on for its domain with
-	// response_headers: true.
+	// with the values floodgate's HTTP middleware sends. Shadow
+	// descriptors (shadow_mode, quota mode, ShadowMode, QuotaMode) never
+	// appear. Off by default, as in the reference; a rule file turns them
+	// on for its domain with response_headers: true.
 	ResponseHeaders bool
 	// Clock tells the time for X-RateLimit-Reset (an absolute time), log
 	// throttling, the over-limit cache and the duration_until_reset of
@@ -72,8 +73,10 @@ type Options struct {
 	DynamicMetadata bool
 	// PeerHeaders, if set (LIMIT_RESPONSE_HEADERS_ENABLED), adds the
 	// reference's three headers to every answer that has a limited
-	// descriptor, naming them as set here (empty names take the reference's
-	// defaults, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset).
+	// descriptor that is not shadow, naming them as set here (empty names
+	// take the reference's defaults, RateLimit-Limit, RateLimit-Remaining,
+	// RateLimit-Reset). Unlike the reference, they never describe a shadow
+	// descriptor (shadow_mode, quota mode, ShadowMode, QuotaMode).
 	PeerHeaders *PeerHeaders
 	// NearLimitRatio is the share of a quota past which hits count as
 	// near_limit in ratelimit_service_rate_limit_near_limit, as the
@@ -247,16 +250,17 @@ const (
 
 // descriptor is one descriptor of a request on its way to a status.
 type descriptor struct {
-	rule  *Rule
-	kind  kind
-	cost  int64
-	peek  bool    // hits_addend 0: check only
-	quota bool    // quota mode (the rule's or global): never OVER_LIMIT
-	over  bool    // kindCheck, quota or global shadow: the store found it over
-	check int     // kindCheck: the index of its decide.Check
-	fail  failure // kindCheck: what an outage means
-	err   error   // kindNegative: the give-back failed
-	key   string  // kindNegative: the store key
+	rule   *Rule
+	kind   kind
+	cost   int64
+	peek   bool    // hits_addend 0: check only
+	quota  bool    // quota mode (the rule's or global): never OVER_LIMIT
+	shadow bool    // shadow_mode, global shadow or quota mode: the check's Shadow; never in a header (inHeaders)
+	over   bool    // kindCheck, quota or global shadow: the store found it over
+	check  int     // kindCheck: the index of its decide.Check
+	fail   failure // kindCheck: what an outage means
+	err    error   // kindNegative: the give-back failed
+	key    string  // kindNegative: the store key
 }
 
 // maxInline is the number of descriptors a request can carry before
@@ -355,6 +359,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		d.cost, d.peek = hits(req, descs[i])
 		r := d.rule
 		d.quota = r != nil && (r.QuotaMode || s.quota)
+		d.shadow = r != nil && (r.ShadowMode || d.quota || s.shadow)
 		switch {
 		case d.kind != kindCheck: // no rule, or a replaced one
 		case r.Unlimited:
@@ -366,12 +371,12 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		case r.blocked():
 			d.kind = kindBlocked
-			blocked = blocked || !(r.ShadowMode || d.quota || s.shadow || d.peek)
+			blocked = blocked || !(d.shadow || d.peek)
 		default:
 			d.check, d.fail = len(checks), s.failureOf(r)
 			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i], r),
 				Limit: r.Limit, Cost: d.cost, CheckOnly: d.peek, Failure: d.fail.mode, LocalShare: d.fail.share,
-				Shadow: r.ShadowMode || d.quota || s.shadow})
+				Shadow: d.shadow})
 		}
 	}
 	var outcomes [maxInline]decide.Outcome

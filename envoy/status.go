@@ -163,7 +163,7 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 	case o.Verdict == decide.Unavailable:
 		s.metrics.storeErrors.Inc()
 		switch {
-		case r.ShadowMode || d.quota || s.shadow || d.fail.mode == decide.FailOpen:
+		case d.shadow || d.fail.mode == decide.FailOpen:
 			return st, outcomeFailOpen
 		case d.fail.call:
 			st.Code = over // unless it decides the request, which then fails

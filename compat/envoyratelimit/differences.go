@@ -108,6 +108,17 @@ var Differences = []Difference{
 		Why: "Otherwise any client passes every limit by adding one byte such as 0xFF to a header a descriptor reads.",
 	},
 	{
+		Name: "shadow-not-in-headers",
+		What: "With LIMIT_RESPONSE_HEADERS_ENABLED, RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset describe the descriptor " +
+			"closest to its limit (or the last one over it) among the descriptors that are not shadow: a rule in shadow_mode or quota_mode, " +
+			"and every rule under SHADOW_MODE or QUOTA_MODE, is never the one described, and an answer whose limited descriptors are all " +
+			"shadow carries none of the three. The peer picks among every status with a limit, shadow ones included: a shadow 3/minute " +
+			"rule over its limit gives RateLimit-Remaining: 0 on an answer that admits.",
+		Why: "A shadow rule is decided, counted and logged but never limits, so it must not tell clients they are out of quota: " +
+			"clients that honour the headers would back off for a rule that is not enforced, and turning shadow mode on to try a rule " +
+			"would change what clients see. The same holds for floodgate's own headers in every front end.",
+	},
+	{
 		Name: "health-follows-store",
 		What: "gRPC health and GET /healthcheck answer NOT_SERVING / 500 while the store is unreachable; the peer's follow Redis only with " +
 			"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true.",

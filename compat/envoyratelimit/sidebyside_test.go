@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
@@ -474,6 +475,7 @@ type expected struct {
 	remaining uint32
 	reset     bool   // duration_until_reset is set
 	differs   string // the Difference that applies, or ""
+	shadow    bool   // shadow_mode, SHADOW_MODE or QUOTA_MODE: never in a header
 }
 
 // model follows floodgate's fixed windows (the default algorithm) and the
@@ -551,7 +553,7 @@ func (m *model) apply(s step) ([]expected, rlsv3.RateLimitResponse_Code) {
 			continue
 		}
 		keys[i] = counter(s.domain, r, s.descs[i])
-		out[i].limited = true
+		out[i].limited, out[i].shadow = true, r.ShadowMode
 		q := uint64(r.RequestsPerUnit)
 		fits := m.fg[keys[i]]+hits[i] <= q
 		if !fits && !r.ShadowMode {
@@ -669,7 +671,7 @@ func (m *model) applyGlobal(s step) ([]expected, rlsv3.RateLimitResponse_Code) {
 			continue
 		}
 		k, q, h := keys[i], uint64(r.RequestsPerUnit), hits[i]
-		e.limited, e.reset = true, true
+		e.limited, e.reset, e.shadow = true, true, true
 		if m.fg[k] != m.peer[k] {
 			e.differs = "denied-consumes-nothing"
 		}
@@ -793,6 +795,16 @@ func compare(t *testing.T, what string, peer, fg *rlsv3.RateLimitResponse, want 
 		return
 	}
 	ph, fh := peer.GetResponseHeadersToAdd(), fg.GetResponseHeadersToAdd()
+	// With LIMIT_RESPONSE_HEADERS_ENABLED (the peer sends headers), when
+	// the peer's headers describe a shadow descriptor, floodgate's describe
+	// the one the peer would pick among the others, or none.
+	if all, enforced := peerPick(fg.GetStatuses(), want, false), peerPick(fg.GetStatuses(), want, true); len(ph) > 0 && all != enforced {
+		diffs["shadow-not-in-headers"]++
+		if len(ph) != 3 || ph[0].GetValue() != strconv.FormatUint(uint64(fg.Statuses[all].GetCurrentLimit().GetRequestsPerUnit()), 10) {
+			t.Errorf("%s: the peer's headers %v do not describe statuses[%d], which the test takes for the peer's pick", what, ph, all)
+		}
+		ph = pickHeaders(ph, fg.GetStatuses(), enforced)
+	}
 	if len(ph) != len(fh) {
 		t.Errorf("%s: response_headers_to_add: peer %v, floodgate %v", what, ph, fh)
 	} else {
@@ -805,6 +817,43 @@ func compare(t *testing.T, what string, peer, fg *rlsv3.RateLimitResponse, want 
 	}
 	if !proto.Equal(peer.GetDynamicMetadata(), fg.GetDynamicMetadata()) {
 		t.Errorf("%s: dynamic_metadata: peer %v, floodgate %v", what, peer.GetDynamicMetadata(), fg.GetDynamicMetadata())
+	}
+}
+
+// peerPick returns the index of the status whose limit, remaining and
+// reset envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED headers
+// describe (src/service/ratelimit.go): among statuses with a current_limit,
+// the first with the least limit_remaining, unless one is OVER_LIMIT: then
+// the last such. -1 for none. With enforced, shadow descriptors are left
+// out, as floodgate leaves them out (shadow-not-in-headers).
+func peerPick(sts []*rlsv3.RateLimitResponse_DescriptorStatus, want []expected, enforced bool) int {
+	pick, least := -1, uint32(math.MaxUint32)
+	for i, st := range sts {
+		if !want[i].limited || st.GetCurrentLimit() == nil || enforced && want[i].shadow {
+			continue
+		}
+		if st.GetLimitRemaining() < least {
+			pick, least = i, st.GetLimitRemaining()
+		}
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			pick, least = i, 0
+		}
+	}
+	return pick
+}
+
+// pickHeaders returns the peer's headers (the names in like) for
+// statuses[i], none for -1.
+func pickHeaders(like []*corev3.HeaderValue, sts []*rlsv3.RateLimitResponse_DescriptorStatus, i int) []*corev3.HeaderValue {
+	if i < 0 || len(like) != 3 {
+		return nil
+	}
+	l := sts[i].GetCurrentLimit()
+	sec := int64(envoy.UnitDuration(l.GetUnit()) / time.Second)
+	return []*corev3.HeaderValue{
+		{Key: like[0].GetKey(), Value: strconv.FormatUint(uint64(l.GetRequestsPerUnit()), 10)},
+		{Key: like[1].GetKey(), Value: strconv.FormatUint(uint64(sts[i].GetLimitRemaining()), 10)},
+		{Key: like[2].GetKey(), Value: strconv.FormatInt(sec-time.Now().Unix()%sec, 10)},
 	}
 }
 

@@ -47,12 +47,15 @@ import (
 	"github.com/floodgate-rl/floodgate/server"
 )
 
-// The rules, as each front end is configured with them.
-var rules = []struct {
+// rule is one rule, as each front end is configured with it.
+type rule struct {
 	name   string
 	limit  floodgate.Limit
 	shadow bool
-}{
+}
+
+// The rules, as each front end is configured with them.
+var rules = []rule{
 	{"login", floodgate.PerMinute(3), false},
 	{"api", floodgate.NewTokenBucket(5, 5, time.Minute), false},
 	{"burst", floodgate.NewLimit(floodgate.FixedWindow, 4, time.Minute), false},
@@ -72,6 +75,22 @@ descriptors:
     shadow_mode: true
     rate_limit: {name: trial, unit: minute, requests_per_unit: 1, algorithm: sliding_window_counter}
 `
+
+// allShadow returns the rules with every one in shadow mode.
+func allShadow() []rule {
+	out := slices.Clone(rules)
+	for i := range out {
+		out[i].shadow = true
+	}
+	return out
+}
+
+// envoyShadowRules is envoyRules with every descriptor in shadow_mode (or,
+// with mode "quota_mode", in quota_mode instead).
+func envoyShadowRules(mode string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(envoyRules, "    shadow_mode: true\n", ""),
+		"    rate_limit:", "    "+mode+": true\n    rate_limit:")
+}
 
 // answer is what a front end said about one request.
 type answer struct {
@@ -108,9 +127,18 @@ type frontEnd struct {
 	decide func(t *testing.T, client int, rules []string) answer
 }
 
-func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock floodgate.Clock) []frontEnd {
+// frontEnds returns every front end, each with its own store, configured
+// with rules. With shadow, every rule is a shadow rule, and Envoy comes
+// four times: rule files with shadow_mode or quota_mode on every
+// descriptor, and the enforced rule file under the global SHADOW_MODE or
+// QUOTA_MODE: the same decisions, and no rate-limit header at all.
+func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock floodgate.Clock, shadow bool) []frontEnd {
 	t.Helper()
 	discard := slog.New(slog.DiscardHandler)
+	rules := rules
+	if shadow {
+		rules = allShadow()
+	}
 
 	// The middleware: each rule keyed by its own request header, so a
 	// request names the rules that apply to it.
@@ -137,20 +165,36 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 	}
 	faHandler := fa.Handler()
 
-	envRules, err := envoy.Parse(envoy.Source{Name: "fe.yaml", Data: []byte(envoyRules)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Envoy's service keeps the over-limit cache off unless asked, as the
 	// reference does; the other front ends have it on: on here too, so
-	// every front end answers a repeated denial alike.
-	svc, err := envoy.New(newStore("envoy"), envRules, envoy.Options{Clock: clock, Logger: discard,
-		OverLimitCache: decide.CacheOptions{MaxEntries: decide.DefaultCacheEntries}})
-	if err != nil {
-		t.Fatal(err)
+	// every front end answers a repeated denial alike. The peer's headers
+	// (LIMIT_RESPONSE_HEADERS_ENABLED) are on as well: they have no
+	// counterpart in the other front ends, but must never describe a
+	// shadow rule either.
+	envoys := []envoyFrontEnd{{name: "envoy", rules: envoyRules}}
+	if shadow {
+		envoys = []envoyFrontEnd{
+			{name: "envoy shadow_mode", rules: envoyShadowRules("shadow_mode")},
+			{name: "envoy SHADOW_MODE", rules: envoyRules, opts: envoy.Options{ShadowMode: true}},
+			{name: "envoy quota_mode", rules: envoyShadowRules("quota_mode")},
+			{name: "envoy QUOTA_MODE", rules: envoyRules, opts: envoy.Options{QuotaMode: true}},
+		}
+	}
+	for i := range envoys {
+		e := &envoys[i]
+		envRules, err := envoy.Parse(envoy.Source{Name: "fe.yaml", Data: []byte(e.rules)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := e.opts
+		opts.Clock, opts.Logger, opts.PeerHeaders = clock, discard, &envoy.PeerHeaders{}
+		opts.OverLimitCache = decide.CacheOptions{MaxEntries: decide.DefaultCacheEntries}
+		if e.svc, err = envoy.New(newStore(e.name), envRules, opts); err != nil {
+			t.Fatal(err)
+		}
 	}
 
-	grpcClient := grpcFrontEnd(t, newStore("grpc"), clock)
+	grpcClient := grpcFrontEnd(t, newStore("grpc"), clock, rules)
 
 	// The middleware again, deciding through the remote store with a
 	// server's store API (the server's store follows the test's clock, as
@@ -172,7 +216,7 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 	}
 	remoteMW := remoteLim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 
-	return []frontEnd{
+	fes := []frontEnd{
 		{"grpc interceptor", true, func(t *testing.T, client int, names []string) answer {
 			var pairs []string
 			for _, n := range names {
@@ -240,22 +284,56 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 			}
 			return fromHeader(w.Code == http.StatusOK, w.Header())
 		}},
-		{"envoy", true, func(t *testing.T, client int, names []string) answer {
-			req := &rlsv3.RateLimitRequest{Domain: "fe"}
-			for _, n := range names {
-				req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
-					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: n, Value: fmt.Sprint("client-", client)}}})
+	}
+	for _, e := range envoys {
+		fes = append(fes, frontEnd{e.name, true, e.decide(rules)})
+	}
+	return fes
+}
+
+// envoyFrontEnd is Envoy's rate-limit service under one rule file and
+// options.
+type envoyFrontEnd struct {
+	name  string
+	rules string // the rule file
+	opts  envoy.Options
+	svc   *envoy.Service
+}
+
+// decide asks the service about a request whose descriptors name rules,
+// and checks the peer's headers (RateLimit-Limit, -Remaining, -Reset)
+// never describe a shadow rule: they describe the enforced rule with the
+// least remaining, or none when no enforced rule applied.
+func (e *envoyFrontEnd) decide(rules []rule) func(t *testing.T, client int, names []string) answer {
+	return func(t *testing.T, client int, names []string) answer {
+		req := &rlsv3.RateLimitRequest{Domain: "fe"}
+		for _, n := range names {
+			req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: n, Value: fmt.Sprint("client-", client)}}})
+		}
+		resp, err := e.svc.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", e.name, err)
+		}
+		h := http.Header{}
+		for _, hv := range resp.GetResponseHeadersToAdd() {
+			h.Add(hv.GetKey(), hv.GetValue())
+		}
+		// The peer's limit is requests_per_unit: enforced ones only.
+		var limits []string
+		for i, n := range names {
+			r := rules[slices.IndexFunc(rules, func(r rule) bool { return r.name == n })]
+			if !r.shadow && !e.opts.ShadowMode && !e.opts.QuotaMode {
+				limits = append(limits, fmt.Sprint(resp.GetStatuses()[i].GetCurrentLimit().GetRequestsPerUnit()))
 			}
-			resp, err := svc.ShouldRateLimit(context.Background(), req)
-			if err != nil {
-				t.Fatalf("envoy: %v", err)
-			}
-			h := http.Header{}
-			for _, hv := range resp.GetResponseHeadersToAdd() {
-				h.Add(hv.GetKey(), hv.GetValue())
-			}
-			return fromHeader(resp.GetOverallCode() == rlsv3.RateLimitResponse_OK, h)
-		}},
+		}
+		switch got := h.Get("RateLimit-Limit"); {
+		case len(limits) == 0 && len(h.Values("RateLimit-Limit")) != 0:
+			t.Errorf("%s %v: RateLimit-Limit %q without an enforced rule: a shadow rule reached the peer's headers", e.name, names, got)
+		case len(limits) > 0 && !slices.Contains(limits, got):
+			t.Errorf("%s %v: RateLimit-Limit %q, not one of the enforced rules' %v: a shadow rule reached the peer's headers", e.name, names, got, limits)
+		}
+		return fromHeader(resp.GetOverallCode() == rlsv3.RateLimitResponse_OK, h)
 	}
 }
 
@@ -270,7 +348,7 @@ func (emptyService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, er
 
 // grpcFrontEnd serves the test service behind the gRPC interceptors, each
 // rule keyed by its own metadata, over an in-memory listener.
-func grpcFrontEnd(t *testing.T, store floodgate.Store, clock floodgate.Clock) testpb.TestServiceClient {
+func grpcFrontEnd(t *testing.T, store floodgate.Store, clock floodgate.Clock, rules []rule) testpb.TestServiceClient {
 	t.Helper()
 	var gRules []grpclimit.Rule
 	for _, r := range rules {
@@ -326,8 +404,17 @@ func sequence() []step {
 	return s
 }
 
-func run(t *testing.T, newStore func(name string) floodgate.Store, clock *clocktest.Manual) {
-	fes := frontEnds(t, newStore, clock)
+// run sends the sequence to every front end and compares their answers.
+// With shadow, every rule is a shadow rule (and Envoy's global SHADOW_MODE
+// and QUOTA_MODE are among the front ends): every request is admitted
+// without a header. In every step, no header names a shadow rule or
+// carries its limit.
+func run(t *testing.T, newStore func(name string) floodgate.Store, clock *clocktest.Manual, shadow bool) {
+	fes := frontEnds(t, newStore, clock, shadow)
+	rules := rules
+	if shadow {
+		rules = allShadow()
+	}
 	denied := 0
 	for i, st := range sequence() {
 		clock.Advance(st.advance)
@@ -353,41 +440,88 @@ func run(t *testing.T, newStore func(name string) floodgate.Store, clock *clockt
 		if testing.Verbose() {
 			t.Logf("step %d %v: %s", i, st.rules, want)
 		}
-		switch {
-		case slices.Equal(st.rules, []string{"trial"}) && len(want.headers) != 0:
-			t.Errorf("step %d: a shadow rule reached the headers: %s", i, want)
-		case !want.admitted:
+		if err := noShadow(rules, st.rules, want); err != "" {
+			t.Errorf("step %d %v: %s: %s", i, st.rules, err, want)
+		}
+		if !want.admitted {
 			denied++
 		}
-		if i == 3 && want.admitted {
-			t.Fatalf("step 3: the fourth login request was admitted: %s", want)
+		if i == 3 && want.admitted != shadow {
+			t.Fatalf("step 3: the fourth login request: %s", want)
 		}
 	}
 	// The sequence runs every rule past its limit: login once, api twice,
 	// burst twice, the three-rule request once, the two-rule request four
-	// times.
-	if denied != 10 {
-		t.Errorf("%d requests denied, want 10", denied)
+	// times. Shadow rules deny nothing.
+	wantDenied := 10
+	if shadow {
+		wantDenied = 0
+	}
+	if denied != wantDenied {
+		t.Errorf("%d requests denied, want %d", denied, wantDenied)
+	}
+}
+
+// noShadow says what is wrong if an answer's headers show a shadow rule
+// among the named ones: none may name it, and X-RateLimit-Limit must be an
+// enforced rule's quota; without an enforced rule, no header at all.
+func noShadow(rules []rule, names []string, a answer) string {
+	var quotas []string
+	for _, n := range names {
+		r := rules[slices.IndexFunc(rules, func(r rule) bool { return r.name == n })]
+		if !r.shadow {
+			quotas = append(quotas, fmt.Sprint(r.limit.Quota))
+			continue
+		}
+		for k, v := range a.headers {
+			if strings.Contains(v, `"`+r.name+`"`) {
+				return fmt.Sprintf("the shadow rule %s in %s", r.name, k)
+			}
+		}
+	}
+	switch l, ok := a.headers[ratelimitheader.HeaderLimit]; {
+	case len(quotas) == 0 && len(a.headers) != 0:
+		return "headers without an enforced rule"
+	case ok && !slices.Contains(quotas, l):
+		return fmt.Sprintf("%s %s is no enforced rule's quota (%v)", ratelimitheader.HeaderLimit, l, quotas)
+	}
+	return ""
+}
+
+// modes runs f for the enforced rules and for all of them in shadow mode.
+func modes(t *testing.T, f func(t *testing.T, shadow bool)) {
+	for _, shadow := range []bool{false, true} {
+		name := "enforced"
+		if shadow {
+			name = "shadow"
+		}
+		t.Run(name, func(t *testing.T) { f(t, shadow) })
 	}
 }
 
 func TestSameAnswerMemory(t *testing.T) {
-	clock := clocktest.NewManual(time.Unix(1_800_000_000, 0))
-	run(t, func(string) floodgate.Store { return memory.New(memory.WithClock(clock)) }, clock)
+	modes(t, func(t *testing.T, shadow bool) {
+		clock := clocktest.NewManual(time.Unix(1_800_000_000, 0))
+		run(t, func(string) floodgate.Store { return memory.New(memory.WithClock(clock)) }, clock, shadow)
+	})
 }
 
 func TestSameAnswerRedis(t *testing.T) {
-	runRedis(t, redisstore.ModeStandalone, []string{redistest.StandaloneAddr(t)})
+	modes(t, func(t *testing.T, shadow bool) {
+		runRedis(t, redisstore.ModeStandalone, []string{redistest.StandaloneAddr(t)}, shadow)
+	})
 }
 
 // TestSameAnswerRedisCluster runs the sequence on a 3+3 cluster, where a
 // request's checks live in several slots: one pipelined round trip, and
 // refunds across slots when one denies.
 func TestSameAnswerRedisCluster(t *testing.T) {
-	runRedis(t, redisstore.ModeCluster, redistest.ClusterAddrs(t))
+	modes(t, func(t *testing.T, shadow bool) {
+		runRedis(t, redisstore.ModeCluster, redistest.ClusterAddrs(t), shadow)
+	})
 }
 
-func runRedis(t *testing.T, mode redisstore.Mode, addrs []string) {
+func runRedis(t *testing.T, mode redisstore.Mode, addrs []string, shadow bool) {
 	prefix := fmt.Sprintf("fe-%d:", time.Now().UnixNano())
 	clock := clocktest.NewManual(time.Unix(1_800_000_000, 0))
 	run(t, func(name string) floodgate.Store {
@@ -401,5 +535,5 @@ func runRedis(t *testing.T, mode redisstore.Mode, addrs []string) {
 		}
 		t.Cleanup(s.Close)
 		return s
-	}, clock)
+	}, clock, shadow)
 }
