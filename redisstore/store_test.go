@@ -79,6 +79,22 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
+// TestSentinelBatchContract runs the batch contract (all or nothing, exact
+// counts under 64 callers with three rules each) through the harness's
+// sentinel, as the standalone server and the cluster run it in
+// TestConformance.
+func TestSentinelBatchContract(t *testing.T) {
+	addrs, master := redistest.SentinelAddrs(t)
+	storetest.RunBatch(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+		s, err := New(Config{Addrs: addrs, SentinelMaster: master, KeyPrefix: uniquePrefix(t), Timeout: testTimeout, Clock: clock})
+		if err != nil {
+			t.Fatalf("New through sentinels %v: %v", addrs, err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	})
+}
+
 // limits returns one limit of quota per window for every algorithm.
 func limits(quota int64, window time.Duration) []floodgate.Limit {
 	var out []floodgate.Limit
