@@ -87,6 +87,17 @@ func (e *Engine) fallback(ctx context.Context, checks []Check, out []Outcome) {
 			o.set(Outcome{Verdict: Invalid, Err: fmt.Errorf("rule %q: %w", c.Rule, err)})
 			continue
 		}
+		if c.CheckOnly {
+			// It takes nothing, so it is not part of the all or nothing:
+			// a look at the local state, as allowOne looks at the store's.
+			outage := o.Err
+			d, err := e.local().AllowN(ctx, c.Key, l, 0)
+			setOutcome(o, d, err)
+			if o.Verdict == Admitted || o.Verdict == Denied {
+				o.Err, o.Local = outage, true
+			}
+			continue
+		}
 		if c.cost() > l.Quota {
 			// Never admissible here, although it is under the shared limit:
 			// denied until the store can decide it.

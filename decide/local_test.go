@@ -197,6 +197,34 @@ func TestFallbackAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestFallbackCheckOnly: a check that takes nothing (Envoy's hits_addend 0)
+// under FailLocal, during an outage, looks at the local state: admitted with
+// what remains of the local share, beside a check that takes one, and
+// never an invalid cost.
+func TestFallbackCheckOnly(t *testing.T) {
+	s := &switchable{BatchStore: memory.New()}
+	e := newEngine(t, s)
+	ctx := context.Background()
+	take := decide.Check{Rule: "r", Key: "k", Limit: floodgate.PerMinute(8), Failure: decide.FailLocal, LocalShare: 0.25}
+	look := take
+	look.CheckOnly = true
+	s.down.Store(true)
+	for i, want := range []int64{2, 2, 1, 1, 0} { // a look sees the state before its request takes
+		checks := []decide.Check{look}
+		if i == 1 || i == 3 {
+			checks = append(checks, take)
+		}
+		r := e.Decide(ctx, checks)
+		o := r.Outcomes[0]
+		if r.Verdict == decide.Invalid || !o.Local || !o.Decision.Allowed || o.Decision.Remaining != want {
+			t.Fatalf("request %d: %v (%v), look local %v %+v; want admitted locally with %d remaining", i, r.Verdict, r.Err(), o.Local, o.Decision, want)
+		}
+	}
+	if r := e.Decide(ctx, []decide.Check{take}); r.Verdict != decide.Denied || !r.Outcomes[0].Local {
+		t.Errorf("a third take of a local 2: %v, want denied locally", r.Verdict)
+	}
+}
+
 // TestFallbackReset: a cached denial keeps answering during an outage, and
 // a Reset through the engine clears it and the local state too.
 func TestFallbackReset(t *testing.T) {

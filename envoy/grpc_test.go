@@ -118,12 +118,21 @@ func TestLocalFailureMode(t *testing.T) {
 			if admitted := admitted("down"); admitted != tc.admitted {
 				t.Errorf("admitted %d of 10 while the store was down, want %d", admitted, tc.admitted)
 			}
+			// A look (hits_addend 0) while down is answered too, never
+			// failed: locally for local rules, with what the share has left.
+			peek, err := e.client.ShouldRateLimit(context.Background(), request("local", withHits(desc(tc.key+"=down"), 0)))
+			if err != nil || peek.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Errorf("a look while down: %v, %v; want OK", peek, err)
+			}
 			if tc.key != "open" && tc.key != "shadow" {
+				if rem := peek.GetStatuses()[0].GetLimitRemaining(); rem != 0 {
+					t.Errorf("a look at a spent local share: %d remaining, want 0", rem)
+				}
 				okN := e.counter(t, "floodgate_envoy_descriptors_total", "outcome=local_ok")
 				overN := e.counter(t, "floodgate_envoy_descriptors_total", "outcome=local_over_limit")
 				errs := e.counter(t, "floodgate_envoy_store_errors_total")
-				if okN != float64(tc.admitted) || overN != float64(10-tc.admitted) || errs != 10 {
-					t.Errorf("metrics: local_ok %v, local_over_limit %v, store errors %v; want %d, %d, 10", okN, overN, errs, tc.admitted, 10-tc.admitted)
+				if okN != float64(tc.admitted+1) || overN != float64(10-tc.admitted) || errs != 11 {
+					t.Errorf("metrics: local_ok %v, local_over_limit %v, store errors %v; want %d (and the look), %d, 11", okN, overN, errs, tc.admitted+1, 10-tc.admitted)
 				}
 			}
 			// Another value's store answers: the whole shared limit applies.
