@@ -164,3 +164,48 @@ descriptors:
 		})
 	}
 }
+
+// TestLocalOverride: a limit override in a domain whose failure_mode is
+// local takes the domain's share while the store is down, and fails as
+// error (UNAVAILABLE, for Envoy's failure_mode_deny) when the domain has no
+// share of its own (a rule's own local_share is not the override's).
+func TestLocalOverride(t *testing.T) {
+	const shared = `
+domain: shared
+failure_mode: local
+instances: 4
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`
+	const own = `
+domain: own
+failure_mode: local
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 100, local_share: 0.5}
+`
+	mem, _ := memoryStore()
+	e := start(t, &failingStore{Store: mem}, true, Options{}, shared, own)
+	override := func(domain string) *rlsv3.RateLimitRequest {
+		d := desc("k=down")
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 8, Unit: typev3.RateLimitUnit_HOUR}
+		return request(domain, d)
+	}
+	admitted := 0
+	for range 10 {
+		resp, err := e.client.ShouldRateLimit(context.Background(), override("shared"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Errorf("an override of 8/hour under a domain share of 1/4 admitted %d of 10 while down, want 2", admitted)
+	}
+	if _, err := e.client.ShouldRateLimit(context.Background(), override("own")); status.Code(err) != codes.Unavailable {
+		t.Errorf("an override in a domain without a share, while down: %v, want UNAVAILABLE", err)
+	}
+}

@@ -529,7 +529,10 @@ func hits(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) (cost
 
 // overrideRule builds the rule of a descriptor that carries its own limit
 // (Envoy's rate-limit action "limit" override): the override's rate under
-// the domain's default algorithm, never in shadow mode, as in the reference.
+// the domain's default algorithm and failure mode, never in shadow mode, as
+// in the reference. Under failure_mode local it takes the domain's share,
+// and fails as error when the domain has none (or one the override's limit
+// cannot be divided by).
 func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error) {
 	o := d.GetLimit()
 	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
@@ -555,6 +558,13 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 			return nil, fmt.Errorf("requests_per_unit %d %s", r.RequestsPerUnit, le.Reason)
 		}
 		return nil, fmt.Errorf("requests_per_unit %d per %s: %w", r.RequestsPerUnit, o.GetUnit(), err)
+	}
+	if r.FailureMode == decide.FailLocal && (r.LocalShare == 0 || decide.CheckRule(r.Limit, decide.FailLocal, r.LocalShare) != nil) {
+		// Local needs the domain's share, usable for this limit; the
+		// rule the descriptor matched may have had its own, which is not
+		// the override's. Without one the override fails as error, as in
+		// the reference.
+		r.setFailure(failure{mode: errorMode.mode, call: true, set: true})
 	}
 	return r, nil
 }
