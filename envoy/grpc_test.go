@@ -101,8 +101,10 @@ func TestLocalFailureMode(t *testing.T) {
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			mem, _ := memoryStore()
-			e := start(t, &failingStore{Store: mem}, true, Options{}, localRules)
-			// admitted sends 10 requests for the value, and counts the OKs.
+			e := start(t, &failingStore{Store: mem}, true, Options{ResponseHeaders: true}, localRules)
+			// admitted sends 10 requests for the value, and counts the OKs;
+			// each answer says Floodgate-Fallback: local exactly when a
+			// local rule's store is down.
 			admitted := func(value string) (n int) {
 				for range 10 {
 					resp, err := e.client.ShouldRateLimit(context.Background(), request("local", desc(tc.key+"="+value)))
@@ -111,6 +113,13 @@ func TestLocalFailureMode(t *testing.T) {
 					}
 					if resp.OverallCode == rlsv3.RateLimitResponse_OK {
 						n++
+					}
+					fallback := false
+					for _, h := range resp.GetResponseHeadersToAdd() {
+						fallback = fallback || h.GetKey() == "Floodgate-Fallback" && h.GetValue() == "local"
+					}
+					if want := value == "down" && tc.key != "open" && tc.key != "shadow"; fallback != want {
+						t.Fatalf("%s: Floodgate-Fallback: local %v, want %v: %v", value, fallback, want, resp.GetResponseHeadersToAdd())
 					}
 				}
 				return n

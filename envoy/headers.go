@@ -68,6 +68,11 @@ func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3
 			out = append(out, &corev3.HeaderValue{Key: k, Value: v})
 		}
 	}
+	if res.LocalFallback() {
+		// As the middleware says it: the store was unavailable, and this
+		// instance decided alone at its local share.
+		out = append(out, &corev3.HeaderValue{Key: ratelimitheader.HeaderFallback, Value: ratelimitheader.FallbackLocal})
+	}
 	return out
 }
 
