@@ -7,6 +7,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-rl/floodgate/decide"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -17,12 +18,18 @@ import (
 // them, among those that may appear in a header (inHeaders); none when no
 // descriptor may. Unlike the reference, which picks among every status with
 // a limit, a shadow descriptor (shadow_mode, SHADOW_MODE, quota mode) is
-// never picked: the deliberate difference "shadow-not-in-headers".
-func (s *Service) peerHeaders(ds []descriptor, resp *rlsv3.RateLimitResponse, now time.Time) []*corev3.HeaderValue {
+// never picked: the deliberate difference "shadow-not-in-headers". Nor is
+// a descriptor the store could not decide and its failure mode let through
+// (open), whose limit_remaining of 0 is no count (the reference has no such
+// descriptor: it fails the whole call).
+func (s *Service) peerHeaders(ds []descriptor, res *decide.Result, resp *rlsv3.RateLimitResponse, now time.Time) []*corev3.HeaderValue {
 	var most *rlsv3.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
 	for i, st := range resp.Statuses {
 		if !ds[i].inHeaders() || st.GetCurrentLimit() == nil {
+			continue
+		}
+		if d := &ds[i]; d.kind == kindCheck && !res.Outcomes[d.check].Decided && st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 			continue
 		}
 		if st.GetLimitRemaining() < least {

@@ -426,7 +426,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.ResponseHeadersToAdd = s.responseHeaders(ds, &res)
 	}
 	if s.peerHdr != nil {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.peerHeaders(ds, resp, now)...)
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.peerHeaders(ds, &res, resp, now)...)
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK

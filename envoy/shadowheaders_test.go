@@ -124,3 +124,27 @@ func TestPeerHeadersSkipGiveBack(t *testing.T) {
 		t.Errorf("headers\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestPeerHeadersSkipUndecided: a fail-open descriptor the store could not
+// decide answers OK with a limit_remaining of 0 that counts nothing; the
+// peer's headers then describe the descriptor that was decided, and none
+// when none was, as RateLimit-Policy and RateLimit do.
+func TestPeerHeadersSkipUndecided(t *testing.T) {
+	const rules = `
+domain: pu
+failure_mode: open
+descriptors:
+  - key: o
+    rate_limit: {name: o, unit: minute, requests_per_unit: 8}
+  - key: e
+    rate_limit: {name: e, unit: hour, requests_per_unit: 100}
+`
+	mem, clock := memoryStore()
+	e := start(t, &failingStore{Store: mem}, true, Options{Clock: clock, PeerHeaders: &PeerHeaders{}}, rules)
+	if got, want := headerLines(e.raw(t, request("pu", desc("o=down"), desc("e=up")))), "RateLimit-Limit: 100\nRateLimit-Remaining: 99\nRateLimit-Reset: 3600"; got != want {
+		t.Errorf("beside a decided descriptor: headers\n%s\nwant\n%s", got, want)
+	}
+	if got := headerLines(e.raw(t, request("pu", desc("o=down")))); got != "" {
+		t.Errorf("alone: headers\n%s\nwant none", got)
+	}
+}
