@@ -38,7 +38,12 @@ func CheckRule(limit floodgate.Limit, failure FailureMode, localShare float64) [
 	if !failure.Valid() {
 		errs = append(errs, FieldError{Field: "Failure", Value: failure.String(), Reason: "must be FailOpen, FailClosed or FailLocal"})
 	}
-	if localShare != 0 && limitErr == nil {
+	if localShare != 0 && failure != FailLocal && failure.Valid() {
+		// A share that applies to nothing: most likely Failure was
+		// forgotten, and there would be no local fallback at all.
+		errs = append(errs, FieldError{Field: "LocalShare", Value: strconv.FormatFloat(localShare, 'g', -1, 64),
+			Reason: "applies to FailLocal only (the failure mode is " + failure.String() + ")"})
+	} else if localShare != 0 && limitErr == nil {
 		if _, err := LocalLimit(limit, localShare); err != nil {
 			errs = append(errs, FieldError{Field: "LocalShare", Value: strconv.FormatFloat(localShare, 'g', -1, 64),
 				Reason: "is not a usable share of the limit: " + strings.TrimPrefix(err.Error(), "decide: "), Err: err})

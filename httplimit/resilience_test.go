@@ -41,6 +41,10 @@ func TestLocalFallbackMiddleware(t *testing.T) {
 		!strings.Contains(err.Error(), "Rules[0].LocalShare 2 is not a usable share of the limit") {
 		t.Errorf("LocalShare 2: %v", err)
 	}
+	if err := httplimitNew(httplimit.Rule{Name: "r", Limit: floodgate.PerMinute(9), Failure: httplimit.FailOpen, LocalShare: 0.5}); err == nil ||
+		!strings.Contains(err.Error(), "Rules[0].LocalShare 0.5 applies to FailLocal only") {
+		t.Errorf("LocalShare without FailLocal: %v", err)
+	}
 }
 
 func httplimitNew(r httplimit.Rule) error {
