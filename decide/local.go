@@ -62,6 +62,12 @@ func LocalLimit(l floodgate.Limit, share float64) (floodgate.Limit, error) {
 	return out, nil
 }
 
+// LocalLimit returns the limit this instance enforces alone for c under
+// FailLocal while the store is unavailable: [LocalLimit] of c's Limit at its
+// LocalShare (0: the whole limit). Front ends name it in a locally decided
+// denial, whose Decision counts against it.
+func (c *Check) LocalLimit() (floodgate.Limit, error) { return LocalLimit(c.Limit, c.localShare()) }
+
 // localShare returns the check's share for FailLocal: LocalShare, or 1.
 func (c *Check) localShare() float64 {
 	if c.LocalShare == 0 {

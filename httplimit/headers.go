@@ -68,7 +68,7 @@ func (l *Limiter) writeHeaders(h http.Header, rules []*rule, res *decide.Result)
 
 // quotaProblem renders a rule's 429 body once, at New.
 func quotaProblem(name string, l floodgate.Limit) []byte {
-	body, err := json.Marshal(problem.Quota(http.StatusTooManyRequests, name, l.String()))
+	body, err := json.Marshal(problem.Quota(http.StatusTooManyRequests, name, l.String(), false))
 	if err != nil { // cannot happen: every field marshals
 		body = []byte(`{"type":"` + problem.QuotaExceeded + `","status":429}`)
 	}
@@ -83,6 +83,13 @@ func (ru *rule) writeProblem(w http.ResponseWriter) {
 	h["Cache-Control"] = []string{"no-store"}
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(ru.problem)
+}
+
+// writeLocalProblem answers the 429 of a denial this instance decided alone
+// (failure mode local), naming the local limit it counted against.
+func (ru *rule) writeLocalProblem(w http.ResponseWriter, local floodgate.Limit) {
+	w.Header()["Cache-Control"] = []string{"no-store"}
+	problem.Write(w, problem.Quota(http.StatusTooManyRequests, ru.name, local.String(), true))
 }
 
 // writeUnavailable answers 503 for a fail-closed rule that could not decide.

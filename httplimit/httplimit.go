@@ -137,11 +137,15 @@ type Rule struct {
 type Denial struct {
 	// Rule is the name of the rule that denied the request.
 	Rule string
-	// Limit is that rule's limit.
+	// Limit is that rule's limit, or, when Local, the share of it this
+	// instance enforced alone.
 	Limit floodgate.Limit
 	// Decision is the store's decision; Decision.RetryAfter says when a
 	// retry would be admitted.
 	Decision floodgate.Decision
+	// Local reports that the store was unavailable and this instance
+	// denied alone, under FailLocal.
+	Local bool
 }
 
 // RetryAfterSeconds returns d.Decision.RetryAfter in whole seconds as the
@@ -405,9 +409,16 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		l.writeHeaders(w.Header(), rules, &res)
 		ru := rules[res.Deciding]
 		dn := Denial{Rule: ru.name, Limit: ru.limit, Decision: res.Outcomes[res.Deciding].Decision}
-		if l.deny != nil {
+		if dn.Local = res.Outcomes[res.Deciding].Local; dn.Local {
+			// Denied by this instance alone: against its share of the limit.
+			dn.Limit, _ = checks[res.Deciding].LocalLimit() // valid: it decided
+		}
+		switch {
+		case l.deny != nil:
 			l.deny(w, r, dn)
-		} else {
+		case dn.Local:
+			ru.writeLocalProblem(w, dn.Limit)
+		default:
 			ru.writeProblem(w)
 		}
 	case decide.Unavailable:

@@ -25,6 +25,10 @@ func TestLocalFallbackMiddleware(t *testing.T) {
 		if w.Code != want || w.Header().Get("Floodgate-Fallback") != "local" || w.Header().Get("X-Ratelimit-Limit") != "3" {
 			t.Fatalf("request %d during the outage: %d %v, want %d under the local 3", i, w.Code, w.Header(), want)
 		}
+		// The denial's body names the limit it counted against, the local one.
+		if want == 429 && !strings.Contains(w.Body.String(), `policy \"local\": 3 per 1m0s (sliding_window_log), this instance's share while the store is unavailable`) {
+			t.Errorf("local denial body %s, want it to name the local limit", w.Body)
+		}
 	}
 	for _, path := range []string{"/cached", "/uncached"} {
 		for range 4 {

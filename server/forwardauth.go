@@ -36,5 +36,10 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 		return
 	}
 	w.Header()["Cache-Control"] = []string{"no-store"}
-	problem.Write(w, problem.Quota(p.denyStatus, rl.Name, rl.Limit.String()))
+	limit, local := rl.Limit, res.Deciding >= 0 && res.Outcomes[res.Deciding].Local
+	if local { // denied by this instance alone, against its share
+		c := rl.Check(key, 1)
+		limit, _ = c.LocalLimit()
+	}
+	problem.Write(w, problem.Quota(p.denyStatus, rl.Name, limit.String(), local))
 }

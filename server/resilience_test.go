@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -79,8 +80,16 @@ func TestLocalFallbackAnswers(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// Forward auth's denial names the local limit it counted against.
+	var rec *httptest.ResponseRecorder
+	for range 2 {
+		rec = f.do("GET", "/v1/forward-auth?rule=login", "", "X-Forwarded-For", "198.51.100.1")
+	}
+	if want := `policy \"login\": 2 per`; rec.Code != 429 || !strings.Contains(rec.Body.String(), want) || !strings.Contains(rec.Body.String(), "this instance's share") {
+		t.Errorf("forward auth's local denial: %d %s, want 429 naming the local 2", rec.Code, rec.Body)
+	}
 	s.down.Store(false)
-	rec := f.do("POST", "/v1/check", `{"rule":"login","key":"alice"}`)
+	rec = f.do("POST", "/v1/check", `{"rule":"login","key":"alice"}`)
 	if got := decode[server.CheckResponse](t, rec); rec.Code != 200 || got.LocalFallback || got.Limit != 4 || got.Remaining != 3 || rec.Header().Get("Floodgate-Fallback") != "" {
 		t.Fatalf("after the outage: %d %+v, want the shared limit", rec.Code, got)
 	}

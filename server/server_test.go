@@ -262,7 +262,7 @@ func TestForwardAuth(t *testing.T) {
 	if err := json.Unmarshal(denied.Body.Bytes(), &got); err != nil || denied.Header().Get("Content-Type") != problem.ContentType {
 		t.Fatalf("denial body %q (%v), Content-Type %q", denied.Body, err, denied.Header().Get("Content-Type"))
 	}
-	if want := problem.Quota(403, "login", floodgate.NewLimit(floodgate.SlidingWindowLog, 3, time.Minute).String()); !reflect.DeepEqual(got, want) {
+	if want := problem.Quota(403, "login", floodgate.NewLimit(floodgate.SlidingWindowLog, 3, time.Minute).String(), false); !reflect.DeepEqual(got, want) {
 		t.Errorf("denial body %+v, want %+v", got, want)
 	}
 	// A client spoofing the victim's address directly is keyed on its own.

@@ -23,8 +23,13 @@ const QuotaExceededTitle = "Request cannot be satisfied as assigned quota has be
 
 // Quota returns the problem of a request that policy (a rule's name)
 // denied: status is 429, or a forward-auth deny status; limit describes
-// the rule's limit. Every front end's denial body is this one.
-func Quota(status int, policy, limit string) Details {
+// the rule's limit, or with local the share of it this instance enforced
+// alone while the store was unavailable (failure mode local). Every front
+// end's denial body is this one.
+func Quota(status int, policy, limit string, local bool) Details {
+	if local {
+		limit += ", this instance's share while the store is unavailable"
+	}
 	return Details{Type: QuotaExceeded, Title: QuotaExceededTitle, Status: status,
 		Detail:           fmt.Sprintf("The request exceeds the quota of policy %q: %s. Retry after the number of seconds in Retry-After.", policy, limit),
 		ViolatedPolicies: []string{policy}}
