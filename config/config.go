@@ -65,7 +65,8 @@ type Config struct {
 	// Source names where the config came from (a path, or "built-in").
 	Source string `yaml:"-"`
 
-	lines yamlfield.Lines // the line of each path, from Parse
+	lines  yamlfield.Lines // the line of each path, from Parse
+	failed map[string]bool // the paths that did not decode, from Parse
 }
 
 // ClientIP configures how a client's address is found behind proxies
@@ -137,6 +138,7 @@ func Parse(data []byte, source string) (*Config, error) {
 			failed[fe.Path] = true
 		}
 	}
+	c.failed = failed
 	for _, e := range leaves(c.validate()) {
 		var fe *FieldError
 		if e == nil || errors.As(e, &fe) && underAny(fe.Path, failed) {

@@ -49,12 +49,34 @@ type Rule struct {
 }
 
 // localShare returns the rule's local share, from local_share or
-// instances (decide.ShareOf), or the key that is wrong.
-func (r Rule) localShare() (float64, *badKey) {
-	share, err := decide.ShareOf(r.FailureMode, r.LocalShare, int64(r.Instances))
+// instances (decide.ShareOf), or the key that is wrong. c tells a key
+// written as 0 from one left out, and a failure_mode that is written but
+// did not decode (and is reported): then only the values are checked, not
+// whether the mode takes them.
+func (r Rule) localShare(c *Config, path string) (float64, *badKey) {
+	var share *float64
+	var instances *int64
+	if _, written := c.lines[path+".local_share"]; written || r.LocalShare != 0 {
+		share = &r.LocalShare
+	}
+	if _, written := c.lines[path+".instances"]; written || r.Instances != 0 {
+		n := int64(r.Instances)
+		instances = &n
+	}
+	mode := r.FailureMode
+	if c.failed[path+".failure_mode"] {
+		if share == nil && instances == nil {
+			return 0, nil
+		}
+		mode = decide.FailLocal
+	}
+	got, err := decide.ShareOf(mode, share, instances)
 	var fe *decide.FieldError
-	if !errors.As(err, &fe) {
-		return share, nil
+	switch {
+	case err == nil && mode != r.FailureMode:
+		return 0, nil
+	case !errors.As(err, &fe):
+		return got, nil
 	}
 	key := map[string]string{"LocalShare": "local_share", "Instances": "instances", "Failure": "failure_mode"}[fe.Field]
 	return 0, &badKey{key, fe.Value, fe.Reason}
@@ -129,7 +151,7 @@ func (c *Config) Policy() (server.Policy, error) {
 			unmapped[i] = true
 			errs = append(errs, lines.Error(yamlfield.Index("rules", i)+"."+bad.key, bad.value, bad.reason))
 		}
-		share, bad := r.localShare()
+		share, bad := r.localShare(c, yamlfield.Index("rules", i))
 		if bad != nil {
 			errs = append(errs, lines.Error(yamlfield.Index("rules", i)+"."+bad.key, bad.value, bad.reason))
 		}

@@ -58,6 +58,12 @@ func TestLocalFallbackErrors(t *testing.T) {
 		{"share too big", head + "    failure_mode: local\n    local_share: 1.5\n", "f.yaml: line 7: rules[0].local_share: 1.5 must be above 0 and at most 1 (0.25: each instance enforces a quarter of the limit)"},
 		{"negative instances", head + "    failure_mode: local\n    instances: -2\n", "f.yaml: line 7: rules[0].instances: -2 must be at least 1"},
 		{"unknown mode", head + "    failure_mode: lokal\n", `failure mode "lokal" is not open, closed or local`},
+		{"share 0 written", head + "    failure_mode: local\n    local_share: 0\n", "f.yaml: line 7: rules[0].local_share: 0 must be above 0 and at most 1"},
+		{"instances 0 written", head + "    failure_mode: local\n    instances: 0\n", "f.yaml: line 7: rules[0].instances: 0 must be at least 1"},
+		{"instances octal", head + "    failure_mode: local\n    instances: 010\n",
+			`f.yaml: line 7: rules[0].instances: "010" must be written in decimal digits, without a leading 0, + or _ (YAML reads 010 as 8); write 10, or 8 if you mean what YAML reads`},
+		{"instances too large", head + "    failure_mode: local\n    instances: 99999999999999999999\n", `f.yaml: line 7: rules[0].instances: "99999999999999999999" is too large`},
+		{"limit hex", "rules:\n  - name: r\n    algorithm: fixed_window\n    limit: 0x10\n    window: 1m\n", `rules[0].limit: "0x10" must be written in decimal digits`},
 		{"bad local_cache", head + "    local_cache: maybe\n", "rules[0].local_cache"},
 		{"negative cache entries", head + "store:\n  over_limit_cache:\n    max_entries: -1\n", "store.over_limit_cache.max_entries: -1 must not be negative"},
 		{"negative cache bytes", head + "store:\n  over_limit_cache:\n    max_bytes: -5\n", "store.over_limit_cache.max_bytes: -5 must not be negative"},
@@ -66,6 +72,31 @@ func TestLocalFallbackErrors(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), "f.yaml")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Parse error = %v\nwant it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLocalShareReportedOnce: a failure_mode that is written but wrong is
+// reported once; its rule's share is not also "not for failure_mode open"
+// (the mode it decoded as), though the share's own value is checked.
+func TestLocalShareReportedOnce(t *testing.T) {
+	const head = "rules:\n  - name: r\n    algorithm: sliding_window_log\n    limit: 10\n    window: 1m\n"
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"misspelt mode, instances", head + "    failure_mode: Local\n    instances: 2\n",
+			`f.yaml: line 6: rules[0].failure_mode: "Local" is invalid: failure mode "Local" is not open, closed or local`},
+		{"misspelt mode, share", head + "    failure_mode: lcoal\n    local_share: 0.5\n",
+			`f.yaml: line 6: rules[0].failure_mode: "lcoal" is invalid: failure mode "lcoal" is not open, closed or local`},
+		{"misspelt mode, wrong instances", head + "    failure_mode: Local\n    instances: -1\n",
+			`f.yaml: line 6: rules[0].failure_mode: "Local" is invalid: failure mode "Local" is not open, closed or local` + "\n" +
+				"line 7: rules[0].instances: -1 must be at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "f.yaml")
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("Parse error\n%v\nwant\n%s", err, tc.want)
 			}
 		})
 	}

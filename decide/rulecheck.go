@@ -55,35 +55,46 @@ func CheckRule(limit floodgate.Limit, failure FailureMode, localShare float64) [
 // ShareOf returns the local share of a rule written in a file, where a
 // rule of failure mode local sets either its share of the limit (above 0,
 // at most 1) or the number of instances that share the store (at least 1:
-// a share of 1/instances). Zero means not written. A rule of another
-// failure mode sets neither, and its share is 0; a local rule with neither
-// is an error (the engine would take a share of 0 as the whole limit, which
-// a file means only by local_share: 1). The error is a *FieldError naming
-// LocalShare, Instances, or Failure for a local rule that has no share.
-// Both YAML dialects, floodgate's and Envoy's rule files, read a share
-// through it, so the same mistake gets the same answer.
-func ShareOf(failure FailureMode, share float64, instances int64) (float64, error) {
-	shareValue := strconv.FormatFloat(share, 'g', -1, 64)
+// a share of 1/instances). share and instances are what the file writes,
+// nil when it does not write them: a written 0 is a mistake, not "absent".
+// A rule of another failure mode sets neither, and its share is 0; a local
+// rule with neither is an error (the engine would take a share of 0 as the
+// whole limit, which a file means only by local_share: 1). The error is a
+// *FieldError naming LocalShare, Instances, or Failure for a local rule
+// that has no share. Both YAML dialects, floodgate's and Envoy's rule
+// files, read a share through it, so the same mistake gets the same answer.
+func ShareOf(failure FailureMode, share *float64, instances *int64) (float64, error) {
+	var s float64
+	var n int64
+	shareValue, instancesValue := "", ""
+	if share != nil {
+		s = *share
+		shareValue = strconv.FormatFloat(s, 'g', -1, 64)
+	}
+	if instances != nil {
+		n = *instances
+		instancesValue = strconv.FormatInt(n, 10)
+	}
 	switch {
-	case share != 0 && instances != 0:
-		return 0, &FieldError{Field: "Instances", Value: strconv.FormatInt(instances, 10), Reason: "cannot be used together with local_share; set one of them"}
-	case instances < 0:
-		return 0, &FieldError{Field: "Instances", Value: strconv.FormatInt(instances, 10), Reason: "must be at least 1"}
-	case share != 0 && !(share > 0 && share <= 1): // NaN too
+	case share != nil && instances != nil:
+		return 0, &FieldError{Field: "Instances", Value: instancesValue, Reason: "cannot be used together with local_share; set one of them"}
+	case instances != nil && n < 1:
+		return 0, &FieldError{Field: "Instances", Value: instancesValue, Reason: "must be at least 1"}
+	case share != nil && !(s > 0 && s <= 1): // 0, NaN and the infinities too
 		return 0, &FieldError{Field: "LocalShare", Value: shareValue, Reason: "must be above 0 and at most 1 (0.25: each instance enforces a quarter of the limit)"}
-	case failure != FailLocal && share != 0:
+	case failure != FailLocal && share != nil:
 		return 0, &FieldError{Field: "LocalShare", Value: shareValue, Reason: "applies to failure_mode: local only"}
-	case failure != FailLocal && instances != 0:
-		return 0, &FieldError{Field: "Instances", Value: strconv.FormatInt(instances, 10), Reason: "applies to failure_mode: local only"}
+	case failure != FailLocal && instances != nil:
+		return 0, &FieldError{Field: "Instances", Value: instancesValue, Reason: "applies to failure_mode: local only"}
 	case failure != FailLocal:
 		return 0, nil
-	case instances != 0:
-		return 1 / float64(instances), nil
-	case share == 0:
+	case instances != nil:
+		return 1 / float64(n), nil
+	case share == nil:
 		return 0, &FieldError{Field: "Failure", Value: "local", Reason: "needs local_share (such as 0.25) or instances (such as 4): " +
 			"the share of the limit each instance enforces alone while the store is unavailable"}
 	}
-	return share, nil
+	return s, nil
 }
 
 // Error returns the field, its value and the reason.

@@ -61,26 +61,34 @@ func TestCheckRuleNameAndKeyPrefix(t *testing.T) {
 // TestShareOf: a rule file's local_share and instances, read once for both
 // YAML dialects.
 func TestShareOf(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	i := func(v int64) *int64 { return &v }
 	for _, tc := range []struct {
 		name      string
 		failure   decide.FailureMode
-		share     float64
-		instances int64
+		share     *float64
+		instances *int64
 		want      float64
 		field     string // of the *FieldError; "" for none
 	}{
-		{"a share", decide.FailLocal, 0.25, 0, 0.25, ""},
-		{"the whole limit", decide.FailLocal, 1, 0, 1, ""},
-		{"instances", decide.FailLocal, 0, 4, 0.25, ""},
-		{"neither, open", decide.FailOpen, 0, 0, 0, ""},
-		{"local with neither", decide.FailLocal, 0, 0, 0, "Failure"},
-		{"both", decide.FailLocal, 0.5, 2, 0, "Instances"},
-		{"negative instances", decide.FailLocal, 0, -2, 0, "Instances"},
-		{"share above 1", decide.FailLocal, 1.5, 0, 0, "LocalShare"},
-		{"negative share", decide.FailLocal, -0.5, 0, 0, "LocalShare"},
-		{"NaN share", decide.FailLocal, math.NaN(), 0, 0, "LocalShare"},
-		{"share, closed", decide.FailClosed, 0.5, 0, 0, "LocalShare"},
-		{"instances, open", decide.FailOpen, 0, 3, 0, "Instances"},
+		{"a share", decide.FailLocal, f(0.25), nil, 0.25, ""},
+		{"the whole limit", decide.FailLocal, f(1), nil, 1, ""},
+		{"instances", decide.FailLocal, nil, i(4), 0.25, ""},
+		{"one instance", decide.FailLocal, nil, i(1), 1, ""},
+		{"neither, open", decide.FailOpen, nil, nil, 0, ""},
+		{"local with neither", decide.FailLocal, nil, nil, 0, "Failure"},
+		{"both", decide.FailLocal, f(0.5), i(2), 0, "Instances"},
+		{"negative instances", decide.FailLocal, nil, i(-2), 0, "Instances"},
+		{"0 instances written", decide.FailLocal, nil, i(0), 0, "Instances"},
+		{"0 instances written, open", decide.FailOpen, nil, i(0), 0, "Instances"},
+		{"share above 1", decide.FailLocal, f(1.5), nil, 0, "LocalShare"},
+		{"negative share", decide.FailLocal, f(-0.5), nil, 0, "LocalShare"},
+		{"share 0 written", decide.FailLocal, f(0), nil, 0, "LocalShare"},
+		{"share -0 written", decide.FailLocal, f(math.Copysign(0, -1)), nil, 0, "LocalShare"},
+		{"NaN share", decide.FailLocal, f(math.NaN()), nil, 0, "LocalShare"},
+		{"infinite share", decide.FailLocal, f(math.Inf(1)), nil, 0, "LocalShare"},
+		{"share, closed", decide.FailClosed, f(0.5), nil, 0, "LocalShare"},
+		{"instances, open", decide.FailOpen, nil, i(3), 0, "Instances"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := decide.ShareOf(tc.failure, tc.share, tc.instances)

@@ -3,7 +3,6 @@ package envoy
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
@@ -76,30 +75,47 @@ type shareKeys struct {
 // localShare sets f.share, the share of the limit failure_mode local
 // enforces on each instance, from k (written at path, read by
 // decide.ShareOf as floodgate's own config reads it) or else inherited, the
-// domain's. A rule that fails local with no share at all is reported by
-// usableShare, since only rules the store decides need one. It reports what
-// is wrong and returns false.
-func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path string) bool {
-	var share float64
-	var instances int64
+// domain's. modeBad is a failure_mode that is written but did not parse
+// (and is reported): then only the values are checked, not whether the
+// mode takes them. A rule that fails local with no share at all is
+// reported by usableShare, since only rules the store decides need one. It
+// reports what is wrong and returns false.
+func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path string, modeBad bool) bool {
+	var share *float64
+	var instances *int64
 	ok := true
 	if k.share != nil {
-		share, ok = p.errs.Float(k.share, yamlfield.Join(path, "local_share"))
+		// Written empty (~), it is a share of 0, as floodgate's config
+		// decodes it; else a number, whose value ShareOf checks.
+		v, okShare := 0.0, true
+		if !yamlfield.IsNull(k.share) {
+			v, okShare = p.errs.Float(k.share, yamlfield.Join(path, "local_share"))
+		}
+		share, ok = &v, okShare
 	}
 	if k.instances != nil {
-		var okInstances bool
-		instances, okInstances = p.wholeNumber(k.instances, yamlfield.Join(path, "instances"))
-		ok = ok && okInstances
+		v, okInstances := int64(0), true
+		if !yamlfield.IsNull(k.instances) {
+			v, okInstances = p.errs.Int(k.instances, yamlfield.Join(path, "instances"))
+		}
+		instances, ok = &v, ok && okInstances
 	}
 	if !ok {
 		return false
 	}
-	got, err := decide.ShareOf(f.mode, share, instances)
+	mode := f.mode
+	if modeBad {
+		if share == nil && instances == nil {
+			return true
+		}
+		mode = decide.FailLocal
+	}
+	got, err := decide.ShareOf(mode, share, instances)
 	var fe *decide.FieldError
 	switch {
 	case err == nil:
 		f.share = got
-		return true
+		return !modeBad
 	case !errors.As(err, &fe):
 		p.errs.Report(0, path, "", err.Error())
 		return false
@@ -113,39 +129,47 @@ func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path str
 	}
 	reason := fe.Reason
 	if strings.HasPrefix(reason, "applies to") {
-		reason += " (this one's failure_mode is " + f.String() + ")"
-		if !f.set {
-			reason = fe.Reason + " (failure_mode is not set here or on the domain)"
+		whose := "this one's"
+		if path == "" {
+			whose = "the domain's"
+		}
+		switch {
+		case f.set:
+			reason += " (" + whose + " failure_mode is " + f.String() + ")"
+		case path == "":
+			reason += " (the domain's failure_mode is not set)"
+		default:
+			reason += " (failure_mode is not set here or on the domain)"
 		}
 	}
-	line := 0
+	line, value := 0, fe.Value
 	if node != nil {
 		line = node.Line
+		if node.Value != "" {
+			value = node.Value // as written: .inf, -0.0
+		}
 	}
-	p.errs.Report(line, yamlfield.Join(path, key), fe.Value, reason)
+	p.errs.Report(line, yamlfield.Join(path, key), value, reason)
 	return false
-}
-
-// wholeNumber reads a whole number, negative ones too (decide.ShareOf says
-// what is wrong with them), and reports any other node.
-func (p *parser) wholeNumber(n *yaml.Node, path string) (int64, bool) {
-	var v int64
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" && n.Decode(&v) == nil {
-		return v, true
-	}
-	_, ok := p.errs.Uint(n, path, math.MaxInt64) // reports it
-	return 0, ok
 }
 
 // usableShare reports a rule that fails local without a share, or with one
 // its limit cannot be divided by (decide.CheckRule): r's rate_limit, on
 // line, written at path with k. Only rules the store decides need a share.
+// A share the rule takes from its domain is reported on the domain's
+// local_share or instances, naming the rule; none at all is not reported
+// when the domain's is written but wrong (that is reported once, where it
+// is written).
 func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
 	if r.FailureMode != decide.FailLocal {
 		return
 	}
+	own := k.share != nil || k.instances != nil
 	if r.LocalShare == 0 {
-		_, err := decide.ShareOf(decide.FailLocal, 0, 0)
+		if !own && p.shareBad {
+			return
+		}
+		_, err := decide.ShareOf(decide.FailLocal, nil, nil)
 		need := strings.TrimPrefix(err.Error(), "Failure local ")
 		if k.mode != nil {
 			p.errs.Report(k.mode.Line, yamlfield.Join(path, "failure_mode"), "local", need+"; set one beside it, or on the domain")
@@ -159,14 +183,19 @@ func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
 			continue // the limit's own errors are reported where it is read
 		}
 		// The share is the rule's own or its domain's: name the one written.
-		field, node := "local_share", k.share
-		if node == nil && k.instances != nil {
-			field, node = "instances", k.instances
+		keys, at, reason := k, path, fe.Reason
+		if !own {
+			keys, at = p.shares, ""
+			reason = fmt.Sprintf("is not a usable share of the limit of %s (line %d): %s", path, line, strings.TrimPrefix(fe.Err.Error(), "decide: "))
 		}
-		at, value, whose := line, fe.Value, "the domain's share "
+		field, node := "local_share", keys.share
+		if node == nil && keys.instances != nil {
+			field, node = "instances", keys.instances
+		}
+		where, value := line, fe.Value
 		if node != nil {
-			at, value, whose = node.Line, node.Value, ""
+			where, value = node.Line, node.Value
 		}
-		p.errs.Report(at, yamlfield.Join(path, field), value, whose+fe.Reason)
+		p.errs.Report(where, yamlfield.Join(at, field), value, reason)
 	}
 }

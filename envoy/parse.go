@@ -234,8 +234,11 @@ type parser struct {
 	domainLine  int
 	domain      string
 	alg         floodgate.Algorithm
-	failure     failure // the domain's failure_mode
-	failureLine int     // where it is written
+	failure     failure   // the domain's failure_mode
+	failureLine int       // where it is written
+	shares      shareKeys // the domain's local_share and instances
+	// The domain's failure_mode, or its share, is written but wrong.
+	modeBad, shareBad bool
 }
 
 // maxErrors bounds the errors reported per file.
@@ -308,8 +311,9 @@ func (p *parser) file1(data []byte) *domain {
 		case "algorithm":
 			p.alg, _ = p.algorithm(v, "algorithm")
 		case "failure_mode":
-			p.failure, _ = p.failureMode(v, "failure_mode")
-			p.failureLine, shares.mode = v.Line, v
+			var ok bool
+			p.failure, ok = p.failureMode(v, "failure_mode")
+			p.failureLine, shares.mode, p.modeBad = v.Line, v, !ok
 		case "response_headers":
 			d.headers, _ = p.errs.Bool(v, "response_headers")
 		}
@@ -317,7 +321,8 @@ func (p *parser) file1(data []byte) *domain {
 	if root.Kind != yaml.MappingNode {
 		return nil
 	}
-	p.localShare(&p.failure, shares, 0, "")
+	p.shares = shares
+	p.shareBad = !p.localShare(&p.failure, shares, 0, "", p.modeBad) && (shares.share != nil || shares.instances != nil)
 	if d.name == "" {
 		p.errs.Report(max(p.domainLine, root.Line), "domain", `""`, "is required: name the domain Envoy's rate-limit filter sends")
 	}
@@ -460,6 +465,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		alg                                 = p.alg
 		capacity                            uint32
 		ok                                  = true
+		modeBad                             = p.modeBad // the failure_mode this rule takes is written but wrong
 	)
 	errsBefore := p.errs.Len()
 	for _, e := range p.errs.Mapping(n, path, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "capacity", "failure_mode", "local_share", "instances") {
@@ -485,9 +491,9 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 			capacity = p.uint32v(v, f)
 		case "failure_mode":
 			shares.mode = v
-			if m, ok := p.failureMode(v, f); ok {
-				r.setFailure(m)
-			}
+			m, ok := p.failureMode(v, f)
+			r.setFailure(m)
+			modeBad = !ok
 		case "local_share":
 			shares.share = v
 		case "instances":
@@ -495,7 +501,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		}
 	}
 	own := failure{mode: r.FailureMode, call: r.FailCall, set: r.failureSet}
-	if p.localShare(&own, shares, p.failure.share, path) {
+	if p.localShare(&own, shares, p.failure.share, path, modeBad) {
 		r.LocalShare = own.share
 	}
 	if n.Kind != yaml.MappingNode || p.errs.Len() > errsBefore || !ok {

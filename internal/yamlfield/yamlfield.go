@@ -385,6 +385,9 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
 		decode := func(n *yaml.Node) error { return decodeScalar(n, reflect.New(v.Type()).Elem()) }
 		if err := decodeScalar(n, v); err != nil {
 			e := &Error{Line: n.Line, Path: path, Value: Describe(n), Reason: reason(v.Type(), err), Fix: unquoteFix(n, decode)}
+			if ne := (*numberError)(nil); errors.As(err, &ne) {
+				e.Reason, e.Fix = ne.reason, ne.fix
+			}
 			if e.Fix == "" && v.Type() == durationType {
 				if fix := DurationFix(n); fix != "" {
 					e.Reason, e.Fix = "is not a duration", fix
@@ -418,10 +421,18 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
 var errNotWhole = &yaml.TypeError{Errors: []string{"not a whole number"}}
 
 // decodeScalar decodes n into v as yaml does, but for integers, which must
-// be written as integers: 3.5 and 1e3 are errors, not 3 and 1000.
+// be written as integers in decimal digits: 3.5 and 1e3 are errors, not 3
+// and 1000, and so are 010 and 0x10, not 8 and 16 (a *numberError).
 func decodeScalar(n *yaml.Node, v reflect.Value) error {
-	if k := v.Kind(); k >= reflect.Int && k <= reflect.Uint64 && v.Type() != durationType && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" {
-		return errNotWhole
+	if k := v.Kind(); k >= reflect.Int && k <= reflect.Uint64 && v.Type() != durationType && n.Kind == yaml.ScalarNode {
+		if _, err := wholeNumber(n); err != nil {
+			if errors.As(err, new(*numberError)) {
+				return err
+			}
+			if n.ShortTag() == "!!float" {
+				return errNotWhole
+			}
+		}
 	}
 	return n.Decode(v.Addr().Interface())
 }
