@@ -492,7 +492,7 @@ func (p *parser) rateLimit(n *yaml.Node, line int, path, fullKey string, shadow,
 		case "failure_mode":
 			shares.mode = v
 			m, ok := p.failureMode(v, f)
-			r.setFailure(m)
+			r.setFailure(m) // if !ok the default, in a file refused anyway
 			modeBad = !ok
 		case "local_share":
 			shares.share = v
