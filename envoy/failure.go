@@ -185,8 +185,10 @@ func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
 		// The share is the rule's own or its domain's: name the one written.
 		keys, at, reason := k, path, fe.Reason
 		if !own {
-			keys, at = p.shares, ""
-			reason = fmt.Sprintf("is not a usable share of the limit of %s (line %d): %s", path, line, strings.TrimPrefix(fe.Err.Error(), "decide: "))
+			keys, at, reason = p.shares, "", fmt.Sprintf("%s (for %s, line %d)", fe.Reason, path, line)
+			if fe.Err != nil {
+				reason = fmt.Sprintf("is not a usable share of the limit of %s (line %d): %s", path, line, strings.TrimPrefix(fe.Err.Error(), "decide: "))
+			}
 		}
 		field, node := "local_share", keys.share
 		if node == nil && keys.instances != nil {
