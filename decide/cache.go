@@ -416,6 +416,25 @@ func (c *overLimitCache) invalidate(key string) {
 	sh.mu.Unlock()
 }
 
+// invalidateOwn is invalidate for a key that the request deciding checks
+// (with outcomes out) gave back itself, in a denied batch: that request's
+// own denials of other keys in the same shard, whose epoch had not moved
+// since they were noted, stay storable, since the give-back changed key
+// only. (Otherwise a flooded key that shares a shard with a rule the same
+// requests give back, 1 in 64 pairs, would never be cached.)
+func (c *overLimitCache) invalidateOwn(key string, checks []Check, out []Outcome) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	after := sh.epoch.Add(1)
+	c.remove(sh, key)
+	sh.mu.Unlock()
+	for i := range checks {
+		if o := &out[i]; checks[i].Key != key && o.epoch == after-1 && c.shard(checks[i].Key) == sh {
+			o.epoch = after
+		}
+	}
+}
+
 func (c *overLimitCache) stats() CacheStats {
 	return CacheStats{Hits: c.hits.Load(), Waits: c.waits.Load(), Evictions: c.evictions.Load(), Entries: c.entries.Load(), Bytes: c.bytes.Load()}
 }

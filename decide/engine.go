@@ -361,8 +361,8 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 			} else {
 				out[i].taken = false
 			}
-			if results[j].Err == nil && results[j].Decision.Allowed {
-				e.invalidate(checks[i].Key)
+			if results[j].Err == nil && results[j].Decision.Allowed && e.cache != nil {
+				e.cache.invalidateOwn(checks[i].Key, checks, out)
 			}
 		}
 	}
