@@ -101,7 +101,7 @@ func TestLocalFailureMode(t *testing.T) {
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			mem, _ := memoryStore()
-			e := start(t, &failingStore{Store: mem}, true, Options{ResponseHeaders: true}, localRules)
+			e := start(t, &failingStore{Store: mem}, true, Options{ResponseHeaders: true, PeerHeaders: &PeerHeaders{}}, localRules)
 			// admitted sends 10 requests for the value, and counts the OKs;
 			// each answer says Floodgate-Fallback: local exactly when a
 			// local rule's store is down.
@@ -115,8 +115,14 @@ func TestLocalFailureMode(t *testing.T) {
 						n++
 					}
 					fallback := false
+					hdr := map[string]string{}
 					for _, h := range resp.GetResponseHeadersToAdd() {
 						fallback = fallback || h.GetKey() == "Floodgate-Fallback" && h.GetValue() == "local"
+						hdr[h.GetKey()] = h.GetValue()
+					}
+					// Both header families name the limit the remaining counts against.
+					if hdr["RateLimit-Limit"] != hdr["X-Ratelimit-Limit"] {
+						t.Fatalf("%s: RateLimit-Limit %q beside X-RateLimit-Limit %q", value, hdr["RateLimit-Limit"], hdr["X-Ratelimit-Limit"])
 					}
 					if want := value == "down" && tc.key != "open" && tc.key != "shadow"; fallback != want {
 						t.Fatalf("%s: Floodgate-Fallback: local %v, want %v: %v", value, fallback, want, resp.GetResponseHeadersToAdd())

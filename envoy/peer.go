@@ -24,6 +24,7 @@ import (
 // descriptor: it fails the whole call).
 func (s *Service) peerHeaders(ds []descriptor, res *decide.Result, resp *rlsv3.RateLimitResponse, now time.Time) []*corev3.HeaderValue {
 	var most *rlsv3.RateLimitResponse_DescriptorStatus
+	mostAt := -1
 	least := uint32(math.MaxUint32)
 	for i, st := range resp.Statuses {
 		if !ds[i].inHeaders() || st.GetCurrentLimit() == nil {
@@ -33,10 +34,10 @@ func (s *Service) peerHeaders(ds []descriptor, res *decide.Result, resp *rlsv3.R
 			continue
 		}
 		if st.GetLimitRemaining() < least {
-			most, least = st, st.GetLimitRemaining()
+			most, mostAt, least = st, i, st.GetLimitRemaining()
 		}
 		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-			most, least = st, 0
+			most, mostAt, least = st, i, 0
 		}
 	}
 	if most == nil {
@@ -44,8 +45,14 @@ func (s *Service) peerHeaders(ds []descriptor, res *decide.Result, resp *rlsv3.R
 	}
 	sec := int64(UnitDuration(most.CurrentLimit.Unit) / time.Second)
 	reset := sec - now.Unix()%sec
+	limit := uint64(most.CurrentLimit.RequestsPerUnit)
+	if d := &ds[mostAt]; d.kind == kindCheck && res.Outcomes[d.check].Local {
+		// Decided by this instance alone: its remaining counts against the
+		// local quota, which the limit names too.
+		limit = uint64(max(0, res.Outcomes[d.check].Decision.Limit))
+	}
 	return []*corev3.HeaderValue{
-		{Key: s.peerHdr.Limit, Value: strconv.FormatUint(uint64(most.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: s.peerHdr.Limit, Value: strconv.FormatUint(limit, 10)},
 		{Key: s.peerHdr.Remaining, Value: strconv.FormatUint(uint64(most.LimitRemaining), 10)},
 		{Key: s.peerHdr.Reset, Value: strconv.FormatInt(reset, 10)},
 	}

@@ -227,6 +227,9 @@ type Stats struct {
 	StoreErrors uint64
 	// KeyErrors counts key functions that returned an error.
 	KeyErrors uint64
+	// LocalFallback counts calls this instance decided alone, at a FailLocal
+	// rule's share, while the store was unavailable.
+	LocalFallback uint64
 }
 
 // Limiter holds the interceptors. Create it with New; it is safe for
@@ -246,6 +249,7 @@ type Limiter struct {
 	unavail   atomic.Uint64
 	storeErrs atomic.Uint64
 	keyErrs   atomic.Uint64
+	local     atomic.Uint64 // calls decided locally (Stats.LocalFallback)
 }
 
 // rule is a Rule checked and prepared for serving.
@@ -354,7 +358,7 @@ func compileRule(i int, r Rule, keyPrefix string, peerKey KeyFunc) (rule, error)
 	if cr.policy, err = ratelimitheader.ForLimit(r.Name, r.Limit); err != nil {
 		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be serialized", Err: err}
 	}
-	if cr.quota, err = quotaFailure(r.Name, r.Limit); err != nil {
+	if cr.quota, err = quotaFailure(r.Name, r.Limit, false); err != nil {
 		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be marshalled into a QuotaFailure", Err: err}
 	}
 	return cr, nil
@@ -381,11 +385,12 @@ func (ru *rule) matches(fullMethod string) bool {
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	return Stats{
-		Denied:       l.denied.Load(),
-		ShadowDenied: l.shadowed.Load(),
-		Unavailable:  l.unavail.Load(),
-		StoreErrors:  l.storeErrs.Load(),
-		KeyErrors:    l.keyErrs.Load(),
+		Denied:        l.denied.Load(),
+		ShadowDenied:  l.shadowed.Load(),
+		Unavailable:   l.unavail.Load(),
+		StoreErrors:   l.storeErrs.Load(),
+		KeyErrors:     l.keyErrs.Load(),
+		LocalFallback: l.local.Load(),
 	}
 }
 
@@ -513,13 +518,16 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md me
 	}
 	res := l.engine.DecideInto(ctx, checks, outcomesBuf[:])
 	l.count(ctx, checks, rules, &res)
+	if res.LocalFallback() {
+		l.local.Add(1)
+	}
 	switch res.Verdict {
 	case decide.Admitted:
 		return l.metadata(rules, &res), nil
 	case decide.Denied:
 		l.denied.Add(1)
 		ru := rules[res.Deciding]
-		return l.metadata(rules, &res), denied(ru, res.Outcomes[res.Deciding].Decision)
+		return l.metadata(rules, &res), denied(ru, &checks[res.Deciding], &res.Outcomes[res.Deciding])
 	case decide.Unavailable:
 		l.unavail.Add(1)
 		return retryAfterMD(res.RetryAfter), unavailable(rules[res.Deciding].name, res.RetryAfter)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthgrpc "google.golang.org/grpc/health"
@@ -521,7 +522,13 @@ func TestFailLocal(t *testing.T) {
 	client := testpb.NewTestServiceClient(serve(t, lim, serveOpts{}))
 	passed, denied := 0, 0
 	for range 10 {
-		_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
+		var header, trailer metadata.MD
+		_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
+		md := metadata.Join(header, trailer)
+		// Every answer says it was decided locally, and describes the local 4.
+		if got := md.Get(grpclimit.MetadataFallback); len(got) != 1 || got[0] != "local" || md.Get(grpclimit.MetadataLimit)[0] != "4" {
+			t.Errorf("metadata %v, want floodgate-fallback: local and the local limit 4", md)
+		}
 		switch status.Code(err) {
 		case codes.OK:
 			passed++
@@ -530,11 +537,22 @@ func TestFailLocal(t *testing.T) {
 			if retry, _ := details(t, err); retry <= 0 || retry > time.Minute {
 				t.Errorf("RetryInfo %s, want a delay within the minute", retry)
 			}
+			st, _ := status.FromError(err)
+			for _, d := range st.Details() {
+				if qf, ok := d.(*errdetails.QuotaFailure); ok {
+					if v := qf.GetViolations()[0]; v.GetQuotaValue() != 4 || !strings.Contains(v.GetDescription(), "this instance's share") {
+						t.Errorf("QuotaFailure %v, want the local quota 4", v)
+					}
+				}
+			}
 		default:
 			t.Fatalf("call: %v", err)
 		}
 	}
 	if passed != 4 || denied != 6 {
 		t.Fatalf("%d passed, %d denied; want 4 and 6 (half of 8, decided locally)", passed, denied)
+	}
+	if got := lim.Stats().LocalFallback; got != 10 {
+		t.Errorf("Stats.LocalFallback %d, want 10", got)
 	}
 }

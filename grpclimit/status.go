@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
@@ -32,6 +33,10 @@ const (
 	// policy retries the status waits this many milliseconds, the retry
 	// delay rounded up, instead of its own backoff.
 	MetadataPushback = "grpc-retry-pushback-ms"
+	// MetadataFallback, with the value "local", says that the store was
+	// unavailable and this instance decided alone at a FailLocal rule's
+	// share, as the HTTP front ends' Floodgate-Fallback header does.
+	MetadataFallback = "floodgate-fallback"
 )
 
 // metadataKeys maps the encoder's canonical header names to metadata keys.
@@ -64,7 +69,8 @@ func (l *Limiter) metadata(rules []*rule, res *decide.Result) metadata.MD {
 	}
 	h := make(http.Header, len(ratelimitheader.Order)+1)
 	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.now())
-	if len(h) == 0 {
+	local := res.LocalFallback()
+	if len(h) == 0 && !local {
 		return nil
 	}
 	// The same map, its keys renamed to the metadata's lower case.
@@ -77,6 +83,9 @@ func (l *Limiter) metadata(rules []*rule, res *decide.Result) metadata.MD {
 	}
 	if !d.Allowed && most != nil {
 		md[MetadataPushback] = []string{pushback(d.RetryAfter)}
+	}
+	if local {
+		md[MetadataFallback] = []string{ratelimitheader.FallbackLocal}
 	}
 	return md
 }
@@ -93,26 +102,42 @@ func retryAfterMD(d time.Duration) metadata.MD {
 	return metadata.MD{MetadataRetryAfter: {ratelimitheader.RetryAfter(d)}, MetadataPushback: {pushback(d)}}
 }
 
-// quotaFailure returns a rule's QuotaFailure detail, marshalled once when
-// the rule is loaded.
-func quotaFailure(name string, l floodgate.Limit) (*anypb.Any, error) {
+// quotaFailure returns a rule's QuotaFailure detail: marshalled once when
+// the rule is loaded, or, with local, for the share of it this instance
+// enforced alone.
+func quotaFailure(name string, l floodgate.Limit, local bool) (*anypb.Any, error) {
+	desc := fmt.Sprintf("the call exceeds the quota of rule %q: %s", name, l)
+	if local {
+		desc += problem.LocalShareNote
+	}
 	return anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     "rule:" + name,
-		Description: fmt.Sprintf("the call exceeds the quota of rule %q: %s", name, l),
+		Description: desc,
 		QuotaId:     name,
 		QuotaValue:  l.Quota,
 	}}})
 }
 
 // denied is the status of a call over ru's limit: ResourceExhausted with a
-// RetryInfo of the exact delay and a QuotaFailure naming the rule.
-func denied(ru *rule, d floodgate.Decision) error {
+// RetryInfo of the exact delay and a QuotaFailure naming the rule, or, when
+// this instance denied alone (c's outcome Local), its local limit.
+func denied(ru *rule, c *decide.Check, o *decide.Outcome) error {
+	d := o.Decision
 	msg := "rate limit exceeded: rule " + strconv.Quote(ru.name) + "; retry after " + d.RetryAfter.String()
+	quota := ru.quota
+	if o.Local {
+		msg += " (decided by this instance alone: the store is unavailable)"
+		if l, err := c.LocalLimit(); err == nil {
+			if q, err := quotaFailure(ru.name, l, true); err == nil {
+				quota = q
+			}
+		}
+	}
 	retry, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
 	if err != nil { // cannot happen: a RetryInfo marshals
 		return status.Error(codes.ResourceExhausted, msg)
 	}
-	return status.FromProto(&spb.Status{Code: int32(codes.ResourceExhausted), Message: msg, Details: []*anypb.Any{retry, ru.quota}}).Err()
+	return status.FromProto(&spb.Status{Code: int32(codes.ResourceExhausted), Message: msg, Details: []*anypb.Any{retry, quota}}).Err()
 }
 
 // unavailable is the status of a call that the fail-closed rule named rule

@@ -21,6 +21,11 @@ const QuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exc
 // QuotaExceededTitle is the title the draft registers for QuotaExceeded.
 const QuotaExceededTitle = "Request cannot be satisfied as assigned quota has been exceeded"
 
+// LocalShareNote follows a limit that this instance enforced alone while
+// the store was unavailable (failure mode local), in every front end's
+// description of a denial.
+const LocalShareNote = ", this instance's share while the store is unavailable"
+
 // Quota returns the problem of a request that policy (a rule's name)
 // denied: status is 429, or a forward-auth deny status; limit describes
 // the rule's limit, or with local the share of it this instance enforced
@@ -28,7 +33,7 @@ const QuotaExceededTitle = "Request cannot be satisfied as assigned quota has be
 // end's denial body is this one.
 func Quota(status int, policy, limit string, local bool) Details {
 	if local {
-		limit += ", this instance's share while the store is unavailable"
+		limit += LocalShareNote
 	}
 	return Details{Type: QuotaExceeded, Title: QuotaExceededTitle, Status: status,
 		Detail:           fmt.Sprintf("The request exceeds the quota of policy %q: %s. Retry after the number of seconds in Retry-After.", policy, limit),
