@@ -121,11 +121,15 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("decide: %w", &FieldError{Field: "Store", Value: "<nil>", Reason: "is required"})
 	}
 	for _, d := range []struct {
-		field string
-		d     time.Duration
-	}{{"Timeout", opts.Timeout}, {"UnavailableRetryAfter", opts.UnavailableRetryAfter}, {"LogInterval", opts.LogInterval}} {
+		field, zero string
+		d           time.Duration
+	}{
+		{"Timeout", "no deadline of the engine's own: the store bounds each call", opts.Timeout},
+		{"UnavailableRetryAfter", "the default " + DefaultUnavailableRetryAfter.String(), opts.UnavailableRetryAfter},
+		{"LogInterval", "the default " + DefaultLogInterval.String(), opts.LogInterval},
+	} {
 		if d.d < 0 {
-			return nil, fmt.Errorf("decide: %w", &FieldError{Field: d.field, Value: d.d.String(), Reason: "must not be negative"})
+			return nil, fmt.Errorf("decide: %w", &FieldError{Field: d.field, Value: d.d.String(), Reason: "must not be negative (0: " + d.zero + ")"})
 		}
 	}
 	if opts.UnavailableRetryAfter == 0 {

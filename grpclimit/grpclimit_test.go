@@ -82,9 +82,9 @@ func TestEngineOptionErrors(t *testing.T) {
 		cfg  grpclimit.Config
 		want string
 	}{
-		{"negative timeout", grpclimit.Config{Timeout: -time.Millisecond}, "grpclimit: Timeout -1ms must not be negative"},
-		{"negative retry", grpclimit.Config{UnavailableRetryAfter: -time.Second}, "grpclimit: UnavailableRetryAfter -1s must not be negative"},
-		{"negative log interval", grpclimit.Config{LogInterval: -time.Second}, "grpclimit: LogInterval -1s must not be negative"},
+		{"negative timeout", grpclimit.Config{Timeout: -time.Millisecond}, "grpclimit: Timeout -1ms must not be negative (0: no deadline of the engine's own: the store bounds each call)"},
+		{"negative retry", grpclimit.Config{UnavailableRetryAfter: -time.Second}, "grpclimit: UnavailableRetryAfter -1s must not be negative (0: the default 5s)"},
+		{"negative log interval", grpclimit.Config{LogInterval: -time.Second}, "grpclimit: LogInterval -1s must not be negative (0: the default 30s)"},
 		{"negative cache entries", grpclimit.Config{OverLimitCache: decide.CacheOptions{MaxEntries: -1}}, "grpclimit: OverLimitCache.MaxEntries -1 must not be negative"},
 		{"negative cache bytes", grpclimit.Config{OverLimitCache: decide.CacheOptions{MaxBytes: -5}}, "grpclimit: OverLimitCache.MaxBytes -5 must not be negative"},
 	} {

@@ -686,9 +686,9 @@ func TestEngineOptionErrors(t *testing.T) {
 		cfg  httplimit.Config
 		want string
 	}{
-		{"negative timeout", httplimit.Config{Timeout: -time.Millisecond}, "httplimit: Timeout -1ms must not be negative"},
-		{"negative retry", httplimit.Config{UnavailableRetryAfter: -time.Second}, "httplimit: UnavailableRetryAfter -1s must not be negative"},
-		{"negative log interval", httplimit.Config{LogInterval: -time.Second}, "httplimit: LogInterval -1s must not be negative"},
+		{"negative timeout", httplimit.Config{Timeout: -time.Millisecond}, "httplimit: Timeout -1ms must not be negative (0: no deadline of the engine's own: the store bounds each call)"},
+		{"negative retry", httplimit.Config{UnavailableRetryAfter: -time.Second}, "httplimit: UnavailableRetryAfter -1s must not be negative (0: the default 5s)"},
+		{"negative log interval", httplimit.Config{LogInterval: -time.Second}, "httplimit: LogInterval -1s must not be negative (0: the default 30s)"},
 		{"negative cache entries", httplimit.Config{OverLimitCache: decide.CacheOptions{MaxEntries: -1}}, "httplimit: OverLimitCache.MaxEntries -1 must not be negative"},
 		{"negative cache bytes", httplimit.Config{OverLimitCache: decide.CacheOptions{MaxBytes: -5}}, "httplimit: OverLimitCache.MaxBytes -5 must not be negative"},
 	} {
