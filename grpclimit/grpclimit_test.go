@@ -52,6 +52,7 @@ func TestConfigErrors(t *testing.T) {
 		{"duplicate", grpclimit.Config{Store: memory.New(), Rules: []grpclimit.Rule{{Name: "a", Limit: ok}, {Name: "a", Limit: ok}}}, "Rules[1].Name"},
 		{"bad limit", grpclimit.Config{Store: memory.New(), Rules: []grpclimit.Rule{{Name: "a"}}}, "Rules[0].Limit"},
 		{"bad failure", grpclimit.Config{Store: memory.New(), Rules: []grpclimit.Rule{{Name: "a", Limit: ok, Failure: 7}}}, "Rules[0].Failure"},
+		{"share without FailLocal", grpclimit.Config{Store: memory.New(), Rules: []grpclimit.Rule{{Name: "a", Limit: ok, LocalShare: 0.5}}}, "Rules[0].LocalShare"},
 		{"message cost over quota", grpclimit.Config{Store: memory.New(), Rules: []grpclimit.Rule{{Name: "a", Limit: ok, MessageCost: 11}}}, "Rules[0].MessageCost"},
 		{"negative message cost", grpclimit.Config{Store: memory.New(), Rules: []grpclimit.Rule{{Name: "a", Limit: ok, MessageCost: -1}}}, "Rules[0].MessageCost"},
 		{"method without slash", grpclimit.Config{Store: memory.New(), Rules: []grpclimit.Rule{{Name: "a", Limit: ok, Methods: []string{"pkg.Svc/M"}}}}, "Rules[0].Methods[0]"},

@@ -709,6 +709,7 @@ func TestPolicyErrors(t *testing.T) {
 		{"duplicate", server.Policy{Rules: []server.Rule{ok, ok}}, "Rules[1].Name"},
 		{"zero limit", server.Policy{Rules: []server.Rule{{Name: "z"}}}, "Rules[0].Limit"},
 		{"bad failure", server.Policy{Rules: []server.Rule{{Name: "f", Limit: floodgate.PerMinute(1), Failure: 7}}}, "Rules[0].Failure"},
+		{"share without FailLocal", server.Policy{Rules: []server.Rule{{Name: "f", Limit: floodgate.PerMinute(1), LocalShare: 0.5}}}, "Rules[0].LocalShare"},
 		{"deny status", server.Policy{Rules: []server.Rule{ok}, DenyStatus: 200}, "DenyStatus"},
 	}
 	for _, c := range cases {
