@@ -65,27 +65,15 @@ const (
 	FixedWindow
 )
 
-// algorithmNames is the one list of algorithms: everything else (Algorithms,
-// validity, parsing, error messages, the stores' tables) derives from it.
+// algorithmNames is the one list of algorithms: everything else (validity,
+// parsing, error messages, internal/algorithmlist and through it the stores'
+// tables) derives from it.
 var algorithmNames = [...]string{
 	SlidingWindowLog:     "sliding_window_log",
 	TokenBucket:          "token_bucket",
 	SlidingWindowCounter: "sliding_window_counter",
 	FixedWindow:          "fixed_window",
 }
-
-// Algorithms lists every valid algorithm, in declaration order.
-func Algorithms() []Algorithm {
-	out := make([]Algorithm, 0, len(algorithmNames)-1)
-	for a := range algorithmNames[1:] {
-		out = append(out, Algorithm(a+1))
-	}
-	return out
-}
-
-// AlgorithmNames returns the configuration names of every algorithm, in
-// declaration order, for error messages and completions.
-func AlgorithmNames() []string { return append([]string(nil), algorithmNames[1:]...) }
 
 // String returns the algorithm's configuration name, such as
 // "sliding_window_log".
@@ -100,15 +88,16 @@ func (a Algorithm) valid() bool { return a > 0 && int(a) < len(algorithmNames) }
 
 // ParseAlgorithm returns the algorithm whose configuration name is s.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range Algorithms() {
-		if s == a.String() {
-			return a, nil
+	for a, name := range algorithmNames {
+		if a > 0 && s == name {
+			return Algorithm(a), nil
 		}
 	}
 	return 0, fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalidLimit, s, strings.Join(algorithmNames[1:], ", "))
 }
 
-// MarshalText implements [encoding.TextMarshaler].
+// MarshalText implements [encoding.TextMarshaler]. It fails for a value that
+// is none of the algorithms' constants.
 func (a Algorithm) MarshalText() ([]byte, error) {
 	if !a.valid() {
 		return nil, fmt.Errorf("%w: algorithm %d", ErrInvalidLimit, a)

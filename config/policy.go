@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 	"github.com/floodgate-rl/floodgate/server"
@@ -100,7 +101,7 @@ type badKey struct{ key, value, reason string }
 func (r Rule) limit() (floodgate.Limit, *badKey) {
 	alg, err := floodgate.ParseAlgorithm(r.Algorithm)
 	if err != nil {
-		return floodgate.Limit{}, &badKey{"algorithm", fmt.Sprintf("%q", r.Algorithm), "is not one of " + strings.Join(floodgate.AlgorithmNames(), ", ")}
+		return floodgate.Limit{}, &badKey{"algorithm", fmt.Sprintf("%q", r.Algorithm), "is not one of " + strings.Join(algorithmlist.Names(), ", ")}
 	}
 	if alg != floodgate.TokenBucket {
 		switch {

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
@@ -264,7 +265,7 @@ func (p *parser) algorithm(n *yaml.Node, path string) (floodgate.Algorithm, bool
 	}
 	alg, err := floodgate.ParseAlgorithm(s)
 	if err != nil {
-		p.oneOf(n.Line, path, s, floodgate.AlgorithmNames())
+		p.oneOf(n.Line, path, s, algorithmlist.Names())
 		return 0, false
 	}
 	return alg, true

@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -181,7 +182,7 @@ func TestHeaderModes(t *testing.T) {
 }
 
 func TestRemainingNeverIncreasesWithinWindow(t *testing.T) {
-	for _, alg := range floodgate.Algorithms() {
+	for _, alg := range algorithmlist.All() {
 		t.Run(alg.String(), func(t *testing.T) {
 			e := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{
 				{Name: "a", Limit: floodgate.NewLimit(alg, 20, time.Minute)},
@@ -220,7 +221,7 @@ func TestRemainingNeverIncreasesWithinWindow(t *testing.T) {
 }
 
 func TestRetryAfterHonoured(t *testing.T) {
-	for _, alg := range floodgate.Algorithms() {
+	for _, alg := range algorithmlist.All() {
 		for _, window := range []time.Duration{1500 * time.Millisecond, time.Minute} {
 			t.Run(fmt.Sprint(alg, window), func(t *testing.T) {
 				e := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{{Name: "r", Limit: floodgate.NewLimit(alg, 3, window)}}})
@@ -380,7 +381,7 @@ func TestMultiRuleRefundConcurrent(t *testing.T) {
 // or on the store newStore returns for the env's clock.
 func testRefundConcurrent(t *testing.T, newStore func(t *testing.T, c floodgate.Clock) floodgate.Store) {
 	const requests, narrow, wide = 200, 10, 1000
-	for _, alg := range floodgate.Algorithms() {
+	for _, alg := range algorithmlist.All() {
 		t.Run(alg.String(), func(t *testing.T) {
 			// Long windows: on Redis a key's TTL runs in real time while
 			// the test's clock stands still, and a token bucket of 1000 per

@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -37,7 +38,7 @@ func TestMaxKeysEvictsLeastRecentlyDecided(t *testing.T) {
 			}
 		}
 		clock.Advance(time.Millisecond)
-		alg := floodgate.Algorithms()[i%4]
+		alg := algorithmlist.All()[i%4]
 		_, _ = s.Allow(ctx, "new-"+strconv.Itoa(i), floodgate.NewLimit(alg, 3, time.Minute))
 		if n := s.Len(); n > maxKeys+256 {
 			t.Fatalf("after %d new keys the store holds %d keys, over the cap of %d", i+1, n, maxKeys)

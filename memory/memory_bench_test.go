@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -28,7 +29,7 @@ func benchKeys(n int) []string {
 //	go test ./memory -run '^$' -bench . -benchmem
 func BenchmarkAllow(b *testing.B) {
 	ctx := context.Background()
-	for _, alg := range floodgate.Algorithms() {
+	for _, alg := range algorithmlist.All() {
 		limit := floodgate.NewLimit(alg, 100, time.Minute)
 		for _, spread := range []struct {
 			name string

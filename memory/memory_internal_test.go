@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/internal/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 )
 
 // TestEvictionBoundsMemory drives a million distinct keys through the store
@@ -29,7 +30,7 @@ func TestEvictionBoundsMemory(t *testing.T) {
 	if raceEnabled {
 		perWave = 30_000
 	}
-	for _, alg := range floodgate.Algorithms() {
+	for _, alg := range algorithmlist.All() {
 		s := New(WithClock(clock))
 		limit := floodgate.NewLimit(alg, 5, time.Second)
 		most := 0
@@ -58,7 +59,7 @@ func TestClockBackwards(t *testing.T) {
 	ctx := context.Background()
 	clock := clocktest.NewManual(time.Unix(1_900_000_000, 0))
 	s := New(WithClock(clock))
-	for _, alg := range floodgate.Algorithms() {
+	for _, alg := range algorithmlist.All() {
 		limit := floodgate.NewLimit(alg, 3, time.Minute)
 		admitted := 0
 		for range 3 {
@@ -89,7 +90,7 @@ func TestClockBackwards(t *testing.T) {
 func TestMemoryUsage(t *testing.T) {
 	ctx := context.Background()
 	s := New()
-	for _, alg := range floodgate.Algorithms() {
+	for _, alg := range algorithmlist.All() {
 		limit := floodgate.NewLimit(alg, 100, time.Minute)
 		if got := s.MemoryUsage("k", limit); got != 0 {
 			t.Errorf("%s: MemoryUsage of an unknown key = %d, want 0", alg, got)
@@ -262,7 +263,7 @@ func TestEvictionNeverChangesDecisions(t *testing.T) {
 	windows := []time.Duration{time.Millisecond, 10 * time.Millisecond, time.Second}
 	quotas := []int64{1, 2, 5, 20}
 	for i := range 20000 {
-		l := floodgate.NewLimit(floodgate.Algorithms()[r.IntN(len(floodgate.Algorithms()))], quotas[r.IntN(len(quotas))], windows[r.IntN(len(windows))])
+		l := floodgate.NewLimit(algorithmlist.All()[r.IntN(len(algorithmlist.All()))], quotas[r.IntN(len(quotas))], windows[r.IntN(len(windows))])
 		key := strconv.Itoa(r.IntN(4))
 		n := 1 + r.Int64N(l.Quota)
 		clock.Advance(time.Duration(r.Int64N(int64(l.Window))))

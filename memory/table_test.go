@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algorithm"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
 
@@ -289,7 +290,7 @@ func TestTableConcurrentExact(t *testing.T) {
 // TestEveryAlgorithmHasAKeyspace: the store decides every algorithm.
 func TestEveryAlgorithmHasAKeyspace(t *testing.T) {
 	s := New()
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		if int(a) >= len(s.keyspaces) || s.keyspaces[a] == nil {
 			t.Errorf("no keyspace for %s", a)
 		}

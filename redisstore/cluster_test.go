@@ -8,6 +8,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -37,12 +38,12 @@ func TestClusterKeySlot(t *testing.T) {
 	var keys []string
 	ids := identities()
 	for _, id := range ids {
-		for _, a := range floodgate.Algorithms() {
+		for _, a := range algorithmlist.All() {
 			keys = append(keys, Key(DefaultKeyPrefix, id, a))
 		}
 	}
 	slots := keySlots(t, client, keys)
-	per := len(floodgate.Algorithms())
+	per := len(algorithmlist.All())
 	for i, id := range ids {
 		for j := range per {
 			k, slot := keys[i*per+j], slots[i*per+j]

@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/storetest"
@@ -63,7 +64,7 @@ func randomLimits(r *rand.Rand) []floodgate.Limit {
 	windows := []time.Duration{time.Millisecond, 10 * time.Millisecond, 999 * time.Millisecond, time.Second, 7 * time.Second, time.Minute, time.Hour}
 	quotas := []int64{1, 2, 3, 10, 100, 1000}
 	var out []floodgate.Limit
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		for range 3 {
 			l := floodgate.NewLimit(a, quotas[r.IntN(len(quotas))], windows[r.IntN(len(windows))])
 			if a == floodgate.TokenBucket {
@@ -417,7 +418,7 @@ func runDifferential(t *testing.T, client rueidis.Client, r *rand.Rand, steps in
 		history = append(history, step)
 	}
 	// The sequence must have explored both outcomes of every algorithm.
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		if allowed[a] == 0 || denied[a] == 0 {
 			t.Errorf("%s: %d allowed, %d denied; the random sequence explored too little", a, allowed[a], denied[a])
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 )
 
 // maxPlainIdentity is the longest identity that appears (escaped) in a key;
@@ -19,7 +20,7 @@ const maxPlainIdentity = 128
 var suffixes = keySuffixes()
 
 func keySuffixes() []string {
-	algs := floodgate.Algorithms()
+	algs := algorithmlist.All()
 	out := make([]string, algs[len(algs)-1]+1)
 	for _, a := range algs {
 		for word := range strings.SplitSeq(a.String(), "_") {

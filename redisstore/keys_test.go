@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
 
@@ -69,7 +70,7 @@ func TestKeyLayout(t *testing.T) {
 // the four first ones keep the suffixes their stored keys have always had.
 func TestKeySuffixes(t *testing.T) {
 	seen := map[string]floodgate.Algorithm{}
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		sfx := suffixes[a]
 		if prev, dup := seen[sfx]; dup || sfx == "" {
 			t.Errorf("%s and %s share the key suffix %q: give the new algorithm a name whose words have other initials", prev, a, sfx)
@@ -101,7 +102,7 @@ func TestKeyProperties(t *testing.T) {
 	seen := map[string]string{}
 	for _, id := range ids {
 		var tag string
-		for _, alg := range floodgate.Algorithms() {
+		for _, alg := range algorithmlist.All() {
 			k := Key("app:", id, alg)
 			if len(k) > len("app:")+777 {
 				t.Errorf("key for a %d-byte identity is %d bytes, want at most %d", len(id), len(k), len("app:")+777)

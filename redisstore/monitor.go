@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/health"
 )
 
 // clockScript reads a node's clock; on a cluster it is sent with a key of
@@ -334,17 +334,17 @@ func slotKey(slot int) string {
 
 // Health reports the store's connection and, for each node, its circuit
 // breaker, calls in flight and eviction policy, without a round trip. It
-// implements floodgate.HealthReporter.
-func (s *Store) Health() floodgate.Health {
+// implements health.Reporter.
+func (s *Store) Health() health.Report {
 	g := s.guard
 	c := g.conn.Load()
 	if c == nil {
-		h := floodgate.Health{Error: g.unconnected().Error()}
+		h := health.Report{Error: g.unconnected().Error()}
 		return h
 	}
-	h := floodgate.Health{Connected: true}
+	h := health.Report{Connected: true}
 	for _, n := range c.topo.Load().nodes {
-		nh := floodgate.NodeHealth{
+		nh := health.Node{
 			Addr:                n.addr,
 			Available:           !n.open.Load(),
 			ConsecutiveFailures: n.fails.Load(),
@@ -372,4 +372,4 @@ func (s *Store) Health() floodgate.Health {
 	return h
 }
 
-var _ floodgate.HealthReporter = (*Store)(nil)
+var _ health.Reporter = (*Store)(nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -443,7 +444,7 @@ func TestDeadlineScripts(t *testing.T) {
 		}
 		return v[0]*1_000_000 + v[1]
 	}
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		l := floodgate.NewLimit(a, 10, time.Minute)
 		key := Key(prefix, "deadline", a)
 		args := func(dl int64) []string {
@@ -520,7 +521,7 @@ func TestOOMEveryAlgorithm(t *testing.T) {
 	s := testStore(t, client, clock)
 	ctx := t.Context()
 	var limits []floodgate.Limit
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		window := time.Hour
 		if a == floodgate.SlidingWindowLog {
 			window = time.Second

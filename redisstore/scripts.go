@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 )
 
 // The scripts are assembled from the files under scripts/ when the package
@@ -60,7 +60,7 @@ func newScript(file, source, code string) script {
 
 func loadScripts() []script {
 	prelude := readScript("prelude.lua")
-	algs := floodgate.Algorithms()
+	algs := algorithmlist.All()
 	out := make([]script, algs[len(algs)-1]+1) // indexed by Algorithm
 	for _, a := range algs {
 		file := a.String() + ".lua"
@@ -75,18 +75,18 @@ func loadBatch(scripts []script) script {
 	contract, code := splitContract(batchFile, readScript(batchFile))
 	var b strings.Builder
 	b.WriteString(contract)
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		fmt.Fprintf(&b, "\n-- %s, without its contract, as a function\nlocal function %s(KEYS, ARGV, redis)\n%send\n", scripts[a].file, a, scripts[a].code)
 	}
 	b.WriteString("\n-- the algorithms by their keys' suffixes\nlocal algorithms = {")
-	for i, a := range floodgate.Algorithms() {
+	for i, a := range algorithmlist.All() {
 		if i > 0 {
 			b.WriteString(",")
 		}
 		fmt.Fprintf(&b, " %s = %s", suffixes[a], a)
 	}
 	b.WriteString(" }\nlocal algorithm_names = '")
-	for i, a := range floodgate.Algorithms() {
+	for i, a := range algorithmlist.All() {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -124,8 +124,8 @@ func splitContract(file, src string) (contract, code string) {
 // prelude that every script shares. docs/LUA.md shows how to call them
 // from redis-cli and other languages. Each call returns a new map.
 func Scripts() map[string]string {
-	m := make(map[string]string, len(floodgate.Algorithms())+1)
-	for _, a := range floodgate.Algorithms() {
+	m := make(map[string]string, len(algorithmlist.All())+1)
+	for _, a := range algorithmlist.All() {
 		m[scripts[a].file] = scripts[a].source
 	}
 	m[batch.file] = batch.source

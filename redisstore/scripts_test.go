@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -21,7 +22,7 @@ import (
 // the SHA1 that the store and floodgate scripts --list use.
 func TestScriptsContract(t *testing.T) {
 	all := Scripts()
-	if len(all) != len(floodgate.Algorithms())+1 {
+	if len(all) != len(algorithmlist.All())+1 {
 		t.Fatalf("Scripts() has %d entries, want one per algorithm and the batch", len(all))
 	}
 	prelude := readScript("prelude.lua")
@@ -30,7 +31,7 @@ func TestScriptsContract(t *testing.T) {
 	}
 	client := newClient(t, redistest.StandaloneAddr(t))
 	prefix := uniquePrefix(t)
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		name := a.String() + ".lua"
 		src, ok := all[name]
 		if !ok {
@@ -88,7 +89,7 @@ func TestScriptsContract(t *testing.T) {
 			t.Errorf("batch.lua: header does not mention %s", want)
 		}
 	}
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		fn := "\nlocal function " + a.String() + "(KEYS, ARGV, redis)\n" + prelude + "\n"
 		if i := strings.Index(src, fn); i < 0 || !strings.Contains(src[i:], fn[len(prelude):]+scripts[a].code[len(prelude)+1:]+"end\n") {
 			t.Errorf("batch.lua does not hold %s's prelude and code as the function %s", a, a)
@@ -151,7 +152,7 @@ func TestScriptArguments(t *testing.T) {
 		{[]string{"refund", "10", "1000", "1", "-5"}, "ARGV[5] (now_us)"},
 		{[]string{"allow", "10", "1000", "1", "99999999999999999"}, "ARGV[5] (now_us)"},
 	}
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		name, src := scripts[a].file, scripts[a].source
 		for _, c := range cases {
 			err := client.Do(t.Context(), client.B().Eval().Script(src).Numkeys(1).Key(key).Arg(c.args...).Build()).Error()

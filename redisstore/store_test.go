@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/storetest"
 )
@@ -98,7 +99,7 @@ func TestSentinelBatchContract(t *testing.T) {
 // limits returns one limit of quota per window for every algorithm.
 func limits(quota int64, window time.Duration) []floodgate.Limit {
 	var out []floodgate.Limit
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		out = append(out, floodgate.NewLimit(a, quota, window))
 	}
 	return out

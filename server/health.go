@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/health"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 )
 
@@ -30,7 +31,7 @@ type readyBody struct {
 	Store  storeHealth `json:"store"`
 }
 
-// storeHealth is floodgate.Health in the /readyz body.
+// storeHealth is health.Report in the /readyz body.
 type storeHealth struct {
 	Connected bool         `json:"connected"`
 	Error     string       `json:"error,omitempty"`
@@ -49,7 +50,7 @@ type nodeHealth struct {
 	Evicting            bool   `json:"evicting"`
 }
 
-func newStoreHealth(h floodgate.Health) storeHealth {
+func newStoreHealth(h health.Report) storeHealth {
 	out := storeHealth{Connected: h.Connected, Error: h.Error, Warnings: h.Warnings}
 	for _, n := range h.Nodes {
 		out.Nodes = append(out.Nodes, nodeHealth{
@@ -72,7 +73,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	err := s.store.Reset(r.Context(), "\x00floodgate-readyz", readyLimit)
 	s.metrics.storeLatency.WithLabelValues("ready").Observe(time.Since(start).Seconds())
-	hr, ok := s.store.(floodgate.HealthReporter)
+	hr, ok := s.store.(health.Reporter)
 	if !ok {
 		if err != nil {
 			problem.Error(w, http.StatusServiceUnavailable, "the store is not reachable: "+err.Error())
@@ -107,14 +108,14 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(append(out, '\n'))
 }
 
-// healthCollector exports a HealthReporter's state at every scrape.
+// healthCollector exports a health.Reporter's state at every scrape.
 type healthCollector struct {
-	store                                    floodgate.HealthReporter
+	store                                    health.Reporter
 	connected, available, inFlight, failures *prometheus.Desc
 	opens, evicting                          *prometheus.Desc
 }
 
-func newHealthCollector(store floodgate.HealthReporter) *healthCollector {
+func newHealthCollector(store health.Reporter) *healthCollector {
 	node := []string{"node"}
 	return &healthCollector{
 		store:     store,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/health"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
@@ -169,4 +169,4 @@ func TestReadyzEvictionPolicy(t *testing.T) {
 	}
 }
 
-var _ floodgate.HealthReporter = (*redisstore.Store)(nil)
+var _ health.Reporter = (*redisstore.Store)(nil)

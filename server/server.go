@@ -27,6 +27,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/health"
 	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
@@ -140,7 +141,7 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if hr, ok := store.(floodgate.HealthReporter); ok {
+	if hr, ok := store.(health.Reporter); ok {
 		if err := opts.Registry.Register(newHealthCollector(hr)); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}

@@ -48,6 +48,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -80,7 +81,7 @@ type Config struct {
 	// Patterns to run; nil means Patterns().
 	Patterns []Pattern
 	// Algorithms to run each pattern against; nil means
-	// floodgate.Algorithms().
+	// algorithmlist.All().
 	Algorithms []floodgate.Algorithm
 }
 
@@ -99,7 +100,7 @@ func (c Config) withDefaults() Config {
 		c.Patterns = Patterns()
 	}
 	if c.Algorithms == nil {
-		c.Algorithms = floodgate.Algorithms()
+		c.Algorithms = algorithmlist.All()
 	}
 	return c
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/simulate"
 )
 
@@ -103,7 +104,7 @@ func TestBoundaryBurst(t *testing.T) {
 func TestExactLimits(t *testing.T) {
 	const limit = 20
 	rep := run(t, simulate.Config{Limit: limit, Window: 10 * time.Second, Duration: 40 * time.Second, Seed: 3})
-	if got, want := len(rep.Results), len(simulate.Patterns())*len(floodgate.Algorithms()); got != want {
+	if got, want := len(rep.Results), len(simulate.Patterns())*len(algorithmlist.All()); got != want {
 		t.Fatalf("%d results, want %d", got, want)
 	}
 	for _, x := range rep.Results {

@@ -10,7 +10,7 @@
 // checks span both is decided in both at once, and when either denies, the
 // items the other admitted are given back with RefundN, so the request
 // consumes nothing (not atomically across the two: other requests may see
-// those items taken meanwhile). It is a [floodgate.HealthReporter] too:
+// those items taken meanwhile). It is a [health.Reporter] too:
 // its health holds both stores' nodes, the per-second store's named
 // "per-second ...", so readiness fails while either is down.
 //
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/health"
 )
 
 // Window is the window length whose limits go to the per-second store.
@@ -38,8 +39,8 @@ type Store struct {
 }
 
 var (
-	_ floodgate.BatchStore     = (*Store)(nil)
-	_ floodgate.HealthReporter = (*Store)(nil)
+	_ floodgate.BatchStore = (*Store)(nil)
+	_ health.Reporter      = (*Store)(nil)
 )
 
 // New returns a store that sends the calls of limits of [Window] to
@@ -186,9 +187,9 @@ const PerSecondPrefix = "per-second "
 // both are, every node of each (the per-second store's named with
 // [PerSecondPrefix]), and both stores' warnings. A store that does not
 // report its health (the memory store) counts as connected, without nodes.
-func (s *Store) Health() floodgate.Health {
-	h := health(s.main)
-	ps := health(s.perSecond)
+func (s *Store) Health() health.Report {
+	h := reportOf(s.main)
+	ps := reportOf(s.perSecond)
 	h.Connected = h.Connected && ps.Connected
 	if ps.Error != "" {
 		if h.Error != "" {
@@ -206,9 +207,9 @@ func (s *Store) Health() floodgate.Health {
 	return h
 }
 
-func health(s floodgate.Store) floodgate.Health {
-	if hr, ok := s.(floodgate.HealthReporter); ok {
+func reportOf(s floodgate.Store) health.Report {
+	if hr, ok := s.(health.Reporter); ok {
 		return hr.Health()
 	}
-	return floodgate.Health{Connected: true}
+	return health.Report{Connected: true}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 )
 
 // RunBatch runs the batch part of the suite (the cases Run adds for a
@@ -86,12 +87,12 @@ func batchAlgorithms() []struct {
 		alg  func(key string) floodgate.Algorithm
 	}
 	var out []set
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		out = append(out, set{a.String(), func(string) floodgate.Algorithm { return a }})
 	}
 	// Mixed: the algorithm follows the key's first letter, so that the
 	// items of one key share state and those of different keys do not.
-	all := floodgate.Algorithms()
+	all := algorithmlist.All()
 	out = append(out, set{"mixed", func(key string) floodgate.Algorithm { return all[int(key[0]-'a')%len(all)] }})
 	return out
 }
@@ -368,7 +369,7 @@ func testBatchConcurrentExactCount(t *testing.T, newStore NewStore) {
 		{"mixed", floodgate.SlidingWindowLog, floodgate.TokenBucket, floodgate.SlidingWindowCounter},
 		{"mixed again", floodgate.FixedWindow, floodgate.SlidingWindowCounter, floodgate.TokenBucket},
 	}
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		sets = append(sets, algorithms{a.String(), a, a, a})
 	}
 	for _, set := range sets {

@@ -32,6 +32,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 )
 
 // NewStore returns a store that reads time from clock.
@@ -95,7 +96,7 @@ func (e *env) admit(key string, l floodgate.Limit, n int64, count int) int {
 // token bucket refills quota per window.
 func limits(quota int64, window time.Duration) []floodgate.Limit {
 	var out []floodgate.Limit
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range algorithmlist.All() {
 		out = append(out, floodgate.NewLimit(a, quota, window))
 	}
 	return out

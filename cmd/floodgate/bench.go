@@ -16,8 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/internal/loadgen"
 )
 
@@ -92,7 +92,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&o.cfgPath, "config", "", "YAML config `file`: its store (--target store) and rules (--rule)")
 	fs.StringVar(&o.store, "store", "", "`store` for --target store, overriding the config's: memory, redis, redis-cluster or redis-sentinel (default: the config's, or memory)")
 	fs.StringVar(&o.rule, "rule", "", "rule `name`: from --config (--target store) or the server's (--target http; default its first rule)")
-	fs.StringVar(&o.algorithm, "algorithm", "token_bucket", "--target store without --rule: the `algorithm` ("+strings.Join(floodgate.AlgorithmNames(), ", ")+")")
+	fs.StringVar(&o.algorithm, "algorithm", "token_bucket", "--target store without --rule: the `algorithm` ("+strings.Join(algorithmlist.Names(), ", ")+")")
 	fs.Int64Var(&o.limit, "limit", 100, "--target store without --rule: `N` requests per window, or the bucket's capacity (it refills N per window)")
 	fs.DurationVar(&o.window, "window", time.Second, "--target store without --rule: the limit's `window`")
 	fs.StringVar(&o.redisAddr, "redis-addr", "127.0.0.1:6379", "standalone Redis `host:port` (--store redis)")

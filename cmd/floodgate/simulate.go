@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/simulate"
 )
 
@@ -17,7 +18,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	duration := fs.Duration("duration", simulate.DefaultDuration, "simulated `time` per pattern (at least two windows)")
 	seed := fs.Uint64("seed", 1, "`seed` for the random patterns: the same seed gives the same report")
 	patterns := fs.String("pattern", "all", "comma-separated `patterns`: all, or of "+strings.Join(simulate.PatternNames(), ", "))
-	algorithms := fs.String("algorithm", "all", "comma-separated `algorithms`: all, or of "+strings.Join(floodgate.AlgorithmNames(), ", "))
+	algorithms := fs.String("algorithm", "all", "comma-separated `algorithms`: all, or of "+strings.Join(algorithmlist.Names(), ", "))
 	format := fs.String("format", "table", "output `format`: table or json")
 	plotDir := fs.String("plot", "", "write the figures (PNG and SVG) to `dir`")
 	store := fs.String("store", "memory", "`store` to run through: memory, redis, redis-cluster or redis-sentinel")
@@ -110,7 +111,7 @@ func simSplitList(s string) []string {
 func simParseAlgorithms(s string) ([]floodgate.Algorithm, error) {
 	names := simSplitList(s)
 	if len(names) == 0 || len(names) == 1 && names[0] == "all" {
-		return floodgate.Algorithms(), nil
+		return algorithmlist.All(), nil
 	}
 	var out []floodgate.Algorithm
 	for _, n := range names {

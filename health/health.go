@@ -1,18 +1,24 @@
-package floodgate
+// Package health is how a store reports on its backend without a round
+// trip: whether it has connected, each node's circuit breaker and calls in
+// flight, and configuration that puts the limits at risk. Readiness probes
+// (`floodgate serve`'s /readyz) and metrics read it through [Reporter]; the
+// Redis store and the split store implement it, the memory store, which has
+// no backend, does not.
+//
+// It is the core room: it imports the standard library only, and the
+// stores and front ends import it.
+package health
 
-// HealthReporter is implemented by stores that can say how their backend is
-// doing without a round trip: the Redis store reports each node's circuit
-// breaker, its calls in flight and its eviction policy. Readiness probes and
-// metrics read it; a store without a backend (the memory store) does not
-// implement it.
-type HealthReporter interface {
+// Reporter is implemented by stores that can say how their backend is
+// doing without a round trip.
+type Reporter interface {
 	// Health returns a snapshot of the store's view of its backend. It
 	// never blocks on the backend and is safe for concurrent use.
-	Health() Health
+	Health() Report
 }
 
-// Health is a store's view of its backend, as HealthReporter returns it.
-type Health struct {
+// Report is a store's view of its backend, as [Reporter] returns it.
+type Report struct {
 	// Connected reports whether the store has connected to its backend at
 	// least once since it was created. A store started during an outage
 	// is not connected until the backend first answers.
@@ -22,7 +28,7 @@ type Health struct {
 	Error string
 	// Nodes are the backend's nodes, in a stable order: one for a single
 	// server or Sentinel, every primary of a cluster.
-	Nodes []NodeHealth
+	Nodes []Node
 	// Warnings are configuration problems found on the backend that put
 	// the limits at risk, such as an eviction policy that can delete the
 	// limiter's keys.
@@ -30,11 +36,11 @@ type Health struct {
 }
 
 // Available reports whether every node of a connected store is answering.
-func (h Health) Available() bool {
-	if !h.Connected {
+func (r Report) Available() bool {
+	if !r.Connected {
 		return false
 	}
-	for _, n := range h.Nodes {
+	for _, n := range r.Nodes {
 		if !n.Available {
 			return false
 		}
@@ -42,8 +48,8 @@ func (h Health) Available() bool {
 	return true
 }
 
-// NodeHealth is one backend node's state in Health.
-type NodeHealth struct {
+// Node is one backend node's state in a [Report].
+type Node struct {
 	// Addr is the node's address (host:port), or a description such as
 	// "sentinel primary mymaster".
 	Addr string
