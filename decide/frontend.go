@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,27 +11,87 @@ import (
 
 // Library is what the library front ends (httplimit's middleware,
 // grpclimit's interceptors) hold under the same names in their Configs:
-// the store, the clock, how many rules there are, the key prefix and the
+// the store, the clock, the rules' common parts, the key prefix and the
 // engine's options. [NewLibrary] checks them, once for both.
 type Library struct {
 	// Store decides the limits; required.
 	Store floodgate.Store
 	// Clock tells the engine's time (Options.Now). Nil: the system clock.
 	Clock floodgate.Clock
-	// Rules is how many rules the Config holds: at least one.
-	Rules int
+	// Rules are the Config's rules, in its order: at least one.
+	Rules []LibraryRule
 	// KeyPrefix begins the store keys ([CheckKeyPrefix]).
 	KeyPrefix string
 	// Options are the engine's; their Now is Clock's.
 	Options Options
 }
 
-// NewLibrary checks l and returns its engine and the time it tells by (the
-// Clock's Now, or time.Now). An unusable setting is an error wrapping a
-// *FieldError that names it as the front ends' Configs do: Store, Rules, KeyPrefix, Timeout,
-// UnavailableRetryAfter, LogInterval, OverLimitCache.MaxEntries or
-// OverLimitCache.MaxBytes.
-func NewLibrary(l Library) (*Engine, func() time.Time, error) {
+// LibraryRule is what a library front end's rule holds under the same
+// names in every such front end: what becomes its [Check]. How the rule
+// matches a request and finds its key is the front end's own.
+type LibraryRule struct {
+	// Name names the rule: required, printable ASCII ([CheckRuleName]),
+	// unique within the Config.
+	Name string
+	// Limit is the rule's limit; it must be valid.
+	Limit floodgate.Limit
+	// Cost is the cost of each request under the rule; 0 means 1.
+	Cost int64
+	// Failure, LocalShare, NoCache and Shadow are the Check's.
+	Failure    FailureMode
+	LocalShare float64
+	NoCache    bool
+	Shadow     bool
+}
+
+// LibraryFront is a [Library] checked by [NewLibrary]: its engine, the
+// time it tells by, and each rule's check.
+type LibraryFront struct {
+	// Engine decides the front end's requests.
+	Engine *Engine
+	// Now is the Clock's Now, or time.Now.
+	Now func() time.Time
+	// Rules holds each rule's check, in the Library's order.
+	Rules []RuleCheck
+}
+
+// RuleCheck is one rule of a library front end, checked and ready to
+// decide: the engine's Check for it, but for the Key, and its store keys.
+type RuleCheck struct {
+	// Check is the rule's check; its Key is set per request by For.
+	Check Check
+	// Keys are the rule's store keys: StoreKey(KeyPrefix, rule name, key).
+	Keys KeySpace
+}
+
+// For returns the rule's check of a request for which the rule's key
+// function returned key and err, and false when the rule does not apply
+// to the request (an empty key and no error). A key function's error,
+// wrapped in errKey (the front end's ErrKey), becomes the check's Err: the
+// store is not asked, and the rule's failure mode applies, as for an
+// outage.
+func (rc *RuleCheck) For(key string, err, errKey error) (Check, bool) {
+	c := rc.Check
+	switch {
+	case err != nil:
+		c.Err = fmt.Errorf("%w: %w", errKey, err)
+	case key == "":
+		return c, false
+	default:
+		c.Key = rc.Keys.Key(key)
+	}
+	return c, true
+}
+
+// NewLibrary checks l and returns its engine, the time it tells by and
+// its rules' checks. An unusable setting is an error wrapping a
+// *FieldError that names it as the front ends' Configs do: Store, Rules,
+// KeyPrefix, Timeout, UnavailableRetryAfter, LogInterval,
+// OverLimitCache.MaxEntries, OverLimitCache.MaxBytes, or a rule's field
+// under its index, such as "Rules[1].Name" ([CheckRuleName], or a name an
+// earlier rule has) or "Rules[0].Limit" ([CheckRule]: Limit, Failure,
+// LocalShare). [AsFieldError] returns it.
+func NewLibrary(l Library) (LibraryFront, error) {
 	now := time.Now
 	if l.Clock != nil {
 		now = l.Clock.Now
@@ -40,12 +101,47 @@ func NewLibrary(l Library) (*Engine, func() time.Time, error) {
 	engine, err := New(l.Store, opts)
 	switch {
 	case err != nil:
-		return nil, nil, err
-	case l.Rules == 0:
-		return nil, nil, fmt.Errorf("decide: %w", &FieldError{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"})
+		return LibraryFront{}, err
+	case len(l.Rules) == 0:
+		return LibraryFront{}, fmt.Errorf("decide: %w", &FieldError{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"})
 	}
 	if reason := CheckKeyPrefix(l.KeyPrefix); reason != "" {
-		return nil, nil, fmt.Errorf("decide: %w", &FieldError{Field: "KeyPrefix", Value: strconv.Quote(l.KeyPrefix), Reason: reason})
+		return LibraryFront{}, fmt.Errorf("decide: %w", &FieldError{Field: "KeyPrefix", Value: strconv.Quote(l.KeyPrefix), Reason: reason})
 	}
-	return engine, now, nil
+	front := LibraryFront{Engine: engine, Now: now, Rules: make([]RuleCheck, 0, len(l.Rules))}
+	seen := make(map[string]bool, len(l.Rules))
+	for i, r := range l.Rules {
+		bad := func(fe FieldError) error {
+			fe.Field = fmt.Sprintf("Rules[%d].%s", i, fe.Field)
+			return fmt.Errorf("decide: %w", &fe)
+		}
+		if reason := CheckRuleName(r.Name); reason != "" {
+			return LibraryFront{}, bad(FieldError{Field: "Name", Value: strconv.Quote(r.Name), Reason: reason})
+		}
+		if errs := CheckRule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
+			return LibraryFront{}, bad(errs[0])
+		}
+		if seen[r.Name] {
+			return LibraryFront{}, bad(FieldError{Field: "Name", Value: strconv.Quote(r.Name), Reason: "is used by an earlier rule"})
+		}
+		seen[r.Name] = true
+		front.Rules = append(front.Rules, RuleCheck{
+			Check: Check{Rule: r.Name, Limit: r.Limit, Cost: r.Cost, Failure: r.Failure, LocalShare: r.LocalShare,
+				NoCache: r.NoCache, Shadow: r.Shadow},
+			Keys: NewKeySpace(l.KeyPrefix, r.Name),
+		})
+	}
+	return front, nil
+}
+
+// AsFieldError returns the *FieldError that err wraps, such as an error of
+// [NewLibrary] (all of them wrap one); for an error that wraps none, a
+// *FieldError for Store, which "cannot be used", wrapping err. The library
+// front ends build their ConfigErrors from it, field, value and reason as
+// they are.
+func AsFieldError(err error) *FieldError {
+	if fe := (*FieldError)(nil); errors.As(err, &fe) {
+		return fe
+	}
+	return &FieldError{Field: "Store", Reason: "cannot be used", Err: err}
 }

@@ -259,84 +259,74 @@ type rule struct {
 	exact    []string // full method names
 	services []string // "/pkg.Service/" prefixes
 	key      KeyFunc
-	shadow   bool
-	messages bool // counts stream messages
-	keys     decide.KeySpace
-	check    decide.Check // the engine's check, but for its Key
+	messages bool             // counts stream messages
+	check    decide.RuleCheck // the engine's check, but for its Key, and the store keys
 	policy   ratelimitheader.Policy
 	quota    *anypb.Any // the QuotaFailure detail of a denial
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
-// the bad field. Store, Rules, KeyPrefix and the engine's options (Timeout,
+// the bad field. Store, Rules (each one's Name, Limit, Failure and
+// LocalShare), KeyPrefix and the engine's options (Timeout,
 // UnavailableRetryAfter, LogInterval, OverLimitCache: none may be
 // negative) are checked by decide.NewLibrary, as for the other library
 // front end.
 func New(cfg Config) (*Limiter, error) {
-	engine, now, err := decide.NewLibrary(decide.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: len(cfg.Rules), KeyPrefix: cfg.KeyPrefix,
+	lib := make([]decide.LibraryRule, len(cfg.Rules))
+	for i, r := range cfg.Rules {
+		cost := int64(1)
+		if r.MessageCost > 0 {
+			cost = r.MessageCost
+		}
+		lib[i] = decide.LibraryRule{Name: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+	}
+	front, err := decide.NewLibrary(decide.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
 			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
-	if fe := (*decide.FieldError)(nil); errors.As(err, &fe) {
+	if err != nil {
+		fe := decide.AsFieldError(err)
 		return nil, &ConfigError{Field: fe.Field, Value: fe.Value, Reason: fe.Reason, Err: fe}
-	} else if err != nil {
-		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
 	}
-	if cfg.Headers > HeadersNone {
+	if !cfg.Headers.Valid() {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
 	}
 	l := &Limiter{
+		engine:       front.Engine,
 		headers:      cfg.Headers,
 		skip:         cfg.Skip,
 		onStoreError: cfg.OnStoreError,
 		onShadowDeny: cfg.OnShadowDeny,
-		now:          now,
+		now:          front.Now,
 	}
 	if l.skip == nil {
 		l.skip = SkipHealthAndReflection
 	}
-	l.engine = engine
 	peerKey := PeerAddress(cfg.ClientIP)
-	seen := map[string]bool{}
 	for i, r := range cfg.Rules {
-		cr, err := compileRule(i, r, cfg.KeyPrefix, peerKey)
+		cr, err := compileRule(i, r, front.Rules[i], peerKey)
 		if err != nil {
 			return nil, err
 		}
-		if seen[r.Name] {
-			return nil, &ConfigError{Field: fmt.Sprintf("Rules[%d].Name", i), Value: fmt.Sprintf("%q", r.Name), Reason: "is used by an earlier rule"}
-		}
-		seen[r.Name] = true
 		l.anyMessages = l.anyMessages || cr.messages
 		l.rules = append(l.rules, cr)
 	}
 	return l, nil
 }
 
-func compileRule(i int, r Rule, keyPrefix string, peerKey KeyFunc) (rule, error) {
+// compileRule prepares rule i, r, whose common parts decide.NewLibrary
+// checked into rc: what is left are the gRPC ones (message cost, methods),
+// its header pieces and its QuotaFailure.
+func compileRule(i int, r Rule, rc decide.RuleCheck, peerKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
-	if reason := decide.CheckRuleName(r.Name); reason != "" {
-		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: reason}
-	}
-	if errs := decide.CheckRule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
-		e := errs[0]
-		return rule{}, &ConfigError{Field: field(e.Field), Value: e.Value, Reason: e.Reason, Err: e.Err}
-	}
 	if r.MessageCost < 0 || r.MessageCost > r.Limit.Quota {
 		return rule{}, &ConfigError{Field: field("MessageCost"), Value: fmt.Sprint(r.MessageCost), Reason: fmt.Sprintf("must be between 0 (count calls) and the limit's quota %d", r.Limit.Quota)}
-	}
-	cost := int64(1)
-	if r.MessageCost > 0 {
-		cost = r.MessageCost
 	}
 	cr := rule{
 		name:     r.Name,
 		limit:    r.Limit,
 		key:      r.Key,
-		shadow:   r.Shadow,
 		messages: r.MessageCost > 0,
-		keys:     decide.NewKeySpace(keyPrefix, r.Name),
-		check: decide.Check{Rule: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, LocalShare: r.LocalShare,
-			NoCache: r.NoCache, Shadow: r.Shadow},
+		check:    rc,
 	}
 	for j, m := range r.Methods {
 		svc, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
@@ -492,26 +482,23 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md me
 	var (
 		checksBuf   [maxInline]decide.Check
 		rulesBuf    [maxInline]*rule
+		policiesBuf [maxInline]*ratelimitheader.Policy
 		outcomesBuf [maxInline]decide.Outcome
 	)
-	checks, rules := checksBuf[:0], rulesBuf[:0]
+	checks, rules, policies := checksBuf[:0], rulesBuf[:0], policiesBuf[:0]
 	for i := range l.rules {
 		ru := &l.rules[i]
 		if !ru.applies(p) || !ru.matches(fullMethod) {
 			continue
 		}
-		c := ru.check
 		key, err := ru.key(ctx, fullMethod)
-		switch {
-		case err != nil:
-			c.Err = fmt.Errorf("%w: %w", ErrKey, err)
-		case key == "":
-			continue // the rule does not apply to this call
-		default:
-			c.Key = ru.keys.Key(key)
+		c, ok := ru.check.For(key, err, ErrKey)
+		if !ok {
+			continue // no key: the rule does not apply to this call
 		}
 		checks = append(checks, c)
 		rules = append(rules, ru)
+		policies = append(policies, &ru.policy)
 	}
 	if len(checks) == 0 {
 		return nil, nil
@@ -523,11 +510,11 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md me
 	}
 	switch res.Verdict {
 	case decide.Admitted:
-		return l.metadata(rules, &res), nil
+		return l.metadata(checks, policies, &res), nil
 	case decide.Denied:
 		l.denied.Add(1)
 		ru := rules[res.Deciding]
-		return l.metadata(rules, &res), denied(ru, &checks[res.Deciding], &res.Outcomes[res.Deciding])
+		return l.metadata(checks, policies, &res), denied(ru, &checks[res.Deciding], &res.Outcomes[res.Deciding])
 	case decide.Unavailable:
 		l.unavail.Add(1)
 		return retryAfterMD(res.RetryAfter), unavailable(rules[res.Deciding].name, res.RetryAfter)

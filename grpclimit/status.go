@@ -40,52 +40,41 @@ const (
 )
 
 // metadataKeys maps the encoder's canonical header names to metadata keys.
-var metadataKeys = map[string]string{
-	ratelimitheader.HeaderPolicy:     MetadataPolicy,
-	ratelimitheader.HeaderRateLimit:  MetadataRateLimit,
-	ratelimitheader.HeaderLimit:      MetadataLimit,
-	ratelimitheader.HeaderRemaining:  MetadataRemaining,
-	ratelimitheader.HeaderReset:      MetadataReset,
-	ratelimitheader.HeaderRetryAfter: MetadataRetryAfter,
+var metadataKeys = [...][2]string{
+	{ratelimitheader.HeaderPolicy, MetadataPolicy},
+	{ratelimitheader.HeaderRateLimit, MetadataRateLimit},
+	{ratelimitheader.HeaderLimit, MetadataLimit},
+	{ratelimitheader.HeaderRemaining, MetadataRemaining},
+	{ratelimitheader.HeaderReset, MetadataReset},
+	{ratelimitheader.HeaderRetryAfter, MetadataRetryAfter},
+	{ratelimitheader.HeaderFallback, MetadataFallback},
 }
 
-// metadata returns the rate-limit metadata of a decided call, encoded by
-// the one encoder every front end shares: the ratelimit-policy of every
-// non-shadow rule that applied, the others for the deciding rule, and
-// retry-after when it denied. Nil when there is nothing to send.
-func (l *Limiter) metadata(rules []*rule, res *decide.Result) metadata.MD {
-	var list ratelimitheader.List
-	if l.headers != HeadersNone && l.headers != HeadersLegacy {
-		for _, ru := range rules {
-			if !ru.shadow {
-				list.Add(&ru.policy)
-			}
-		}
-	}
-	var most *ratelimitheader.Policy
-	var d floodgate.Decision
-	if res.Deciding >= 0 && !rules[res.Deciding].shadow {
-		most, d = &rules[res.Deciding].policy, res.Outcomes[res.Deciding].Decision
-	}
-	h := make(http.Header, len(ratelimitheader.Order)+1)
-	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.now())
-	local := res.LocalFallback()
-	if len(h) == 0 && !local {
+// metadata returns the rate-limit metadata of a decided call of checks,
+// whose rules' header pieces are policies, encoded by the one encoder every
+// front end shares as the engine's header view says (decide.Result.Headers):
+// the ratelimit-policy of every non-shadow rule that applied, the others
+// for the deciding rule, and retry-after when it denied. Nil when there is
+// nothing to send. gRPC's own part: the keys in lower case, and
+// grpc-retry-pushback-ms beside retry-after.
+func (l *Limiter) metadata(checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) metadata.MD {
+	v := res.Headers(checks)
+	h := make(http.Header, len(ratelimitheader.Order)+2)
+	d := ratelimitheader.Decided{Policies: policies, Listed: v.Listed, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
+	d.Write(h, l.headers, l.now())
+	if len(h) == 0 {
 		return nil
 	}
 	// The same map, its keys renamed to the metadata's lower case.
 	md := metadata.MD(h)
-	for _, k := range ratelimitheader.Order {
-		if v, ok := h[k]; ok {
-			delete(h, k)
-			md[metadataKeys[k]] = v
+	for _, k := range metadataKeys {
+		if v, ok := h[k[0]]; ok {
+			delete(h, k[0])
+			md[k[1]] = v
 		}
 	}
-	if !d.Allowed && most != nil {
-		md[MetadataPushback] = []string{pushback(d.RetryAfter)}
-	}
-	if local {
-		md[MetadataFallback] = []string{ratelimitheader.FallbackLocal}
+	if v.Deciding >= 0 && !v.Decision.Allowed {
+		md[MetadataPushback] = []string{pushback(v.Decision.RetryAfter)}
 	}
 	return md
 }

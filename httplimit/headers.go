@@ -43,27 +43,15 @@ const (
 	HeadersNone = ratelimitheader.None
 )
 
-// writeHeaders sets the rate-limit headers of a decided request: the
-// RateLimit-Policy of every non-shadow rule that applied, the others for the
-// deciding rule, and Retry-After when it denied.
-func (l *Limiter) writeHeaders(h http.Header, rules []*rule, res *decide.Result) {
-	var list ratelimitheader.List
-	if l.headers != HeadersNone && l.headers != HeadersLegacy {
-		for _, ru := range rules {
-			if !ru.shadow {
-				list.Add(&ru.policy)
-			}
-		}
-	}
-	if res.LocalFallback() {
-		h[ratelimitheader.HeaderFallback] = []string{ratelimitheader.FallbackLocal}
-	}
-	var most *ratelimitheader.Policy
-	var d floodgate.Decision
-	if res.Deciding >= 0 {
-		most, d = &rules[res.Deciding].policy, res.Outcomes[res.Deciding].Decision
-	}
-	ratelimitheader.Write(h, l.headers, list.String(), most, d, l.now())
+// writeHeaders sets the rate-limit headers of a decided request of checks,
+// whose rules' header pieces are policies, as the engine's header view
+// says (decide.Result.Headers): the RateLimit-Policy of every non-shadow
+// rule that applied, the others for the deciding rule, and Retry-After
+// when it denied.
+func (l *Limiter) writeHeaders(h http.Header, checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) {
+	v := res.Headers(checks)
+	d := ratelimitheader.Decided{Policies: policies, Listed: v.Listed, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
+	d.Write(h, l.headers, l.now())
 }
 
 // quotaProblem renders a rule's 429 body once, at New.

@@ -292,43 +292,42 @@ type Limiter struct {
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
-// the bad field. Store, Rules, KeyPrefix and the engine's options (Timeout,
+// the bad field. Store, Rules (each one's Name, Limit, Failure and
+// LocalShare), KeyPrefix and the engine's options (Timeout,
 // UnavailableRetryAfter, LogInterval, OverLimitCache: none may be
 // negative) are checked by decide.NewLibrary, as for the other library
 // front end.
 func New(cfg Config) (*Limiter, error) {
-	engine, now, err := decide.NewLibrary(decide.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: len(cfg.Rules), KeyPrefix: cfg.KeyPrefix,
+	lib := make([]decide.LibraryRule, len(cfg.Rules))
+	for i, r := range cfg.Rules {
+		lib[i] = decide.LibraryRule{Name: r.Name, Limit: r.Limit, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+	}
+	front, err := decide.NewLibrary(decide.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
 			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
-	if fe := (*decide.FieldError)(nil); errors.As(err, &fe) {
+	if err != nil {
+		fe := decide.AsFieldError(err)
 		return nil, &ConfigError{Field: fe.Field, Value: fe.Value, Reason: fe.Reason, Err: fe}
-	} else if err != nil {
-		return nil, &ConfigError{Field: "Store", Value: fmt.Sprintf("%T", cfg.Store), Reason: "cannot be used", Err: err}
 	}
-	if cfg.Headers > HeadersNone {
+	if !cfg.Headers.Valid() {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
 	}
 	l := &Limiter{
+		engine:       front.Engine,
 		headers:      cfg.Headers,
 		skip:         cfg.Skip,
 		deny:         cfg.DenyHandler,
 		onError:      cfg.ErrorHandler,
 		onStoreError: cfg.OnStoreError,
 		onShadowDeny: cfg.OnShadowDeny,
-		now:          now,
+		now:          front.Now,
 	}
-	l.engine = engine
 	clientKey := ClientIP(cfg.ClientIP)
-	seen := map[string]bool{}
 	for i, r := range cfg.Rules {
-		cr, err := compileRule(i, r, cfg.KeyPrefix, clientKey)
+		cr, err := compileRule(i, r, front.Rules[i], clientKey)
 		if err != nil {
 			return nil, err
 		}
-		if seen[r.Name] {
-			return nil, &ConfigError{Field: fmt.Sprintf("Rules[%d].Name", i), Value: fmt.Sprintf("%q", r.Name), Reason: "is used by an earlier rule"}
-		}
-		seen[r.Name] = true
 		l.rules = append(l.rules, cr)
 	}
 	return l, nil
@@ -373,27 +372,23 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 	var (
 		checksBuf   [maxInline]decide.Check
 		rulesBuf    [maxInline]*rule
+		policiesBuf [maxInline]*ratelimitheader.Policy
 		outcomesBuf [maxInline]decide.Outcome
 	)
-	checks, rules := checksBuf[:0], rulesBuf[:0]
+	checks, rules, policies := checksBuf[:0], rulesBuf[:0], policiesBuf[:0]
 	for i := range l.rules {
 		ru := &l.rules[i]
 		if !ru.matches(r) {
 			continue
 		}
-		c := ru.check
 		key, err := ru.key(r)
-		switch {
-		case err != nil:
-			// The engine applies the rule's failure mode, as for an outage.
-			c.Err = fmt.Errorf("%w: %w", ErrKey, err)
-		case key == "":
-			continue // the rule does not apply to this request
-		default:
-			c.Key = ru.keys.Key(key)
+		c, ok := ru.check.For(key, err, ErrKey)
+		if !ok {
+			continue // no key: the rule does not apply to this request
 		}
 		checks = append(checks, c)
 		rules = append(rules, ru)
+		policies = append(policies, &ru.policy)
 	}
 	res := l.engine.DecideInto(r.Context(), checks, outcomesBuf[:])
 	l.count(r, checks, rules, &res)
@@ -402,11 +397,11 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 	}
 	switch res.Verdict {
 	case decide.Admitted:
-		l.writeHeaders(w.Header(), rules, &res)
+		l.writeHeaders(w.Header(), checks, policies, &res)
 		return true
 	case decide.Denied:
 		l.denied.Add(1)
-		l.writeHeaders(w.Header(), rules, &res)
+		l.writeHeaders(w.Header(), checks, policies, &res)
 		ru := rules[res.Deciding]
 		dn := Denial{Rule: ru.name, Limit: ru.limit, Decision: res.Outcomes[res.Deciding].Decision}
 		if dn.Local = res.Outcomes[res.Deciding].Local; dn.Local {
@@ -479,30 +474,21 @@ type rule struct {
 	methods []string
 	mux     *http.ServeMux // nil: every path
 	key     KeyFunc
-	shadow  bool
-	keys    decide.KeySpace        // the store keys, in Config.KeyPrefix
-	check   decide.Check           // the engine's check, but for its Key
+	check   decide.RuleCheck       // the engine's check, but for its Key, and the store keys
 	policy  ratelimitheader.Policy // the rule's header pieces
 	problem []byte                 // the default 429 body
 }
 
-func compileRule(i int, r Rule, keyPrefix string, clientKey KeyFunc) (rule, error) {
+// compileRule prepares rule i, r, whose common parts decide.NewLibrary
+// checked into rc: what is left are the HTTP ones (methods, paths) and its
+// header pieces.
+func compileRule(i int, r Rule, rc decide.RuleCheck, clientKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
-	if reason := decide.CheckRuleName(r.Name); reason != "" {
-		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: reason}
-	}
-	if errs := decide.CheckRule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
-		e := errs[0]
-		return rule{}, &ConfigError{Field: field(e.Field), Value: e.Value, Reason: e.Reason, Err: e.Err}
-	}
 	cr := rule{
-		name:   r.Name,
-		limit:  r.Limit,
-		key:    r.Key,
-		shadow: r.Shadow,
-		keys:   decide.NewKeySpace(keyPrefix, r.Name),
-		check: decide.Check{Rule: r.Name, Limit: r.Limit, Failure: r.Failure, LocalShare: r.LocalShare,
-			NoCache: r.NoCache, Shadow: r.Shadow},
+		name:  r.Name,
+		limit: r.Limit,
+		key:   r.Key,
+		check: rc,
 	}
 	for j, m := range r.Methods {
 		if m == "" || strings.IndexFunc(m, func(c rune) bool { return !isTchar(c) }) >= 0 {

@@ -47,6 +47,9 @@ func (m Mode) String() string {
 	return fmt.Sprintf("HeaderMode(%d)", m)
 }
 
+// Valid reports whether m is one of the modes.
+func (m Mode) Valid() bool { return m <= None }
+
 // ParseMode returns the mode named s: both, ietf, legacy or none.
 func ParseMode(s string) (Mode, error) {
 	for m, name := range modeNames {
@@ -240,6 +243,45 @@ func Write(h http.Header, mode Mode, policies string, most *Policy, d floodgate.
 		set(HeaderRemaining, all[ends[1]:ends[2]])
 		set(HeaderReset, all[ends[2]:ends[3]])
 	}
+}
+
+// Decided is a request the engine decided, as its rate-limit headers
+// describe it, in plain values: the engine says which checks are listed,
+// which one decides and whether one was decided locally
+// (decide.Result.Headers), the front end gives each check's Policy.
+type Decided struct {
+	// Policies holds the Policy of each of the request's checks, in order.
+	Policies []*Policy
+	// Listed reports whether check i appears in RateLimit-Policy.
+	Listed func(i int) bool
+	// Deciding is the index of the check the other fields describe, -1
+	// for none; Decision is its decision.
+	Deciding int
+	Decision floodgate.Decision
+	// Local adds HeaderFallback: FallbackLocal.
+	Local bool
+}
+
+// Write sets d's headers of mode on h, as [Write] does: RateLimit-Policy
+// lists the Policies that Listed reports, the other fields describe the
+// deciding check, and HeaderFallback comes with Local.
+func (d *Decided) Write(h http.Header, mode Mode, now time.Time) {
+	var list List
+	if mode == Both || mode == IETF {
+		for i, p := range d.Policies {
+			if d.Listed(i) {
+				list.Add(p)
+			}
+		}
+	}
+	if d.Local {
+		h[HeaderFallback] = []string{FallbackLocal}
+	}
+	var most *Policy
+	if d.Deciding >= 0 {
+		most = d.Policies[d.Deciding]
+	}
+	Write(h, mode, list.String(), most, d.Decision, now)
 }
 
 // effectiveWindow returns the RateLimit t parameter: for an admitted

@@ -1,0 +1,41 @@
+package decide
+
+import "github.com/floodgate-rl/floodgate"
+
+// HeaderView is what the rate-limit headers of a decided request describe,
+// the same for every front end: which checks RateLimit-Policy lists, the
+// check whose decision RateLimit, X-RateLimit-* and Retry-After give, and
+// whether the answer says it was decided locally. Front ends write it with
+// their rules' header pieces through internal/ratelimitheader, the one
+// encoder.
+type HeaderView struct {
+	// Deciding is the index of the check the RateLimit, X-RateLimit-* and
+	// Retry-After fields describe: the Result's deciding check when the
+	// request was admitted or denied, -1 otherwise (nothing was decided,
+	// or the request is not answered with a decision). It is never a
+	// shadow check.
+	Deciding int
+	// Decision is the deciding check's decision; zero when Deciding is -1.
+	Decision floodgate.Decision
+	// Local reports that an enforced check was decided by the local
+	// fallback ([Result.LocalFallback]): the answer says so.
+	Local bool
+
+	checks []Check
+}
+
+// Headers returns the header view of r, a decision of checks. checks may
+// be nil for a front end that does not call Listed.
+func (r *Result) Headers(checks []Check) HeaderView {
+	v := HeaderView{Deciding: -1, Local: r.LocalFallback(), checks: checks}
+	if (r.Verdict == Admitted || r.Verdict == Denied) && r.Deciding >= 0 {
+		v.Deciding, v.Decision = r.Deciding, r.Outcomes[r.Deciding].Decision
+	}
+	return v
+}
+
+// Listed reports whether check i appears in RateLimit-Policy: every check
+// of the request but the shadow ones, which never appear in a header.
+func (v *HeaderView) Listed(i int) bool {
+	return i < len(v.checks) && !v.checks[i].Shadow
+}
