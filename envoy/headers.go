@@ -6,7 +6,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -24,12 +23,21 @@ func (d *descriptor) inHeaders() bool {
 // the values the HTTP middleware sends for the same decisions, in
 // ratelimitheader.Order: RateLimit-Policy lists every limited rule that
 // applied and is not shadow (inHeaders); RateLimit and X-RateLimit-*
-// describe the engine's deciding check; Retry-After comes with a denial, or
-// alone when a fail-closed rule could not decide (as the middleware's
-// 503). A request that a rule blocks (requests_per_unit 0) or whose cost is
-// above a quota gets RateLimit-Policy only: no retry can succeed.
+// describe the engine's deciding check (its header view,
+// decide.Result.Headers, as for every front end); Retry-After comes with a
+// denial, or alone when a fail-closed rule could not decide (as the
+// middleware's 503). A request that a rule blocks (requests_per_unit 0) or
+// whose cost is above a quota gets RateLimit-Policy only: no retry can
+// succeed.
+//
+// Envoy's own part, which is why it lists the policies itself rather than
+// through ratelimitheader.Decided: descriptors, not checks, are listed
+// (several may share a rule, named once; a blocked one has no check), and
+// a rule whose name cannot be a Structured Fields String is described by
+// the X-RateLimit-* fields only.
 func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3.HeaderValue {
 	h := http.Header{}
+	v := res.Headers(nil) // the descriptors say which are listed
 	switch res.Verdict {
 	case decide.Unavailable:
 		h[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
@@ -38,7 +46,6 @@ func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3
 			list  ratelimitheader.List
 			names []string
 			most  *ratelimitheader.Policy
-			d     floodgate.Decision
 			mode  = ratelimitheader.Both
 		)
 		for i := range ds {
@@ -51,8 +58,8 @@ func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3
 				names = append(names, name)
 				list.Add(p)
 			}
-			if dd.kind == kindCheck && dd.check == res.Deciding && res.Verdict != decide.Invalid {
-				most, d = p, res.Outcomes[dd.check].Decision
+			if dd.kind == kindCheck && dd.check == v.Deciding {
+				most = p
 				if !ok {
 					// A name that cannot be a Structured Fields String: the
 					// IETF fields cannot name the rule.
@@ -60,7 +67,7 @@ func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3
 				}
 			}
 		}
-		ratelimitheader.Write(h, mode, list.String(), most, d, s.now())
+		ratelimitheader.Write(h, mode, list.String(), most, v.Decision, s.now())
 	}
 	var out []*corev3.HeaderValue
 	for _, k := range ratelimitheader.Order {
@@ -68,7 +75,7 @@ func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3
 			out = append(out, &corev3.HeaderValue{Key: k, Value: v})
 		}
 	}
-	if res.LocalFallback() {
+	if v.Local {
 		// As the middleware says it: the store was unavailable, and this
 		// instance decided alone at its local share.
 		out = append(out, &corev3.HeaderValue{Key: ratelimitheader.HeaderFallback, Value: ratelimitheader.FallbackLocal})

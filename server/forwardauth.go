@@ -26,11 +26,11 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 		problem.Error(w, http.StatusBadRequest, "cannot find the client's address: "+err.Error())
 		return
 	}
-	res := s.decide(r.Context(), rl, key, 1, shed)
+	checks, res := s.decide(r.Context(), rl, key, 1, shed)
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}
-	p.writeHeaders(w.Header(), rl, &res, s.now())
+	p.writeHeaders(w.Header(), checks[:], rl, &res, s.now())
 	if res.Allowed() {
 		w.WriteHeader(http.StatusOK)
 		return
@@ -38,8 +38,7 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 	w.Header()["Cache-Control"] = []string{"no-store"}
 	limit, local := rl.Limit, res.Deciding >= 0 && res.Outcomes[res.Deciding].Local
 	if local { // denied by this instance alone, against its share
-		c := rl.Check(key, 1)
-		limit, _ = c.LocalLimit()
+		limit, _ = checks[0].LocalLimit()
 	}
 	problem.Write(w, problem.Quota(p.denyStatus, rl.Name, limit.String(), local))
 }

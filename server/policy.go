@@ -150,9 +150,8 @@ type policy struct {
 // rule is a Rule prepared for deciding.
 type rule struct {
 	Rule
-	policy  ratelimitheader.Policy // the rule's header pieces
-	listing string                 // its RateLimit-Policy value
-	keys    decide.KeySpace        // its store keys, in the empty namespace
+	policy ratelimitheader.Policy // the rule's header pieces
+	keys   decide.KeySpace        // its store keys, in the empty namespace
 }
 
 func newPolicy(p Policy) (*policy, error) {
@@ -183,9 +182,7 @@ func newPolicy(p Policy) (*policy, error) {
 		if r.Description == "" {
 			r.Description = r.Limit.String()
 		}
-		var list ratelimitheader.List
-		list.Add(&pol)
-		rl := &rule{Rule: r, policy: pol, listing: list.String(), keys: decide.NewKeySpace("", r.Name)}
+		rl := &rule{Rule: r, policy: pol, keys: decide.NewKeySpace("", r.Name)}
 		out.rules[r.Name] = rl
 		out.ordered = append(out.ordered, rl)
 	}

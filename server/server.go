@@ -331,12 +331,12 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 			return
 		}
 	}
-	res := s.decide(r.Context(), rl, *req.Key, cost, shed)
+	checks, res := s.decide(r.Context(), rl, *req.Key, cost, shed)
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}
 	resp := NewCheckResponse(rl.Rule, &res)
-	p.writeHeaders(w.Header(), rl, &res, s.now())
+	p.writeHeaders(w.Header(), checks[:], rl, &res, s.now())
 	status := http.StatusOK
 	if !res.Allowed() {
 		status = http.StatusTooManyRequests
@@ -344,10 +344,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 	writeJSON(w, status, resp)
 }
 
-// decide decides one request under rl through the engine and counts it.
-// With shed set (ErrOverloaded) the store is not asked: the rule's failure
-// mode decides.
-func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, shed error) decide.Result {
+// decide decides one request under rl through the engine and counts it,
+// and returns its one check beside the result. With shed set
+// (ErrOverloaded) the store is not asked: the rule's failure mode decides.
+func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, shed error) ([1]decide.Check, decide.Result) {
 	checks := [1]decide.Check{rl.check(key, cost)}
 	checks[0].Err = shed
 	var outcomes [1]decide.Outcome
@@ -355,7 +355,7 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, s
 	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
 	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
 	s.metrics.count(&checks[0], &res)
-	return res
+	return checks, res
 }
 
 // answerFailure answers a request the engine did not decide: 503 for a
@@ -384,23 +384,16 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 	return false
 }
 
-// writeHeaders sets the rate-limit headers of a decided request as the
-// middleware does: the rule's RateLimit-Policy and, when it decided, the
-// RateLimit and X-RateLimit-* fields, with Retry-After when it denied. A
-// shadow rule never appears in them.
-func (p *policy) writeHeaders(h http.Header, rl *rule, res *decide.Result, now time.Time) {
-	if rl.Shadow {
-		return
-	}
-	if res.LocalFallback() {
-		h[ratelimitheader.HeaderFallback] = []string{ratelimitheader.FallbackLocal}
-	}
-	var most *ratelimitheader.Policy
-	var d floodgate.Decision
-	if res.Deciding >= 0 {
-		most, d = &rl.policy, res.Outcomes[res.Deciding].Decision
-	}
-	ratelimitheader.Write(h, p.headers, rl.listing, most, d, now)
+// writeHeaders sets the rate-limit headers of a decided request of checks
+// (its one check, under rl) as the middleware does, as the engine's header
+// view says (decide.Result.Headers): the rule's RateLimit-Policy and, when
+// it decided, the RateLimit and X-RateLimit-* fields, with Retry-After when
+// it denied. A shadow rule never appears in them.
+func (p *policy) writeHeaders(h http.Header, checks []decide.Check, rl *rule, res *decide.Result, now time.Time) {
+	v := res.Headers(checks)
+	policies := [1]*ratelimitheader.Policy{&rl.policy}
+	d := ratelimitheader.Decided{Policies: policies[:], Listed: v.Listed, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
+	d.Write(h, p.headers, now)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
