@@ -90,7 +90,7 @@ func (rc *RuleCheck) For(key string, err, errKey error) (Check, bool) {
 // OverLimitCache.MaxEntries, OverLimitCache.MaxBytes, or a rule's field
 // under its index, such as "Rules[1].Name" ([CheckRuleName], or a name an
 // earlier rule has) or "Rules[0].Limit" ([CheckRule]: Limit, Failure,
-// LocalShare). [AsFieldError] returns it.
+// LocalShare). [LibraryError] turns it into a front end's ConfigError.
 func NewLibrary(l Library) (LibraryFront, error) {
 	now := time.Now
 	if l.Clock != nil {
@@ -134,14 +134,47 @@ func NewLibrary(l Library) (LibraryFront, error) {
 	return front, nil
 }
 
-// AsFieldError returns the *FieldError that err wraps, such as an error of
-// [NewLibrary] (all of them wrap one); for an error that wraps none, a
-// *FieldError for Store, which "cannot be used", wrapping err. The library
-// front ends build their ConfigErrors from it, field, value and reason as
-// they are.
-func AsFieldError(err error) *FieldError {
-	if fe := (*FieldError)(nil); errors.As(err, &fe) {
-		return fe
+// FrontEnd names a front end (httplimit, grpclimit, server) in its
+// [ConfigError]s: its Name, such as "httplimit", begins their messages. Each front end implements it
+// with an unexported type of its own, so that its ConfigError is a type of
+// its own too.
+type FrontEnd interface {
+	// Name returns the front end's package name.
+	Name() string
+}
+
+// ConfigError is a front end's error for a bad field of its Config (or the
+// server's Policy): the field as the front end names it, its value and
+// why. Each front
+// end re-exports its own instance under its own name (httplimit.ConfigError
+// is ConfigError of httplimit's FrontEnd), so the type is defined once and
+// errors.As tells the front ends apart.
+type ConfigError[F FrontEnd] struct {
+	Field  string // such as "Rules[1].Name"
+	Value  string // the bad value, formatted
+	Reason string
+	// Err is the underlying error, if any: for a field NewLibrary checks,
+	// its *FieldError (which wraps, for a limit, the limit's error).
+	Err error
+}
+
+// Error returns the front end's name, the field, its value and the reason.
+func (e *ConfigError[F]) Error() string {
+	var f F
+	return f.Name() + ": " + e.Field + " " + e.Value + " " + e.Reason
+}
+
+// Unwrap returns Err.
+func (e *ConfigError[F]) Unwrap() error { return e.Err }
+
+// LibraryError returns err, an error of [NewLibrary], as front end F's
+// ConfigError: the field, value and reason of the *FieldError it wraps (all
+// of them wrap one; for an error that wraps none, the Store, which "cannot
+// be used"), with that *FieldError as its Err.
+func LibraryError[F FrontEnd](err error) *ConfigError[F] {
+	fe := (*FieldError)(nil)
+	if !errors.As(err, &fe) {
+		fe = &FieldError{Field: "Store", Reason: "cannot be used", Err: err}
 	}
-	return &FieldError{Field: "Store", Reason: "cannot be used", Err: err}
+	return &ConfigError[F]{Field: fe.Field, Value: fe.Value, Reason: fe.Reason, Err: fe}
 }

@@ -168,15 +168,25 @@ func TestRuleCheckFor(t *testing.T) {
 	}
 }
 
-// TestAsFieldError: every error of NewLibrary carries a *FieldError; another
-// error is the Store's.
-func TestAsFieldError(t *testing.T) {
+// TestLibraryError: every error of NewLibrary carries a *FieldError, which
+// a front end's ConfigError reports as it is; another error is the
+// Store's. The message begins with the front end's name.
+func TestLibraryError(t *testing.T) {
 	_, err := decide.NewLibrary(decide.Library{Store: memory.New()})
-	if fe := decide.AsFieldError(err); fe.Field != "Rules" {
-		t.Errorf("AsFieldError(%v) = %+v, want its *FieldError for Rules", err, fe)
+	ce := decide.LibraryError[testFront](err)
+	var fe *decide.FieldError
+	if ce.Field != "Rules" || ce.Value != "[]" || !errors.As(ce, &fe) || fe.Field != "Rules" {
+		t.Errorf("LibraryError(%v) = %+v, want the ConfigError of its *FieldError for Rules", err, ce)
+	}
+	if got, want := ce.Error(), "testfront: Rules [] must hold at least one rule"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
 	}
 	other := errors.New("boom")
-	if fe := decide.AsFieldError(other); fe.Field != "Store" || !errors.Is(fe, other) {
-		t.Errorf("AsFieldError(%v) = %+v, want a *FieldError for Store wrapping it", other, fe)
+	if ce := decide.LibraryError[testFront](other); ce.Field != "Store" || !errors.Is(ce, other) {
+		t.Errorf("LibraryError(%v) = %+v, want a ConfigError for Store wrapping it", other, ce)
 	}
 }
+
+type testFront struct{}
+
+func (testFront) Name() string { return "testfront" }

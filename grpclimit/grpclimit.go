@@ -198,21 +198,18 @@ func SkipHealthAndReflection(_ context.Context, fullMethod string) bool {
 // ErrKey marks a key function's failure, as passed to OnStoreError.
 var ErrKey = errors.New("grpclimit: no key for the call")
 
-// ConfigError reports a bad Config field, naming the field and its value.
-type ConfigError struct {
-	Field  string // such as "Rules[1].Methods[0]"
-	Value  string // the bad value, formatted
-	Reason string
-	Err    error // the underlying error, if any
-}
+// ConfigError reports a bad Config field, naming the field (such as
+// "Rules[1].Methods[0]") and its value: the error of New. Its Error begins with
+// "grpclimit: ". It is the library front ends' one definition,
+// decide.ConfigError, of grpclimit's own FrontEnd, so errors.As tells it from
+// another front end's.
+type ConfigError = decide.ConfigError[frontEnd]
 
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("grpclimit: %s %s %s", e.Field, e.Value, e.Reason)
-}
+// frontEnd names this package in its ConfigErrors.
+type frontEnd struct{}
 
-// Unwrap returns the underlying error.
-func (e *ConfigError) Unwrap() error { return e.Err }
+// Name returns the package's name.
+func (frontEnd) Name() string { return "grpclimit" }
 
 // Stats counts what a Limiter has done since it was created.
 type Stats struct {
@@ -284,8 +281,7 @@ func New(cfg Config) (*Limiter, error) {
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
 			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
 	if err != nil {
-		fe := decide.AsFieldError(err)
-		return nil, &ConfigError{Field: fe.Field, Value: fe.Value, Reason: fe.Reason, Err: fe}
+		return nil, decide.LibraryError[frontEnd](err)
 	}
 	if !cfg.Headers.Valid() {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}

@@ -233,21 +233,18 @@ type Config struct {
 // ErrKey marks a key function's failure, as passed to OnStoreError.
 var ErrKey = errors.New("httplimit: no key for the request")
 
-// ConfigError reports a bad Config field, naming the field and its value.
-type ConfigError struct {
-	Field  string // such as "Rules[1].Name"
-	Value  string // the bad value, formatted
-	Reason string
-	Err    error // the underlying error, if any
-}
+// ConfigError reports a bad Config field, naming the field (such as
+// "Rules[1].Name") and its value: the error of New. Its Error begins with
+// "httplimit: ". It is the library front ends' one definition,
+// decide.ConfigError, of httplimit's own FrontEnd, so errors.As tells it from
+// another front end's.
+type ConfigError = decide.ConfigError[frontEnd]
 
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("httplimit: %s %s %s", e.Field, e.Value, e.Reason)
-}
+// frontEnd names this package in its ConfigErrors.
+type frontEnd struct{}
 
-// Unwrap returns the underlying error.
-func (e *ConfigError) Unwrap() error { return e.Err }
+// Name returns the package's name.
+func (frontEnd) Name() string { return "httplimit" }
 
 // Stats counts what a Limiter has done since it was created.
 type Stats struct {
@@ -306,8 +303,7 @@ func New(cfg Config) (*Limiter, error) {
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
 			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
 	if err != nil {
-		fe := decide.AsFieldError(err)
-		return nil, &ConfigError{Field: fe.Field, Value: fe.Value, Reason: fe.Reason, Err: fe}
+		return nil, decide.LibraryError[frontEnd](err)
 	}
 	if !cfg.Headers.Valid() {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}

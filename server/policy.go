@@ -71,21 +71,18 @@ type Policy struct {
 	RuleHeader string
 }
 
-// ConfigError reports a bad Policy field, naming the field and its value.
-type ConfigError struct {
-	Field  string // such as "Rules[1].Name"
-	Value  string // the bad value, formatted
-	Reason string
-	Err    error // the underlying error, if any (a *floodgate.LimitError for a limit)
-}
+// ConfigError reports a bad Policy field, naming the field (such as
+// "Rules[1].Name") and its value; Err is the underlying error, if any (a
+// *floodgate.LimitError for a limit). Its Error begins with "server: ". It
+// is the front ends' one definition, decide.ConfigError, of the server's
+// own FrontEnd, so errors.As tells it from another front end's.
+type ConfigError = decide.ConfigError[frontEnd]
 
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("server: %s %s %s", e.Field, e.Value, e.Reason)
-}
+// frontEnd names this package in its ConfigErrors.
+type frontEnd struct{}
 
-// Unwrap returns the underlying error.
-func (e *ConfigError) Unwrap() error { return e.Err }
+// Name returns the package's name.
+func (frontEnd) Name() string { return "server" }
 
 var ruleName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
