@@ -52,7 +52,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -232,21 +231,14 @@ type Stats struct {
 // Limiter holds the interceptors. Create it with New; it is safe for
 // concurrent use and holds no goroutines or resources.
 type Limiter struct {
-	engine       *decide.Engine
-	rules        []rule
-	headers      HeaderMode
-	skip         func(context.Context, string) bool
-	onStoreError func(context.Context, string, error)
-	onShadowDeny func(context.Context, string, floodgate.Decision)
-	now          func() time.Time // the Clock's Now, or time.Now
-	anyMessages  bool             // a rule counts stream messages
+	engine      *decide.Engine
+	rules       []rule
+	headers     HeaderMode
+	skip        func(context.Context, string) bool
+	report      *decide.Reporter[context.Context] // the counters and hooks
+	now         func() time.Time                  // the Clock's Now, or time.Now
+	anyMessages bool                              // a rule counts stream messages
 
-	denied    atomic.Uint64
-	shadowed  atomic.Uint64
-	unavail   atomic.Uint64
-	storeErrs atomic.Uint64
-	keyErrs   atomic.Uint64
-	local     atomic.Uint64 // calls decided locally (Stats.LocalFallback)
 }
 
 // rule is a Rule checked and prepared for serving.
@@ -287,12 +279,11 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
 	}
 	l := &Limiter{
-		engine:       front.Engine,
-		headers:      cfg.Headers,
-		skip:         cfg.Skip,
-		onStoreError: cfg.OnStoreError,
-		onShadowDeny: cfg.OnShadowDeny,
-		now:          front.Now,
+		engine:  front.Engine,
+		headers: cfg.Headers,
+		skip:    cfg.Skip,
+		report:  decide.NewReporter("grpclimit", cfg.OnStoreError, cfg.OnShadowDeny),
+		now:     front.Now,
 	}
 	if l.skip == nil {
 		l.skip = SkipHealthAndReflection
@@ -370,13 +361,14 @@ func (ru *rule) matches(fullMethod string) bool {
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
+	c := l.report.Counts()
 	return Stats{
-		Denied:        l.denied.Load(),
-		ShadowDenied:  l.shadowed.Load(),
-		Unavailable:   l.unavail.Load(),
-		StoreErrors:   l.storeErrs.Load(),
-		KeyErrors:     l.keyErrs.Load(),
-		LocalFallback: l.local.Load(),
+		Denied:        c.Denied,
+		ShadowDenied:  c.ShadowDenied,
+		Unavailable:   c.Unavailable,
+		StoreErrors:   c.StoreErrors,
+		KeyErrors:     c.KeyErrors,
+		LocalFallback: c.LocalFallback,
 	}
 }
 
@@ -500,52 +492,16 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md me
 		return nil, nil
 	}
 	res := l.engine.DecideInto(ctx, checks, outcomesBuf[:])
-	l.count(ctx, checks, rules, &res)
-	if res.LocalFallback() {
-		l.local.Add(1)
-	}
+	l.report.Report(ctx, ctx.Err() != nil, checks, &res)
 	switch res.Verdict {
 	case decide.Admitted:
 		return l.metadata(checks, policies, &res), nil
 	case decide.Denied:
-		l.denied.Add(1)
 		ru := rules[res.Deciding]
 		return l.metadata(checks, policies, &res), denied(ru, &checks[res.Deciding], &res.Outcomes[res.Deciding])
 	case decide.Unavailable:
-		l.unavail.Add(1)
 		return retryAfterMD(res.RetryAfter), unavailable(rules[res.Deciding].name, res.RetryAfter)
 	default: // StoreError, or Invalid, which validated rules cannot be
 		return nil, storeFailed(res.Err())
-	}
-}
-
-// count updates the counters and calls the hooks for a request's outcomes.
-func (l *Limiter) count(ctx context.Context, checks []decide.Check, rules []*rule, res *decide.Result) {
-	gone := ctx.Err() != nil
-	for i := range res.Outcomes {
-		o, ru := &res.Outcomes[i], rules[i]
-		switch res.Event(checks, i, gone) {
-		case decide.KeyFailed:
-			l.keyErrs.Add(1)
-			if l.onStoreError != nil {
-				l.onStoreError(ctx, ru.name, o.Err)
-			}
-		case decide.StoreFailed:
-			l.storeErrs.Add(1)
-			if l.onStoreError != nil {
-				l.onStoreError(ctx, ru.name, fmt.Errorf("grpclimit: rule %q: store: %w", ru.name, o.Err))
-			}
-		case decide.ShadowDenied:
-			l.shadowed.Add(1)
-			if l.onShadowDeny != nil {
-				l.onShadowDeny(ctx, ru.name, o.Decision)
-			}
-		}
-		if o.RefundErr != nil {
-			l.storeErrs.Add(1)
-			if l.onStoreError != nil {
-				l.onStoreError(ctx, ru.name, fmt.Errorf("grpclimit: %w", o.RefundErr))
-			}
-		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -80,8 +81,10 @@ func (ru *rule) writeLocalProblem(w http.ResponseWriter, local floodgate.Limit) 
 	problem.Write(w, problem.Quota(http.StatusTooManyRequests, ru.name, local.String(), true))
 }
 
-// writeUnavailable answers 503 for a fail-closed rule that could not decide.
-func writeUnavailable(w http.ResponseWriter) {
+// writeUnavailable answers 503, with Retry-After of retry, for a
+// fail-closed rule that could not decide.
+func writeUnavailable(w http.ResponseWriter, retry time.Duration) {
+	w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(retry)}
 	w.Header()["Cache-Control"] = []string{"no-store"}
 	problem.Error(w, http.StatusServiceUnavailable, "The rate-limit store cannot decide right now, and this route fails closed. Retry after the number of seconds in Retry-After.")
 }

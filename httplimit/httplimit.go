@@ -54,7 +54,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -270,22 +269,15 @@ type Stats struct {
 // Limiter is the middleware. Create it with New; it is safe for concurrent
 // use, and holds no goroutines or resources.
 type Limiter struct {
-	engine       *decide.Engine
-	rules        []rule
-	headers      HeaderMode
-	skip         func(*http.Request) bool
-	deny         func(http.ResponseWriter, *http.Request, Denial)
-	onError      func(http.ResponseWriter, *http.Request, error)
-	onStoreError func(*http.Request, string, error)
-	onShadowDeny func(*http.Request, string, floodgate.Decision)
-	now          func() time.Time // the Clock's Now, or time.Now
+	engine  *decide.Engine
+	rules   []rule
+	headers HeaderMode
+	skip    func(*http.Request) bool
+	deny    func(http.ResponseWriter, *http.Request, Denial)
+	onError func(http.ResponseWriter, *http.Request, error)
+	report  *decide.Reporter[*http.Request] // the counters and hooks
+	now     func() time.Time                // the Clock's Now, or time.Now
 
-	denied    atomic.Uint64
-	shadowed  atomic.Uint64
-	unavail   atomic.Uint64
-	storeErrs atomic.Uint64
-	keyErrs   atomic.Uint64
-	local     atomic.Uint64
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
@@ -309,14 +301,13 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
 	}
 	l := &Limiter{
-		engine:       front.Engine,
-		headers:      cfg.Headers,
-		skip:         cfg.Skip,
-		deny:         cfg.DenyHandler,
-		onError:      cfg.ErrorHandler,
-		onStoreError: cfg.OnStoreError,
-		onShadowDeny: cfg.OnShadowDeny,
-		now:          front.Now,
+		engine:  front.Engine,
+		headers: cfg.Headers,
+		skip:    cfg.Skip,
+		deny:    cfg.DenyHandler,
+		onError: cfg.ErrorHandler,
+		report:  decide.NewReporter("httplimit", cfg.OnStoreError, cfg.OnShadowDeny),
+		now:     front.Now,
 	}
 	clientKey := ClientIP(cfg.ClientIP)
 	for i, r := range cfg.Rules {
@@ -331,13 +322,14 @@ func New(cfg Config) (*Limiter, error) {
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
+	c := l.report.Counts()
 	return Stats{
-		Denied:        l.denied.Load(),
-		ShadowDenied:  l.shadowed.Load(),
-		Unavailable:   l.unavail.Load(),
-		StoreErrors:   l.storeErrs.Load(),
-		KeyErrors:     l.keyErrs.Load(),
-		LocalFallback: l.local.Load(),
+		Denied:        c.Denied,
+		ShadowDenied:  c.ShadowDenied,
+		Unavailable:   c.Unavailable,
+		StoreErrors:   c.StoreErrors,
+		KeyErrors:     c.KeyErrors,
+		LocalFallback: c.LocalFallback,
 		CacheHits:     l.engine.CacheStats().Hits,
 	}
 }
@@ -387,16 +379,12 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		policies = append(policies, &ru.policy)
 	}
 	res := l.engine.DecideInto(r.Context(), checks, outcomesBuf[:])
-	l.count(r, checks, rules, &res)
-	if res.LocalFallback() {
-		l.local.Add(1)
-	}
+	l.report.Report(r, r.Context().Err() != nil, checks, &res)
 	switch res.Verdict {
 	case decide.Admitted:
 		l.writeHeaders(w.Header(), checks, policies, &res)
 		return true
 	case decide.Denied:
-		l.denied.Add(1)
 		l.writeHeaders(w.Header(), checks, policies, &res)
 		ru := rules[res.Deciding]
 		dn := Denial{Rule: ru.name, Limit: ru.limit, Decision: res.Outcomes[res.Deciding].Decision}
@@ -413,7 +401,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 			ru.writeProblem(w)
 		}
 	case decide.Unavailable:
-		l.unavailable(w, res.RetryAfter)
+		writeUnavailable(w, res.RetryAfter)
 	default: // StoreError, or Invalid, which a validated rule of cost 1 cannot be
 		if l.onError != nil {
 			l.onError(w, r, res.Err())
@@ -423,44 +411,6 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// count updates the counters and calls the hooks for a request's outcomes.
-func (l *Limiter) count(r *http.Request, checks []decide.Check, rules []*rule, res *decide.Result) {
-	gone := r.Context().Err() != nil
-	for i := range res.Outcomes {
-		o, ru := &res.Outcomes[i], rules[i]
-		switch res.Event(checks, i, gone) {
-		case decide.KeyFailed:
-			l.keyErrs.Add(1)
-			if l.onStoreError != nil {
-				l.onStoreError(r, ru.name, o.Err)
-			}
-		case decide.StoreFailed:
-			l.storeErrs.Add(1)
-			if l.onStoreError != nil {
-				l.onStoreError(r, ru.name, fmt.Errorf("httplimit: rule %q: store: %w", ru.name, o.Err))
-			}
-		case decide.ShadowDenied:
-			l.shadowed.Add(1)
-			if l.onShadowDeny != nil {
-				l.onShadowDeny(r, ru.name, o.Decision)
-			}
-		}
-		if o.RefundErr != nil {
-			l.storeErrs.Add(1)
-			if l.onStoreError != nil {
-				l.onStoreError(r, ru.name, fmt.Errorf("httplimit: %w", o.RefundErr))
-			}
-		}
-	}
-}
-
-// unavailable answers 503 for a fail-closed rule that could not decide.
-func (l *Limiter) unavailable(w http.ResponseWriter, retry time.Duration) {
-	l.unavail.Add(1)
-	w.Header()["Retry-After"] = []string{ratelimitheader.RetryAfter(retry)}
-	writeUnavailable(w)
 }
 
 // rule is a Rule checked and prepared for serving.
