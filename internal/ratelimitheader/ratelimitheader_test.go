@@ -89,3 +89,55 @@ func TestWindow(t *testing.T) {
 		t.Errorf("huge member %q: w must be clamped to the largest SF integer", p.member)
 	}
 }
+
+// TestDecidedWrite: a decided request's headers list the checks Listed
+// says, in order, describe the deciding one, and carry the fallback marker
+// with Local; a mode without the IETF fields lists nothing.
+func TestDecidedWrite(t *testing.T) {
+	a, _ := NewPolicy("a", 5, 60)
+	b, _ := NewPolicy("b", 10, 1)
+	s, _ := NewPolicy("s", 1, 1)
+	pols := []*Policy{&a, &s, &b}
+	notShadow := func(i int) bool { return i != 1 }
+	admitted := floodgate.Decision{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: time.Second}
+	denied := floodgate.Decision{Limit: 5, RetryAfter: 1500 * time.Millisecond, ResetAfter: 12 * time.Second}
+	tests := []struct {
+		name string
+		d    Decided
+		mode Mode
+		want map[string]string
+	}{
+		{"admitted", Decided{Policies: pols, Listed: notShadow, Deciding: 2, Decision: admitted}, Both, map[string]string{
+			HeaderPolicy: `"a";q=5;w=60, "b";q=10;w=1`, HeaderRateLimit: `"b";r=4;t=1`,
+			HeaderLimit: "10", HeaderRemaining: "4", HeaderReset: "1700000001"}},
+		{"denied, local", Decided{Policies: pols, Listed: notShadow, Deciding: 0, Decision: denied, Local: true}, IETF, map[string]string{
+			HeaderPolicy: `"a";q=5;w=60, "b";q=10;w=1`, HeaderRateLimit: `"a";r=0;t=2`, HeaderRetryAfter: "2", HeaderFallback: FallbackLocal}},
+		{"nothing decided", Decided{Policies: pols, Listed: notShadow, Deciding: -1}, Both, map[string]string{
+			HeaderPolicy: `"a";q=5;w=60, "b";q=10;w=1`}},
+		{"only shadow", Decided{Policies: pols[1:2], Listed: func(int) bool { return false }, Deciding: -1}, Both, map[string]string{}},
+		{"legacy", Decided{Policies: pols, Listed: func(int) bool { panic("listed in legacy mode") }, Deciding: 2, Decision: admitted}, Legacy, map[string]string{
+			HeaderLimit: "10", HeaderRemaining: "4", HeaderReset: "1700000001"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			tt.d.Write(h, tt.mode, epoch)
+			if len(h) != len(tt.want) {
+				t.Errorf("headers %v, want %v", h, tt.want)
+			}
+			for k, v := range tt.want {
+				if got := h[k]; len(got) != 1 || got[0] != v {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+		})
+	}
+}
+
+func TestModeValid(t *testing.T) {
+	for m := range Mode(8) {
+		if got, want := m.Valid(), m <= None; got != want {
+			t.Errorf("Mode(%d).Valid() = %v, want %v", m, got, want)
+		}
+	}
+}
