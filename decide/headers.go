@@ -39,3 +39,14 @@ func (r *Result) Headers(checks []Check) HeaderView {
 func (v *HeaderView) Listed(i int) bool {
 	return i < len(v.checks) && !v.checks[i].Shadow
 }
+
+// Unlisted is the index of each check that Listed does not report, for
+// front ends that give the encoder one entry per check and leave these
+// out.
+func (v *HeaderView) Unlisted(yield func(int) bool) {
+	for i := range v.checks {
+		if v.checks[i].Shadow && !yield(i) {
+			return
+		}
+	}
+}

@@ -2,6 +2,7 @@ package decide_test
 
 import (
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
@@ -57,10 +58,21 @@ func TestResultHeaders(t *testing.T) {
 			if v.Deciding < 0 && v.Decision != (floodgate.Decision{}) {
 				t.Errorf("Headers().Decision = %+v with no deciding check, want zero", v.Decision)
 			}
+			var unlisted []int
+			for i := range v.Unlisted {
+				unlisted = append(unlisted, i)
+			}
+			var wantUnlisted []int
 			for i, want := range c.wantListed {
 				if got := v.Listed(i); got != want {
 					t.Errorf("Listed(%d) = %v, want %v", i, got, want)
 				}
+				if !want {
+					wantUnlisted = append(wantUnlisted, i)
+				}
+			}
+			if !slices.Equal(unlisted, wantUnlisted) {
+				t.Errorf("Unlisted = %v, want %v", unlisted, wantUnlisted)
 			}
 			if nv := res.Headers(nil); nv.Listed(0) || nv.Deciding != v.Deciding {
 				t.Errorf("Headers(nil) = %+v: lists a check, or another deciding one", nv)

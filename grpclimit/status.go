@@ -59,8 +59,11 @@ var metadataKeys = [...][2]string{
 // grpc-retry-pushback-ms beside retry-after.
 func (l *Limiter) metadata(checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) metadata.MD {
 	v := res.Headers(checks)
+	for i := range v.Unlisted {
+		policies[i] = nil
+	}
 	h := make(http.Header, len(ratelimitheader.Order)+2)
-	d := ratelimitheader.Decided{Policies: policies, Listed: v.Listed, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
+	d := ratelimitheader.Decided{Policies: policies, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
 	d.Write(h, l.headers, l.now())
 	if len(h) == 0 {
 		return nil

@@ -51,7 +51,10 @@ const (
 // when it denied.
 func (l *Limiter) writeHeaders(h http.Header, checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) {
 	v := res.Headers(checks)
-	d := ratelimitheader.Decided{Policies: policies, Listed: v.Listed, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
+	for i := range v.Unlisted {
+		policies[i] = nil
+	}
+	d := ratelimitheader.Decided{Policies: policies, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
 	d.Write(h, l.headers, l.now())
 }
 

@@ -392,7 +392,10 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 func (p *policy) writeHeaders(h http.Header, checks []decide.Check, rl *rule, res *decide.Result, now time.Time) {
 	v := res.Headers(checks)
 	policies := [1]*ratelimitheader.Policy{&rl.policy}
-	d := ratelimitheader.Decided{Policies: policies[:], Listed: v.Listed, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
+	for i := range v.Unlisted {
+		policies[i] = nil
+	}
+	d := ratelimitheader.Decided{Policies: policies[:], Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
 	d.Write(h, p.headers, now)
 }
 

@@ -250,10 +250,10 @@ func Write(h http.Header, mode Mode, policies string, most *Policy, d floodgate.
 // which one decides and whether one was decided locally
 // (decide.Result.Headers), the front end gives each check's Policy.
 type Decided struct {
-	// Policies holds the Policy of each of the request's checks, in order.
+	// Policies holds the Policy of each of the request's checks, in order:
+	// nil for a check that is not listed in RateLimit-Policy (a shadow
+	// one, which never appears in a header).
 	Policies []*Policy
-	// Listed reports whether check i appears in RateLimit-Policy.
-	Listed func(i int) bool
 	// Deciding is the index of the check the other fields describe, -1
 	// for none; Decision is its decision.
 	Deciding int
@@ -263,13 +263,13 @@ type Decided struct {
 }
 
 // Write sets d's headers of mode on h, as [Write] does: RateLimit-Policy
-// lists the Policies that Listed reports, the other fields describe the
+// lists the Policies that are not nil, the other fields describe the
 // deciding check, and HeaderFallback comes with Local.
 func (d *Decided) Write(h http.Header, mode Mode, now time.Time) {
 	var list List
 	if mode == Both || mode == IETF {
-		for i, p := range d.Policies {
-			if d.Listed(i) {
+		for _, p := range d.Policies {
+			if p != nil {
 				list.Add(p)
 			}
 		}

@@ -90,15 +90,13 @@ func TestWindow(t *testing.T) {
 	}
 }
 
-// TestDecidedWrite: a decided request's headers list the checks Listed
-// says, in order, describe the deciding one, and carry the fallback marker
+// TestDecidedWrite: a decided request's headers list the checks that have
+// a Policy, in order, describe the deciding one, and carry the fallback marker
 // with Local; a mode without the IETF fields lists nothing.
 func TestDecidedWrite(t *testing.T) {
 	a, _ := NewPolicy("a", 5, 60)
 	b, _ := NewPolicy("b", 10, 1)
-	s, _ := NewPolicy("s", 1, 1)
-	pols := []*Policy{&a, &s, &b}
-	notShadow := func(i int) bool { return i != 1 }
+	pols := []*Policy{&a, nil, &b} // the second check is not listed
 	admitted := floodgate.Decision{Allowed: true, Limit: 10, Remaining: 4, ResetAfter: time.Second}
 	denied := floodgate.Decision{Limit: 5, RetryAfter: 1500 * time.Millisecond, ResetAfter: 12 * time.Second}
 	tests := []struct {
@@ -107,15 +105,15 @@ func TestDecidedWrite(t *testing.T) {
 		mode Mode
 		want map[string]string
 	}{
-		{"admitted", Decided{Policies: pols, Listed: notShadow, Deciding: 2, Decision: admitted}, Both, map[string]string{
+		{"admitted", Decided{Policies: pols, Deciding: 2, Decision: admitted}, Both, map[string]string{
 			HeaderPolicy: `"a";q=5;w=60, "b";q=10;w=1`, HeaderRateLimit: `"b";r=4;t=1`,
 			HeaderLimit: "10", HeaderRemaining: "4", HeaderReset: "1700000001"}},
-		{"denied, local", Decided{Policies: pols, Listed: notShadow, Deciding: 0, Decision: denied, Local: true}, IETF, map[string]string{
+		{"denied, local", Decided{Policies: pols, Deciding: 0, Decision: denied, Local: true}, IETF, map[string]string{
 			HeaderPolicy: `"a";q=5;w=60, "b";q=10;w=1`, HeaderRateLimit: `"a";r=0;t=2`, HeaderRetryAfter: "2", HeaderFallback: FallbackLocal}},
-		{"nothing decided", Decided{Policies: pols, Listed: notShadow, Deciding: -1}, Both, map[string]string{
+		{"nothing decided", Decided{Policies: pols, Deciding: -1}, Both, map[string]string{
 			HeaderPolicy: `"a";q=5;w=60, "b";q=10;w=1`}},
-		{"only shadow", Decided{Policies: pols[1:2], Listed: func(int) bool { return false }, Deciding: -1}, Both, map[string]string{}},
-		{"legacy", Decided{Policies: pols, Listed: func(int) bool { panic("listed in legacy mode") }, Deciding: 2, Decision: admitted}, Legacy, map[string]string{
+		{"only shadow", Decided{Policies: pols[1:2], Deciding: -1}, Both, map[string]string{}},
+		{"legacy", Decided{Policies: pols, Deciding: 2, Decision: admitted}, Legacy, map[string]string{
 			HeaderLimit: "10", HeaderRemaining: "4", HeaderReset: "1700000001"}},
 	}
 	for _, tt := range tests {
