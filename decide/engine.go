@@ -16,7 +16,8 @@
 //     a [floodgate.BatchStore] its checks go to the store in one call (one
 //     Redis round trip, atomic wherever the keys allow); with another store,
 //     one call per check and a refund of what was taken when one denies;
-//   - the deciding check, from which every front end derives its headers;
+//   - the deciding check, from which every front end derives its headers
+//     ([Result.Headers]: which checks they list, which one they describe);
 //   - the store-key scheme ([StoreKey]) and one deadline ([Options.Timeout]);
 //   - the local fallback ([FailLocal]): while the store is unavailable, a
 //     check of that mode is decided in this process, in an embedded memory
@@ -25,6 +26,12 @@
 //     exactly its retry delay has passed, and further requests of at least
 //     its cost for the same key and limit are denied without asking the
 //     store. [Engine.Reset] and [Engine.Refund] clear it.
+//
+// It also holds, once, what the library front ends (httplimit's
+// middleware, grpclimit's interceptors) share beyond the decision:
+// [NewLibrary] checks their Configs' common fields and rules and makes
+// their checks, [Reporter] counts their requests and calls their hooks,
+// and [ConfigError] is the front ends' one error type for a bad field.
 //
 // Package decide is the engine room: it imports the root package, the
 // internal helpers (limitcheck, logthrottle, fixedpoint) and the memory

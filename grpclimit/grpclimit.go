@@ -199,7 +199,7 @@ var ErrKey = errors.New("grpclimit: no key for the call")
 
 // ConfigError reports a bad Config field, naming the field (such as
 // "Rules[1].Methods[0]") and its value: the error of New. Its Error begins with
-// "grpclimit: ". It is the library front ends' one definition,
+// "grpclimit: ". It is the front ends' one definition,
 // decide.ConfigError, of grpclimit's own FrontEnd, so errors.As tells it from
 // another front end's.
 type ConfigError = decide.ConfigError[frontEnd]
@@ -238,7 +238,6 @@ type Limiter struct {
 	report      *decide.Reporter[context.Context] // the counters and hooks
 	now         func() time.Time                  // the Clock's Now, or time.Now
 	anyMessages bool                              // a rule counts stream messages
-
 }
 
 // rule is a Rule checked and prepared for serving.

@@ -234,7 +234,7 @@ var ErrKey = errors.New("httplimit: no key for the request")
 
 // ConfigError reports a bad Config field, naming the field (such as
 // "Rules[1].Name") and its value: the error of New. Its Error begins with
-// "httplimit: ". It is the library front ends' one definition,
+// "httplimit: ". It is the front ends' one definition,
 // decide.ConfigError, of httplimit's own FrontEnd, so errors.As tells it from
 // another front end's.
 type ConfigError = decide.ConfigError[frontEnd]
@@ -277,7 +277,6 @@ type Limiter struct {
 	onError func(http.ResponseWriter, *http.Request, error)
 	report  *decide.Reporter[*http.Request] // the counters and hooks
 	now     func() time.Time                // the Clock's Now, or time.Now
-
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
