@@ -135,9 +135,9 @@ func NewLibrary(l Library) (LibraryFront, error) {
 }
 
 // FrontEnd names a front end (httplimit, grpclimit, server) in its
-// [ConfigError]s: its Name, such as "httplimit", begins their messages. Each front end implements it
-// with an unexported type of its own, so that its ConfigError is a type of
-// its own too.
+// [ConfigError]s: its Name, such as "httplimit", begins their messages.
+// Each front end implements it with an unexported type of its own, so that
+// its ConfigError is a type of its own too.
 type FrontEnd interface {
 	// Name returns the front end's package name.
 	Name() string
@@ -145,10 +145,9 @@ type FrontEnd interface {
 
 // ConfigError is a front end's error for a bad field of its Config (or the
 // server's Policy): the field as the front end names it, its value and
-// why. Each front
-// end re-exports its own instance under its own name (httplimit.ConfigError
-// is ConfigError of httplimit's FrontEnd), so the type is defined once and
-// errors.As tells the front ends apart.
+// why. Each front end re-exports its own instance under its own name
+// (httplimit.ConfigError is ConfigError of httplimit's FrontEnd), so the
+// type is defined once and errors.As tells the front ends apart.
 type ConfigError[F FrontEnd] struct {
 	Field  string // such as "Rules[1].Name"
 	Value  string // the bad value, formatted
