@@ -31,8 +31,14 @@ func ServerCodec() grpc.ServerOption {
 }
 
 // codec is the standard protobuf codec with invalid UTF-8 in a
-// RateLimitRequest's strings replaced: a valid message costs one extra
-// type switch after decoding, nothing more.
+// RateLimitRequest's strings replaced. A valid message is decoded by the
+// standard codec itself (its pooled buffer for a message in several
+// pieces, the same allocations) and costs one nil check more: the type
+// assertion and the rewrite run only after a decoding error.
+// BenchmarkCodecUnmarshal measured 1.36-1.59 µs against the standard
+// codec's 1.36-1.72, 8 allocations each, for a one-descriptor request;
+// the gRPC rows of BenchmarkShouldRateLimit spent the same CPU per
+// decision with either (docs/PERFORMANCE.md, "Envoy RLS").
 type codec struct{ base encoding.CodecV2 }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }

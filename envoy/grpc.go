@@ -42,14 +42,27 @@ func RegisterHealth(g grpc.ServiceRegistrar) *health.Server {
 // seventh of the CPU of a call (runtime.newstack in profiles); workers keep
 // their grown stacks. Calls wait on the store, so there are more workers
 // than cores.
+//
+// The count does not depend on the store or on GOMAXPROCS, because 128
+// measured best on each store: against 0, 2 (GOMAXPROCS there) and 16
+// workers, BenchmarkShouldRateLimit's gRPC rows (64 calls in flight, 2
+// cores, interleaved rounds, 2026-12-01) spent the least CPU per decision
+// with 128 on the memory store too, where a call never waits (0 workers:
+// 1.01 and 1.06 times as much, medians of 16 rounds; 2 and 16: 1.05 to
+// 1.12, of 11), and on the harness's standalone Redis and cluster (0 and 2
+// workers: 1.08 to 1.23 times as much; 16: 1.01 to 1.16; 4 rounds); see
+// docs/PERFORMANCE.md, "Envoy RLS". A caller that wants another count
+// passes its own grpc.NumStreamWorkers to NewGRPCServer: options given
+// there come after this one and win.
 const StreamWorkers = 128
 
 // NewGRPCServer returns a gRPC server with s, the health service and the
 // reflection service (v1 and v1alpha, so grpcurl and grpc_cli can list and
 // call the services without the .proto files) registered, and the health server to shut down before
 // stopping. It decodes requests with [ServerCodec], so that invalid UTF-8
-// in a descriptor is decided rather than failing the call. opts are passed
-// to grpc.NewServer.
+// in a descriptor is decided rather than failing the call, and runs calls
+// on [StreamWorkers] stream workers. opts are passed to grpc.NewServer
+// after those two, so a caller's grpc.NumStreamWorkers replaces the count.
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	g := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers), ServerCodec()}, opts...)...)
 	s.Register(g)
