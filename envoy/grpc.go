@@ -43,17 +43,12 @@ func RegisterHealth(g grpc.ServiceRegistrar) *health.Server {
 // their grown stacks. Calls wait on the store, so there are more workers
 // than cores.
 //
-// The count does not depend on the store or on GOMAXPROCS, because 128
-// measured best on each store: against 0, 2 (GOMAXPROCS there) and 16
-// workers, BenchmarkShouldRateLimit's gRPC rows (64 calls in flight, 2
-// cores, interleaved rounds, 2026-12-01) spent the least CPU per decision
-// with 128 on the memory store too, where a call never waits (0 workers:
-// 1.01 and 1.06 times as much, medians of 16 rounds; 2 and 16: 1.05 to
-// 1.12, of 11), and on the harness's standalone Redis and cluster (0 and 2
-// workers: 1.08 to 1.23 times as much; 16: 1.01 to 1.16; 4 rounds); see
-// docs/PERFORMANCE.md, "Envoy RLS". A caller that wants another count
-// passes its own grpc.NumStreamWorkers to NewGRPCServer: options given
-// there come after this one and win.
+// The count does not depend on the store or on GOMAXPROCS: against 0, 2
+// and 16 workers, 128 spent the least CPU per decision on Redis, and no
+// more on the memory store, where a call never waits (docs/PERFORMANCE.md,
+// "Envoy RLS", has the figures). A caller that wants another count passes
+// its own grpc.NumStreamWorkers to NewGRPCServer: options given there come
+// after this one and win.
 const StreamWorkers = 128
 
 // NewGRPCServer returns a gRPC server with s, the health service and the

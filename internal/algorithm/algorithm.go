@@ -9,7 +9,7 @@
 // stores reach the same decisions for the same sequence of requests and
 // times; a differential test holds them to it.
 //
-// Callers validate the limit and the cost first (floodgate.Check): these
+// Callers validate the limit and the cost first (internal/limitcheck): these
 // methods assume 1 <= n <= limit.Quota and a valid limit; a cost of 0 is
 // Peek.
 //
