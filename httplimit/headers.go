@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -43,20 +42,6 @@ const (
 	// HeadersNone sends no rate-limit headers except Retry-After.
 	HeadersNone = ratelimitheader.None
 )
-
-// writeHeaders sets the rate-limit headers of a decided request of checks,
-// whose rules' header pieces are policies, as the engine's header view
-// says (decide.Result.Headers): the RateLimit-Policy of every non-shadow
-// rule that applied, the others for the deciding rule, and Retry-After
-// when it denied.
-func (l *Limiter) writeHeaders(h http.Header, checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) {
-	v := res.Headers(checks)
-	for i := range v.Unlisted {
-		policies[i] = nil
-	}
-	d := ratelimitheader.Decided{Policies: policies, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
-	d.Write(h, l.headers, l.now())
-}
 
 // quotaProblem renders a rule's 429 body once, at New.
 func quotaProblem(name string, l floodgate.Limit) []byte {

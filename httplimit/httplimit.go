@@ -388,10 +388,10 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 	l.report.Report(r, r.Context().Err() != nil, checks, &res)
 	switch res.Verdict {
 	case decide.Admitted:
-		l.writeHeaders(w.Header(), checks, policies, &res)
+		frontend.WriteHeaders(w.Header(), l.headers, l.now(), checks, policies, &res)
 		return true
 	case decide.Denied:
-		l.writeHeaders(w.Header(), checks, policies, &res)
+		frontend.WriteHeaders(w.Header(), l.headers, l.now(), checks, policies, &res)
 		ru := rules[res.Deciding]
 		dn := Denial{Rule: ru.name, Limit: ru.limit, Decision: res.Outcomes[res.Deciding].Decision}
 		if dn.Local = res.Outcomes[res.Deciding].Local; dn.Local {
