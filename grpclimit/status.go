@@ -115,10 +115,8 @@ func denied(ru *rule, c *decide.Check, o *decide.Outcome) error {
 	quota := ru.quota
 	if o.Local {
 		msg += " (decided by this instance alone: the store is unavailable)"
-		if l, err := c.LocalLimit(); err == nil {
-			if q, err := quotaFailure(ru.name, l, true); err == nil {
-				quota = q
-			}
+		if q, err := quotaFailure(ru.name, c.CountedLimit(o), true); err == nil {
+			quota = q
 		}
 	}
 	retry, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})

@@ -393,11 +393,9 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 	case decide.Denied:
 		frontend.WriteHeaders(w.Header(), l.headers, l.now(), checks, policies, &res)
 		ru := rules[res.Deciding]
-		dn := Denial{Rule: ru.name, Limit: ru.limit, Decision: res.Outcomes[res.Deciding].Decision}
-		if dn.Local = res.Outcomes[res.Deciding].Local; dn.Local {
-			// Denied by this instance alone: against its share of the limit.
-			dn.Limit, _ = checks[res.Deciding].LocalLimit() // valid: it decided
-		}
+		o := &res.Outcomes[res.Deciding]
+		// Denied by this instance alone (Local): against its share of the limit.
+		dn := Denial{Rule: ru.name, Limit: checks[res.Deciding].CountedLimit(o), Decision: o.Decision, Local: o.Local}
 		switch {
 		case l.deny != nil:
 			l.deny(w, r, dn)
@@ -422,7 +420,6 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 // rule is a Rule checked and prepared for serving.
 type rule struct {
 	name    string
-	limit   floodgate.Limit
 	methods []string
 	mux     *http.ServeMux // nil: every path
 	key     KeyFunc
@@ -438,7 +435,6 @@ func compileRule(i int, r Rule, rc frontend.RuleCheck, clientKey KeyFunc) (rule,
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
 	cr := rule{
 		name:  r.Name,
-		limit: r.Limit,
 		key:   r.Key,
 		check: rc,
 	}
