@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -69,10 +70,10 @@ func (ru *rule) writeLocalProblem(w http.ResponseWriter, local floodgate.Limit) 
 	problem.Write(w, problem.Quota(http.StatusTooManyRequests, ru.name, local.String(), true))
 }
 
-// writeUnavailable answers 503, with Retry-After of retry, for a
-// fail-closed rule that could not decide.
-func writeUnavailable(w http.ResponseWriter, retry time.Duration) {
-	w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(retry)}
+// writeUnavailable answers 503 (with Retry-After, frontend.WriteUnavailable)
+// for res, a request a fail-closed rule could not decide.
+func writeUnavailable(w http.ResponseWriter, res *decide.Result) {
+	frontend.WriteUnavailable(w.Header(), res)
 	w.Header()["Cache-Control"] = []string{"no-store"}
 	problem.Error(w, http.StatusServiceUnavailable, "The rate-limit store cannot decide right now, and this route fails closed. Retry after the number of seconds in Retry-After.")
 }

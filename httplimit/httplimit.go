@@ -405,7 +405,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 			ru.writeProblem(w)
 		}
 	case decide.Unavailable:
-		writeUnavailable(w, res.RetryAfter)
+		writeUnavailable(w, &res)
 	default: // StoreError, or Invalid, which a validated rule of cost 1 cannot be
 		if l.onError != nil {
 			l.onError(w, r, res.Err())

@@ -355,7 +355,7 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, s
 	start := time.Now()
 	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
 	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
-	s.metrics.count(&checks[0], &res)
+	s.metrics.count(checks[:], &res)
 	return checks, res
 }
 
@@ -369,7 +369,7 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 	case decide.Admitted, decide.Denied:
 		return true
 	case decide.Unavailable:
-		w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
+		frontend.WriteUnavailable(w.Header(), res)
 		w.Header()["Cache-Control"] = []string{"no-store"}
 		why := "the rate-limit store is unavailable"
 		if errors.Is(res.Err(), ErrOverloaded) {

@@ -1,6 +1,7 @@
 package frontend_test
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -77,6 +78,37 @@ func TestWriteHeaders(t *testing.T) {
 				if ch.Shadow != (policies[i] == nil) {
 					t.Errorf("policies[%d] = %v for shadow %v: want nil exactly for shadow checks", i, policies[i], ch.Shadow)
 				}
+			}
+		})
+	}
+}
+
+// TestWriteUnavailable: only a request a fail-closed check could not
+// decide gets Retry-After, of the engine's UnavailableRetryAfter.
+func TestWriteUnavailable(t *testing.T) {
+	l := floodgate.PerMinute(1)
+	for _, tc := range []struct {
+		name  string
+		store floodgate.Store
+		want  string // Retry-After; "" for none
+	}{
+		{"unavailable", failingStore{err: floodgate.ErrStoreUnavailable}, "7"},
+		{"store error", failingStore{err: errors.New("bad reply")}, ""},
+		{"admitted", memory.New(), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := decide.New(tc.store, decide.Options{Logger: slog.New(slog.DiscardHandler), UnavailableRetryAfter: 7 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checks := []decide.Check{{Rule: "r", Key: "k", Limit: l, Failure: decide.FailClosed}}
+			res := e.Decide(t.Context(), checks)
+			h := http.Header{}
+			if got := frontend.WriteUnavailable(h, &res); got != (tc.want != "") {
+				t.Errorf("WriteUnavailable = %v for verdict %v, want %v", got, res.Verdict, tc.want != "")
+			}
+			if got := h.Get("Retry-After"); got != tc.want || len(h) > 1 {
+				t.Errorf("headers = %v, want Retry-After %q only", h, tc.want)
 			}
 		})
 	}
