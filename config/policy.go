@@ -64,17 +64,11 @@ func (r Rule) localShare(c *Config, path string) (float64, *badKey) {
 		n := int64(r.Instances)
 		instances = &n
 	}
-	mode := r.FailureMode
-	if c.failed[path+".failure_mode"] {
-		if share == nil && instances == nil {
-			return 0, nil
-		}
-		mode = decide.FailLocal
-	}
-	got, err := decide.ShareOf(mode, share, instances)
+	failed := c.failed[path+".failure_mode"]
+	got, err := decide.ShareOf(r.FailureMode, failed, share, instances)
 	var fe *decide.FieldError
 	switch {
-	case err == nil && mode != r.FailureMode:
+	case err == nil && failed: // a mode that did not decode takes no share
 		return 0, nil
 	case !errors.As(err, &fe):
 		return got, nil

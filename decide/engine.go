@@ -27,15 +27,13 @@
 //     its cost for the same key and limit are denied without asking the
 //     store. [Engine.Reset] and [Engine.Refund] clear it.
 //
-// It also holds, once, what the library front ends (httplimit's
-// middleware, grpclimit's interceptors) share beyond the decision:
-// [NewLibrary] checks their Configs' common fields and rules and makes
-// their checks, [Reporter] counts their requests and calls their hooks,
-// and [ConfigError] is the front ends' one error type for a bad field.
+// What the front ends share beyond the decision (their Configs' common
+// checks, counters and hooks, the header glue) is not the engine's: it is
+// internal/frontend's.
 //
 // Package decide is the engine room: it imports the root package, the
-// internal helpers (limitcheck, logthrottle, fixedpoint) and the memory
-// store (its local fallback), never a front end, HTTP or Redis.
+// internal helpers (limitcheck, storeerr, logthrottle, fixedpoint) and the
+// memory store (its local fallback), never a front end, HTTP or Redis.
 package decide
 
 import (

@@ -68,6 +68,18 @@ func LocalLimit(l floodgate.Limit, share float64) (floodgate.Limit, error) {
 // denial, whose Decision counts against it.
 func (c *Check) LocalLimit() (floodgate.Limit, error) { return LocalLimit(c.Limit, c.localShare()) }
 
+// CountedLimit returns the limit that o, c's outcome, counted against, the
+// one a denial names: c's local limit ([Check.LocalLimit]) when o.Local
+// (this instance decided alone, at its share), otherwise c's Limit.
+func (c *Check) CountedLimit(o *Outcome) floodgate.Limit {
+	if o.Local {
+		if l, err := c.LocalLimit(); err == nil { // valid: it decided
+			return l
+		}
+	}
+	return c.Limit
+}
+
 // localShare returns the check's share for FailLocal: LocalShare, or 1.
 func (c *Check) localShare() float64 {
 	if c.LocalShare == 0 {

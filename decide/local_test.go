@@ -299,3 +299,33 @@ func TestFallbackBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestCountedLimit: a denial counted by this instance alone names its
+// share of the limit; one the store decided, or an outcome with no
+// decision, names the rule's own limit.
+func TestCountedLimit(t *testing.T) {
+	l := floodgate.PerMinute(8)
+	outage := failingStore{err: floodgate.ErrStoreUnavailable}
+	for _, tc := range []struct {
+		name  string
+		store floodgate.Store
+		check decide.Check
+		want  floodgate.Limit
+	}{
+		{"store decided", memory.New(), decide.Check{Rule: "r", Key: "k", Limit: l, Failure: decide.FailLocal, LocalShare: 0.25}, l},
+		{"local", outage, decide.Check{Rule: "r", Key: "k", Limit: l, Failure: decide.FailLocal, LocalShare: 0.25}, floodgate.PerMinute(2)},
+		{"fail closed", outage, decide.Check{Rule: "r", Key: "k", Limit: l, Failure: decide.FailClosed}, l},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := decide.New(tc.store, decide.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checks := []decide.Check{tc.check}
+			res := e.Decide(t.Context(), checks)
+			if got := checks[0].CountedLimit(&res.Outcomes[0]); got != tc.want {
+				t.Errorf("CountedLimit = %v, want %v (outcome %+v)", got, tc.want, res.Outcomes[0])
+			}
+		})
+	}
+}

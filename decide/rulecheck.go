@@ -63,7 +63,18 @@ func CheckRule(limit floodgate.Limit, failure FailureMode, localShare float64) [
 // *FieldError naming LocalShare, Instances, or Failure for a local rule
 // that has no share. Both YAML dialects, floodgate's and Envoy's rule
 // files, read a share through it, so the same mistake gets the same answer.
-func ShareOf(failure FailureMode, share *float64, instances *int64) (float64, error) {
+//
+// failureBad says that the file writes a failure mode that it cannot
+// read (and reports): then only the values are checked, as if the mode
+// were local, not whether the mode takes them; with neither written, the
+// share is 0 and there is no error.
+func ShareOf(failure FailureMode, failureBad bool, share *float64, instances *int64) (float64, error) {
+	if failureBad {
+		if share == nil && instances == nil {
+			return 0, nil
+		}
+		failure = FailLocal
+	}
 	var s float64
 	var n int64
 	shareValue, instancesValue := "", ""

@@ -64,34 +64,41 @@ func TestShareOf(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	i := func(v int64) *int64 { return &v }
 	for _, tc := range []struct {
-		name      string
-		failure   decide.FailureMode
-		share     *float64
-		instances *int64
-		want      float64
-		field     string // of the *FieldError; "" for none
+		name       string
+		failure    decide.FailureMode
+		failureBad bool // a failure mode written but unreadable
+		share      *float64
+		instances  *int64
+		want       float64
+		field      string // of the *FieldError; "" for none
 	}{
-		{"a share", decide.FailLocal, f(0.25), nil, 0.25, ""},
-		{"the whole limit", decide.FailLocal, f(1), nil, 1, ""},
-		{"instances", decide.FailLocal, nil, i(4), 0.25, ""},
-		{"one instance", decide.FailLocal, nil, i(1), 1, ""},
-		{"neither, open", decide.FailOpen, nil, nil, 0, ""},
-		{"local with neither", decide.FailLocal, nil, nil, 0, "Failure"},
-		{"both", decide.FailLocal, f(0.5), i(2), 0, "Instances"},
-		{"negative instances", decide.FailLocal, nil, i(-2), 0, "Instances"},
-		{"0 instances written", decide.FailLocal, nil, i(0), 0, "Instances"},
-		{"0 instances written, open", decide.FailOpen, nil, i(0), 0, "Instances"},
-		{"share above 1", decide.FailLocal, f(1.5), nil, 0, "LocalShare"},
-		{"negative share", decide.FailLocal, f(-0.5), nil, 0, "LocalShare"},
-		{"share 0 written", decide.FailLocal, f(0), nil, 0, "LocalShare"},
-		{"share -0 written", decide.FailLocal, f(math.Copysign(0, -1)), nil, 0, "LocalShare"},
-		{"NaN share", decide.FailLocal, f(math.NaN()), nil, 0, "LocalShare"},
-		{"infinite share", decide.FailLocal, f(math.Inf(1)), nil, 0, "LocalShare"},
-		{"share, closed", decide.FailClosed, f(0.5), nil, 0, "LocalShare"},
-		{"instances, open", decide.FailOpen, nil, i(3), 0, "Instances"},
+		{"a share", decide.FailLocal, false, f(0.25), nil, 0.25, ""},
+		{"the whole limit", decide.FailLocal, false, f(1), nil, 1, ""},
+		{"instances", decide.FailLocal, false, nil, i(4), 0.25, ""},
+		{"one instance", decide.FailLocal, false, nil, i(1), 1, ""},
+		{"neither, open", decide.FailOpen, false, nil, nil, 0, ""},
+		{"local with neither", decide.FailLocal, false, nil, nil, 0, "Failure"},
+		{"both", decide.FailLocal, false, f(0.5), i(2), 0, "Instances"},
+		{"negative instances", decide.FailLocal, false, nil, i(-2), 0, "Instances"},
+		{"0 instances written", decide.FailLocal, false, nil, i(0), 0, "Instances"},
+		{"0 instances written, open", decide.FailOpen, false, nil, i(0), 0, "Instances"},
+		{"share above 1", decide.FailLocal, false, f(1.5), nil, 0, "LocalShare"},
+		{"negative share", decide.FailLocal, false, f(-0.5), nil, 0, "LocalShare"},
+		{"share 0 written", decide.FailLocal, false, f(0), nil, 0, "LocalShare"},
+		{"share -0 written", decide.FailLocal, false, f(math.Copysign(0, -1)), nil, 0, "LocalShare"},
+		{"NaN share", decide.FailLocal, false, f(math.NaN()), nil, 0, "LocalShare"},
+		{"infinite share", decide.FailLocal, false, f(math.Inf(1)), nil, 0, "LocalShare"},
+		{"share, closed", decide.FailClosed, false, f(0.5), nil, 0, "LocalShare"},
+		{"instances, open", decide.FailOpen, false, nil, i(3), 0, "Instances"},
+		{"bad mode, neither", decide.FailOpen, true, nil, nil, 0, ""},
+		{"bad mode, a share", decide.FailOpen, true, f(0.5), nil, 0.5, ""},
+		{"bad mode, instances", decide.FailClosed, true, nil, i(4), 0.25, ""},
+		{"bad mode, share above 1", decide.FailOpen, true, f(1.5), nil, 0, "LocalShare"},
+		{"bad mode, 0 instances", decide.FailOpen, true, nil, i(0), 0, "Instances"},
+		{"bad mode, both", decide.FailOpen, true, f(0.5), i(2), 0, "Instances"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decide.ShareOf(tc.failure, tc.share, tc.instances)
+			got, err := decide.ShareOf(tc.failure, tc.failureBad, tc.share, tc.instances)
 			var fe *decide.FieldError
 			if errors.As(err, &fe) != (tc.field != "") || fe != nil && fe.Field != tc.field {
 				t.Fatalf("ShareOf = %v, %v; want a FieldError on %q", got, err, tc.field)

@@ -103,19 +103,12 @@ func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path str
 	if !ok {
 		return false
 	}
-	mode := f.mode
-	if modeBad {
-		if share == nil && instances == nil {
-			return true
-		}
-		mode = decide.FailLocal
-	}
-	got, err := decide.ShareOf(mode, share, instances)
+	got, err := decide.ShareOf(f.mode, modeBad, share, instances)
 	var fe *decide.FieldError
 	switch {
 	case err == nil:
 		f.share = got
-		return !modeBad
+		return !modeBad || share == nil && instances == nil // a bad mode with no share: nothing else to say
 	case !errors.As(err, &fe):
 		p.errs.Report(0, path, "", err.Error())
 		return false
@@ -169,7 +162,7 @@ func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
 		if !own && p.shareBad {
 			return
 		}
-		_, err := decide.ShareOf(decide.FailLocal, nil, nil)
+		_, err := decide.ShareOf(decide.FailLocal, false, nil, nil)
 		need := strings.TrimPrefix(err.Error(), "Failure local ")
 		if k.mode != nil {
 			p.errs.Report(k.mode.Line, yamlfield.Join(path, "failure_mode"), "local", need+"; set one beside it, or on the domain")

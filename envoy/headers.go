@@ -7,6 +7,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
@@ -40,7 +41,7 @@ func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3
 	v := res.Headers(nil) // the descriptors say which are listed
 	switch res.Verdict {
 	case decide.Unavailable:
-		h[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
+		frontend.WriteUnavailable(h, res)
 	case decide.Admitted, decide.Denied, decide.Invalid:
 		var (
 			list  ratelimitheader.List

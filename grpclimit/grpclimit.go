@@ -61,6 +61,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
@@ -198,17 +199,22 @@ func SkipHealthAndReflection(_ context.Context, fullMethod string) bool {
 var ErrKey = errors.New("grpclimit: no key for the call")
 
 // ConfigError reports a bad Config field, naming the field (such as
-// "Rules[1].Methods[0]") and its value: the error of New. Its Error begins with
-// "grpclimit: ". It is the front ends' one definition,
-// decide.ConfigError, of grpclimit's own FrontEnd, so errors.As tells it from
-// another front end's.
-type ConfigError = decide.ConfigError[frontEnd]
+// "Rules[1].Name") and its value: the error of New. Its Error begins with
+// "grpclimit: ".
+type ConfigError struct {
+	Field  string // such as "Rules[1].Name"
+	Value  string // the bad value, formatted
+	Reason string // why it cannot be used
+	// Err is the underlying error, if any: for a field the engine checks,
+	// its *decide.FieldError (which wraps, for a limit, the limit's error).
+	Err error
+}
 
-// frontEnd names this package in its ConfigErrors.
-type frontEnd struct{}
+// Error returns "grpclimit: ", the field, its value and the reason.
+func (e *ConfigError) Error() string { return "grpclimit: " + e.Field + " " + e.Value + " " + e.Reason }
 
-// Name returns the package's name.
-func (frontEnd) Name() string { return "grpclimit" }
+// Unwrap returns Err.
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Stats counts what a Limiter has done since it was created.
 type Stats struct {
@@ -235,9 +241,9 @@ type Limiter struct {
 	rules       []rule
 	headers     HeaderMode
 	skip        func(context.Context, string) bool
-	report      *decide.Reporter[context.Context] // the counters and hooks
-	now         func() time.Time                  // the Clock's Now, or time.Now
-	anyMessages bool                              // a rule counts stream messages
+	report      *frontend.Reporter[context.Context] // the counters and hooks
+	now         func() time.Time                    // the Clock's Now, or time.Now
+	anyMessages bool                                // a rule counts stream messages
 }
 
 // rule is a Rule checked and prepared for serving.
@@ -247,8 +253,8 @@ type rule struct {
 	exact    []string // full method names
 	services []string // "/pkg.Service/" prefixes
 	key      KeyFunc
-	messages bool             // counts stream messages
-	check    decide.RuleCheck // the engine's check, but for its Key, and the store keys
+	messages bool               // counts stream messages
+	check    frontend.RuleCheck // the engine's check, but for its Key, and the store keys
 	policy   ratelimitheader.Policy
 	quota    *anypb.Any // the QuotaFailure detail of a denial
 }
@@ -257,22 +263,23 @@ type rule struct {
 // the bad field. Store, Rules (each one's Name, Limit, Failure and
 // LocalShare), KeyPrefix and the engine's options (Timeout,
 // UnavailableRetryAfter, LogInterval, OverLimitCache: none may be
-// negative) are checked by decide.NewLibrary, as for the other library
+// negative) are checked by frontend.New, as for the other library
 // front end.
 func New(cfg Config) (*Limiter, error) {
-	lib := make([]decide.LibraryRule, len(cfg.Rules))
+	lib := make([]frontend.Rule, len(cfg.Rules))
 	for i, r := range cfg.Rules {
 		cost := int64(1)
 		if r.MessageCost > 0 {
 			cost = r.MessageCost
 		}
-		lib[i] = decide.LibraryRule{Name: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+		lib[i] = frontend.Rule{Name: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
 	}
-	front, err := decide.NewLibrary(decide.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
+	front, err := frontend.New(frontend.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
 			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
 	if err != nil {
-		return nil, decide.LibraryError[frontEnd](err)
+		field, value, reason, err := frontend.ErrorFields(err)
+		return nil, &ConfigError{Field: field, Value: value, Reason: reason, Err: err}
 	}
 	if !cfg.Headers.Valid() {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
@@ -281,7 +288,7 @@ func New(cfg Config) (*Limiter, error) {
 		engine:  front.Engine,
 		headers: cfg.Headers,
 		skip:    cfg.Skip,
-		report:  decide.NewReporter("grpclimit", cfg.OnStoreError, cfg.OnShadowDeny),
+		report:  frontend.NewReporter("grpclimit", cfg.OnStoreError, cfg.OnShadowDeny),
 		now:     front.Now,
 	}
 	if l.skip == nil {
@@ -299,10 +306,10 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// compileRule prepares rule i, r, whose common parts decide.NewLibrary
+// compileRule prepares rule i, r, whose common parts frontend.New
 // checked into rc: what is left are the gRPC ones (message cost, methods),
 // its header pieces and its QuotaFailure.
-func compileRule(i int, r Rule, rc decide.RuleCheck, peerKey KeyFunc) (rule, error) {
+func compileRule(i int, r Rule, rc frontend.RuleCheck, peerKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
 	if r.MessageCost < 0 || r.MessageCost > r.Limit.Quota {
 		return rule{}, &ConfigError{Field: field("MessageCost"), Value: fmt.Sprint(r.MessageCost), Reason: fmt.Sprintf("must be between 0 (count calls) and the limit's quota %d", r.Limit.Quota)}

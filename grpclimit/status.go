@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -58,13 +59,8 @@ var metadataKeys = [...][2]string{
 // nothing to send. gRPC's own part: the keys in lower case, and
 // grpc-retry-pushback-ms beside retry-after.
 func (l *Limiter) metadata(checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) metadata.MD {
-	v := res.Headers(checks)
-	for i := range v.Unlisted {
-		policies[i] = nil
-	}
 	h := make(http.Header, len(ratelimitheader.Order)+2)
-	d := ratelimitheader.Decided{Policies: policies, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
-	d.Write(h, l.headers, l.now())
+	v := frontend.WriteHeaders(h, l.headers, l.now(), checks, policies, res)
 	if len(h) == 0 {
 		return nil
 	}
@@ -119,10 +115,8 @@ func denied(ru *rule, c *decide.Check, o *decide.Outcome) error {
 	quota := ru.quota
 	if o.Local {
 		msg += " (decided by this instance alone: the store is unavailable)"
-		if l, err := c.LocalLimit(); err == nil {
-			if q, err := quotaFailure(ru.name, l, true); err == nil {
-				quota = q
-			}
+		if q, err := quotaFailure(ru.name, c.CountedLimit(o), true); err == nil {
+			quota = q
 		}
 	}
 	retry, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})

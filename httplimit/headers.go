@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -44,20 +44,6 @@ const (
 	HeadersNone = ratelimitheader.None
 )
 
-// writeHeaders sets the rate-limit headers of a decided request of checks,
-// whose rules' header pieces are policies, as the engine's header view
-// says (decide.Result.Headers): the RateLimit-Policy of every non-shadow
-// rule that applied, the others for the deciding rule, and Retry-After
-// when it denied.
-func (l *Limiter) writeHeaders(h http.Header, checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) {
-	v := res.Headers(checks)
-	for i := range v.Unlisted {
-		policies[i] = nil
-	}
-	d := ratelimitheader.Decided{Policies: policies, Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
-	d.Write(h, l.headers, l.now())
-}
-
 // quotaProblem renders a rule's 429 body once, at New.
 func quotaProblem(name string, l floodgate.Limit) []byte {
 	body, err := json.Marshal(problem.Quota(http.StatusTooManyRequests, name, l.String(), false))
@@ -84,10 +70,10 @@ func (ru *rule) writeLocalProblem(w http.ResponseWriter, local floodgate.Limit) 
 	problem.Write(w, problem.Quota(http.StatusTooManyRequests, ru.name, local.String(), true))
 }
 
-// writeUnavailable answers 503, with Retry-After of retry, for a
-// fail-closed rule that could not decide.
-func writeUnavailable(w http.ResponseWriter, retry time.Duration) {
-	w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(retry)}
+// writeUnavailable answers 503 (with Retry-After, frontend.WriteUnavailable)
+// for res, a request a fail-closed rule could not decide.
+func writeUnavailable(w http.ResponseWriter, res *decide.Result) {
+	frontend.WriteUnavailable(w.Header(), res)
 	w.Header()["Cache-Control"] = []string{"no-store"}
 	problem.Error(w, http.StatusServiceUnavailable, "The rate-limit store cannot decide right now, and this route fails closed. Retry after the number of seconds in Retry-After.")
 }

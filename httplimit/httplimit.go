@@ -59,6 +59,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
@@ -234,16 +235,21 @@ var ErrKey = errors.New("httplimit: no key for the request")
 
 // ConfigError reports a bad Config field, naming the field (such as
 // "Rules[1].Name") and its value: the error of New. Its Error begins with
-// "httplimit: ". It is the front ends' one definition,
-// decide.ConfigError, of httplimit's own FrontEnd, so errors.As tells it from
-// another front end's.
-type ConfigError = decide.ConfigError[frontEnd]
+// "httplimit: ".
+type ConfigError struct {
+	Field  string // such as "Rules[1].Name"
+	Value  string // the bad value, formatted
+	Reason string // why it cannot be used
+	// Err is the underlying error, if any: for a field the engine checks,
+	// its *decide.FieldError (which wraps, for a limit, the limit's error).
+	Err error
+}
 
-// frontEnd names this package in its ConfigErrors.
-type frontEnd struct{}
+// Error returns "httplimit: ", the field, its value and the reason.
+func (e *ConfigError) Error() string { return "httplimit: " + e.Field + " " + e.Value + " " + e.Reason }
 
-// Name returns the package's name.
-func (frontEnd) Name() string { return "httplimit" }
+// Unwrap returns Err.
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Stats counts what a Limiter has done since it was created.
 type Stats struct {
@@ -275,26 +281,27 @@ type Limiter struct {
 	skip    func(*http.Request) bool
 	deny    func(http.ResponseWriter, *http.Request, Denial)
 	onError func(http.ResponseWriter, *http.Request, error)
-	report  *decide.Reporter[*http.Request] // the counters and hooks
-	now     func() time.Time                // the Clock's Now, or time.Now
+	report  *frontend.Reporter[*http.Request] // the counters and hooks
+	now     func() time.Time                  // the Clock's Now, or time.Now
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
 // the bad field. Store, Rules (each one's Name, Limit, Failure and
 // LocalShare), KeyPrefix and the engine's options (Timeout,
 // UnavailableRetryAfter, LogInterval, OverLimitCache: none may be
-// negative) are checked by decide.NewLibrary, as for the other library
+// negative) are checked by frontend.New, as for the other library
 // front end.
 func New(cfg Config) (*Limiter, error) {
-	lib := make([]decide.LibraryRule, len(cfg.Rules))
+	lib := make([]frontend.Rule, len(cfg.Rules))
 	for i, r := range cfg.Rules {
-		lib[i] = decide.LibraryRule{Name: r.Name, Limit: r.Limit, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+		lib[i] = frontend.Rule{Name: r.Name, Limit: r.Limit, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
 	}
-	front, err := decide.NewLibrary(decide.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
+	front, err := frontend.New(frontend.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
 			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
 	if err != nil {
-		return nil, decide.LibraryError[frontEnd](err)
+		field, value, reason, err := frontend.ErrorFields(err)
+		return nil, &ConfigError{Field: field, Value: value, Reason: reason, Err: err}
 	}
 	if !cfg.Headers.Valid() {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
@@ -305,7 +312,7 @@ func New(cfg Config) (*Limiter, error) {
 		skip:    cfg.Skip,
 		deny:    cfg.DenyHandler,
 		onError: cfg.ErrorHandler,
-		report:  decide.NewReporter("httplimit", cfg.OnStoreError, cfg.OnShadowDeny),
+		report:  frontend.NewReporter("httplimit", cfg.OnStoreError, cfg.OnShadowDeny),
 		now:     front.Now,
 	}
 	clientKey := ClientIP(cfg.ClientIP)
@@ -381,16 +388,14 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 	l.report.Report(r, r.Context().Err() != nil, checks, &res)
 	switch res.Verdict {
 	case decide.Admitted:
-		l.writeHeaders(w.Header(), checks, policies, &res)
+		frontend.WriteHeaders(w.Header(), l.headers, l.now(), checks, policies, &res)
 		return true
 	case decide.Denied:
-		l.writeHeaders(w.Header(), checks, policies, &res)
+		frontend.WriteHeaders(w.Header(), l.headers, l.now(), checks, policies, &res)
 		ru := rules[res.Deciding]
-		dn := Denial{Rule: ru.name, Limit: ru.limit, Decision: res.Outcomes[res.Deciding].Decision}
-		if dn.Local = res.Outcomes[res.Deciding].Local; dn.Local {
-			// Denied by this instance alone: against its share of the limit.
-			dn.Limit, _ = checks[res.Deciding].LocalLimit() // valid: it decided
-		}
+		o := &res.Outcomes[res.Deciding]
+		// Denied by this instance alone (Local): against its share of the limit.
+		dn := Denial{Rule: ru.name, Limit: checks[res.Deciding].CountedLimit(o), Decision: o.Decision, Local: o.Local}
 		switch {
 		case l.deny != nil:
 			l.deny(w, r, dn)
@@ -400,7 +405,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 			ru.writeProblem(w)
 		}
 	case decide.Unavailable:
-		writeUnavailable(w, res.RetryAfter)
+		writeUnavailable(w, &res)
 	default: // StoreError, or Invalid, which a validated rule of cost 1 cannot be
 		if l.onError != nil {
 			l.onError(w, r, res.Err())
@@ -415,23 +420,21 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 // rule is a Rule checked and prepared for serving.
 type rule struct {
 	name    string
-	limit   floodgate.Limit
 	methods []string
 	mux     *http.ServeMux // nil: every path
 	key     KeyFunc
-	check   decide.RuleCheck       // the engine's check, but for its Key, and the store keys
+	check   frontend.RuleCheck     // the engine's check, but for its Key, and the store keys
 	policy  ratelimitheader.Policy // the rule's header pieces
 	problem []byte                 // the default 429 body
 }
 
-// compileRule prepares rule i, r, whose common parts decide.NewLibrary
+// compileRule prepares rule i, r, whose common parts frontend.New
 // checked into rc: what is left are the HTTP ones (methods, paths) and its
 // header pieces.
-func compileRule(i int, r Rule, rc decide.RuleCheck, clientKey KeyFunc) (rule, error) {
+func compileRule(i int, r Rule, rc frontend.RuleCheck, clientKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
 	cr := rule{
 		name:  r.Name,
-		limit: r.Limit,
 		key:   r.Key,
 		check: rc,
 	}

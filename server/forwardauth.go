@@ -36,9 +36,6 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 		return
 	}
 	w.Header()["Cache-Control"] = []string{"no-store"}
-	limit, local := rl.Limit, res.Deciding >= 0 && res.Outcomes[res.Deciding].Local
-	if local { // denied by this instance alone, against its share
-		limit, _ = checks[0].LocalLimit()
-	}
-	problem.Write(w, problem.Quota(p.denyStatus, rl.Name, limit.String(), local))
+	o := &res.Outcomes[0] // denied: its one check decided
+	problem.Write(w, problem.Quota(p.denyStatus, rl.Name, checks[0].CountedLimit(o).String(), o.Local))
 }

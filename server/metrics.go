@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,49 +97,44 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine) (*metrics, err
 	return m, nil
 }
 
-// count records a one-rule request's result: its decision outcome, and a
-// store failure with the failure mode it met.
-func (m *metrics) count(c *decide.Check, res *decide.Result) {
-	o := &res.Outcomes[0]
+// count records a one-rule request's result, checks[0] decided as res: its
+// decision outcome, and a store failure with the failure mode it met. A
+// store failure is the engine's event (decide.Result.Event), counted
+// whether or not the caller is still there; a request shed at the
+// in-flight cap (ErrOverloaded, the check's Err) never asked the store.
+func (m *metrics) count(checks []decide.Check, res *decide.Result) {
+	c, o := &checks[0], &res.Outcomes[0]
 	if o.Cached {
 		m.cacheHits.WithLabelValues(c.Rule).Inc()
 	}
+	if res.Event(checks, 0, false) == decide.StoreFailed {
+		m.storeErrors.WithLabelValues(c.Rule).Inc()
+	}
+	if o.RefundErr != nil {
+		m.storeErrors.WithLabelValues(c.Rule).Inc()
+	}
 	if o.Local {
-		if !errors.Is(o.Err, ErrOverloaded) { // the store was not asked
-			m.storeErrors.WithLabelValues(c.Rule).Inc()
-		}
 		m.failureMode.WithLabelValues(c.Rule, decide.FailLocal.String()).Inc()
 	}
 	var outcome string
-	switch o.Verdict {
-	case decide.Admitted:
+	switch {
+	case c.Shadow && o.WouldDeny(): // denied, or a cost it would refuse
+		outcome = outcomeShadowDenied
+	case o.Verdict == decide.Admitted:
 		outcome = outcomeAllowed
-	case decide.Denied:
+	case o.Verdict == decide.Denied:
 		outcome = outcomeDenied
-		if c.Shadow {
-			outcome = outcomeShadowDenied
-		}
-	case decide.Unavailable:
+	case o.Verdict == decide.Unavailable:
 		mode := c.Mode()
 		outcome = outcomeFailClosed
 		if mode == decide.FailOpen {
 			outcome = outcomeFailOpen
 		}
-		if !errors.Is(o.Err, ErrOverloaded) { // the store was not asked
-			m.storeErrors.WithLabelValues(c.Rule).Inc()
-		}
 		m.failureMode.WithLabelValues(c.Rule, mode.String()).Inc()
-	case decide.StoreError:
+	case o.Verdict == decide.StoreError:
 		outcome = outcomeError
-		m.storeErrors.WithLabelValues(c.Rule).Inc()
 	default: // Invalid: the caller's error, not a decision
-		if !c.Shadow {
-			return
-		}
-		outcome = outcomeShadowDenied // a shadow rule would refuse it
-	}
-	if res.Outcomes[0].RefundErr != nil {
-		m.storeErrors.WithLabelValues(c.Rule).Inc()
+		return
 	}
 	m.decisions.WithLabelValues(c.Rule, outcome).Inc()
 }

@@ -71,18 +71,23 @@ type Policy struct {
 	RuleHeader string
 }
 
-// ConfigError reports a bad Policy field, naming the field (such as
-// "Rules[1].Name") and its value; Err is the underlying error, if any (a
-// *floodgate.LimitError for a limit). Its Error begins with "server: ". It
-// is the front ends' one definition, decide.ConfigError, of the server's
-// own FrontEnd, so errors.As tells it from another front end's.
-type ConfigError = decide.ConfigError[frontEnd]
+// ConfigError reports a bad Policy field (or an argument of New), naming
+// the field (such as "Rules[1].Name") and its value. Its Error begins with
+// "server: ".
+type ConfigError struct {
+	Field  string // such as "Rules[1].Name"
+	Value  string // the bad value, formatted
+	Reason string // why it cannot be used
+	// Err is the underlying error, if any (a *floodgate.LimitError for a
+	// limit).
+	Err error
+}
 
-// frontEnd names this package in its ConfigErrors.
-type frontEnd struct{}
+// Error returns "server: ", the field, its value and the reason.
+func (e *ConfigError) Error() string { return "server: " + e.Field + " " + e.Value + " " + e.Reason }
 
-// Name returns the package's name.
-func (frontEnd) Name() string { return "server" }
+// Unwrap returns Err.
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 var ruleName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 

@@ -29,6 +29,7 @@ import (
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/health"
 	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/internal/storeerr"
@@ -354,7 +355,7 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, s
 	start := time.Now()
 	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
 	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
-	s.metrics.count(&checks[0], &res)
+	s.metrics.count(checks[:], &res)
 	return checks, res
 }
 
@@ -368,7 +369,7 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 	case decide.Admitted, decide.Denied:
 		return true
 	case decide.Unavailable:
-		w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
+		frontend.WriteUnavailable(w.Header(), res)
 		w.Header()["Cache-Control"] = []string{"no-store"}
 		why := "the rate-limit store is unavailable"
 		if errors.Is(res.Err(), ErrOverloaded) {
@@ -390,13 +391,8 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 // it decided, the RateLimit and X-RateLimit-* fields, with Retry-After when
 // it denied. A shadow rule never appears in them.
 func (p *policy) writeHeaders(h http.Header, checks []decide.Check, rl *rule, res *decide.Result, now time.Time) {
-	v := res.Headers(checks)
 	policies := [1]*ratelimitheader.Policy{&rl.policy}
-	for i := range v.Unlisted {
-		policies[i] = nil
-	}
-	d := ratelimitheader.Decided{Policies: policies[:], Deciding: v.Deciding, Decision: v.Decision, Local: v.Local}
-	d.Write(h, p.headers, now)
+	frontend.WriteHeaders(h, p.headers, now, checks, policies[:], res)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

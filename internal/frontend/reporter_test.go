@@ -1,6 +1,7 @@
-package decide_test
+package frontend_test
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -8,8 +9,19 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/memory"
 )
+
+// failingStore fails every call with err.
+type failingStore struct {
+	floodgate.Store
+	err error
+}
+
+func (s failingStore) AllowN(context.Context, string, floodgate.Limit, int64) (floodgate.Decision, error) {
+	return floodgate.Decision{}, s.err
+}
 
 // TestReporter: a library front end's counts and hook calls for a
 // request's outcomes, one event of each kind, and the request's verdict.
@@ -22,19 +34,19 @@ func TestReporter(t *testing.T) {
 		checks     []decide.Check
 		before     int // admitted calls on key "k" first
 		callerGone bool
-		want       decide.Counts
+		want       frontend.Counts
 		errs       []string // what onError gets, in order: rule, then the error's text
 		shadows    []string // the rules onShadow gets
 	}{
-		{"admitted", memory.New(), []decide.Check{{Rule: "r", Key: "k", Limit: l}}, 0, false, decide.Counts{}, nil, nil},
-		{"denied", memory.New(), []decide.Check{{Rule: "r", Key: "k", Limit: l}}, 1, false, decide.Counts{Denied: 1}, nil, nil},
-		{"shadow denied", memory.New(), []decide.Check{{Rule: "s", Key: "k", Limit: l, Shadow: true}}, 1, false, decide.Counts{ShadowDenied: 1}, nil, []string{"s"}},
-		{"no key", memory.New(), []decide.Check{{Rule: "r", Limit: l, Err: errors.New("no header")}}, 0, false, decide.Counts{KeyErrors: 1}, []string{"r no header"}, nil},
+		{"admitted", memory.New(), []decide.Check{{Rule: "r", Key: "k", Limit: l}}, 0, false, frontend.Counts{}, nil, nil},
+		{"denied", memory.New(), []decide.Check{{Rule: "r", Key: "k", Limit: l}}, 1, false, frontend.Counts{Denied: 1}, nil, nil},
+		{"shadow denied", memory.New(), []decide.Check{{Rule: "s", Key: "k", Limit: l, Shadow: true}}, 1, false, frontend.Counts{ShadowDenied: 1}, nil, []string{"s"}},
+		{"no key", memory.New(), []decide.Check{{Rule: "r", Limit: l, Err: errors.New("no header")}}, 0, false, frontend.Counts{KeyErrors: 1}, []string{"r no header"}, nil},
 		{"outage, fail closed", outage, []decide.Check{{Rule: "r", Key: "k", Limit: l, Failure: decide.FailClosed}}, 0, false,
-			decide.Counts{StoreErrors: 1, Unavailable: 1}, []string{`r fe: rule "r": store: `}, nil},
+			frontend.Counts{StoreErrors: 1, Unavailable: 1}, []string{`r fe: rule "r": store: `}, nil},
 		{"outage, local", outage, []decide.Check{{Rule: "r", Key: "k", Limit: l, Failure: decide.FailLocal}}, 0, false,
-			decide.Counts{StoreErrors: 1, LocalFallback: 1}, []string{`r fe: rule "r": store: `}, nil},
-		{"outage, caller gone", outage, []decide.Check{{Rule: "r", Key: "k", Limit: l}}, 0, true, decide.Counts{}, nil, nil},
+			frontend.Counts{StoreErrors: 1, LocalFallback: 1}, []string{`r fe: rule "r": store: `}, nil},
+		{"outage, caller gone", outage, []decide.Check{{Rule: "r", Key: "k", Limit: l}}, 0, true, frontend.Counts{}, nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -46,7 +58,7 @@ func TestReporter(t *testing.T) {
 				t.Fatal(err)
 			}
 			var errs, shadows []string
-			rp := decide.NewReporter("fe",
+			rp := frontend.NewReporter("fe",
 				func(req int, rule string, err error) {
 					if req != 7 {
 						t.Errorf("onError got request %d, want 7", req)
@@ -73,12 +85,12 @@ func TestReporter(t *testing.T) {
 		})
 	}
 	// Nil hooks: counted all the same.
-	rp := decide.NewReporter[int]("fe", nil, nil)
+	rp := frontend.NewReporter[int]("fe", nil, nil)
 	checks := []decide.Check{{Rule: "r", Limit: l, Err: errors.New("no header")}}
 	e, _ := decide.New(memory.New(), decide.Options{Logger: slog.New(slog.DiscardHandler)})
 	res := e.Decide(t.Context(), checks)
 	rp.Report(0, false, checks, &res)
-	if got := rp.Counts(); got != (decide.Counts{KeyErrors: 1}) {
+	if got := rp.Counts(); got != (frontend.Counts{KeyErrors: 1}) {
 		t.Errorf("Counts() with nil hooks = %+v, want one key error", got)
 	}
 }

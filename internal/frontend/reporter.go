@@ -1,10 +1,11 @@
-package decide
+package frontend
 
 import (
 	"fmt"
 	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
 )
 
 // Reporter counts a library front end's decided requests (for its Stats)
@@ -47,26 +48,26 @@ func NewReporter[R any](name string, onError func(R, string, error), onShadow fu
 
 // Report counts req, decided as res from checks: its verdict (Denied,
 // Unavailable), whether a check was decided locally, and each check's
-// event ([Result.Event]) and failed refund. callerGone says that req's
+// event ([decide.Result.Event]) and failed refund. callerGone says that req's
 // context has ended. onError gets, with the rule's name, a key function's
 // error as the check holds it, a store error as "name: rule "r": store:
 // err" and a failed refund as "name: err"; onShadow a shadow check's
 // decision.
-func (rp *Reporter[R]) Report(req R, callerGone bool, checks []Check, res *Result) {
+func (rp *Reporter[R]) Report(req R, callerGone bool, checks []decide.Check, res *decide.Result) {
 	for i := range res.Outcomes {
 		o, rule := &res.Outcomes[i], checks[i].Rule
 		switch res.Event(checks, i, callerGone) {
-		case KeyFailed:
+		case decide.KeyFailed:
 			rp.keyErrs.Add(1)
 			if rp.onError != nil {
 				rp.onError(req, rule, o.Err)
 			}
-		case StoreFailed:
+		case decide.StoreFailed:
 			rp.storeErrs.Add(1)
 			if rp.onError != nil {
 				rp.onError(req, rule, fmt.Errorf("%s: rule %q: store: %w", rp.name, rule, o.Err))
 			}
-		case ShadowDenied:
+		case decide.ShadowDenied:
 			rp.shadowed.Add(1)
 			if rp.onShadow != nil {
 				rp.onShadow(req, rule, o.Decision)
@@ -83,9 +84,9 @@ func (rp *Reporter[R]) Report(req R, callerGone bool, checks []Check, res *Resul
 		rp.local.Add(1)
 	}
 	switch res.Verdict {
-	case Denied:
+	case decide.Denied:
 		rp.denied.Add(1)
-	case Unavailable:
+	case decide.Unavailable:
 		rp.unavail.Add(1)
 	}
 }

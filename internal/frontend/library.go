@@ -1,0 +1,160 @@
+// Package frontend holds, once, the plumbing the library front ends
+// (httplimit's middleware, grpclimit's interceptors) and the server share
+// beyond the decision itself: their Configs' common fields and rules
+// checked and turned into the engine's checks ([New]), the conversion of
+// its error into a front end's ConfigError ([ErrorFields]), the counters
+// and hooks of a decided request ([Reporter]) and the header glue between
+// the engine's result and the one encoder.
+//
+// It is the adapter helper room: it imports the root package, the engine
+// (decide) and the helpers, never a store or a front end. Users never call
+// it; the front ends' own types are their public API.
+package frontend
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+)
+
+// Library is what the library front ends (httplimit's middleware,
+// grpclimit's interceptors) hold under the same names in their Configs:
+// the store, the clock, the rules' common parts, the key prefix and the
+// engine's options. [New] checks them, once for both.
+type Library struct {
+	// Store decides the limits; required.
+	Store floodgate.Store
+	// Clock tells the engine's time (Options.Now). Nil: the system clock.
+	Clock floodgate.Clock
+	// Rules are the Config's rules, in its order: at least one.
+	Rules []Rule
+	// KeyPrefix begins the store keys ([decide.CheckKeyPrefix]).
+	KeyPrefix string
+	// Options are the engine's; their Now is Clock's.
+	Options decide.Options
+}
+
+// Rule is what a library front end's rule holds under the same
+// names in every such front end: what becomes its [decide.Check]. How the rule
+// matches a request and finds its key is the front end's own.
+type Rule struct {
+	// Name names the rule: required, printable ASCII ([decide.CheckRuleName]),
+	// unique within the Config.
+	Name string
+	// Limit is the rule's limit; it must be valid.
+	Limit floodgate.Limit
+	// Cost is the cost of each request under the rule; 0 means 1.
+	Cost int64
+	// Failure, LocalShare, NoCache and Shadow are the Check's (decide.Check).
+	Failure    decide.FailureMode
+	LocalShare float64
+	NoCache    bool
+	Shadow     bool
+}
+
+// Front is a [Library] checked by [New]: its engine, the
+// time it tells by, and each rule's check.
+type Front struct {
+	// Engine decides the front end's requests.
+	Engine *decide.Engine
+	// Now is the Clock's Now, or time.Now.
+	Now func() time.Time
+	// Rules holds each rule's check, in the Library's order.
+	Rules []RuleCheck
+}
+
+// RuleCheck is one rule of a library front end, checked and ready to
+// decide: the engine's Check for it, but for the Key, and its store keys.
+type RuleCheck struct {
+	// Check is the rule's check; its Key is set per request by For.
+	Check decide.Check
+	// Keys are the rule's store keys: decide.StoreKey(KeyPrefix, rule name, key).
+	Keys decide.KeySpace
+}
+
+// For returns the rule's check of a request for which the rule's key
+// function returned key and err, and false when the rule does not apply
+// to the request (an empty key and no error). A key function's error,
+// wrapped in errKey (the front end's ErrKey), becomes the check's Err: the
+// store is not asked, and the rule's failure mode applies, as for an
+// outage.
+func (rc *RuleCheck) For(key string, err, errKey error) (decide.Check, bool) {
+	c := rc.Check
+	switch {
+	case err != nil:
+		c.Err = fmt.Errorf("%w: %w", errKey, err)
+	case key == "":
+		return c, false
+	default:
+		c.Key = rc.Keys.Key(key)
+	}
+	return c, true
+}
+
+// New checks l and returns its engine, the time it tells by and
+// its rules' checks. An unusable setting is an error wrapping a
+// *decide.FieldError that names it as the front ends' Configs do: Store, Rules,
+// KeyPrefix, Timeout, UnavailableRetryAfter, LogInterval,
+// OverLimitCache.MaxEntries, OverLimitCache.MaxBytes, or a rule's field
+// under its index, such as "Rules[1].Name" ([decide.CheckRuleName], or a name an
+// earlier rule has) or "Rules[0].Limit" ([decide.CheckRule]: Limit, Failure,
+// LocalShare). [ErrorFields] gives what a front end's ConfigError reports of it.
+func New(l Library) (Front, error) {
+	now := time.Now
+	if l.Clock != nil {
+		now = l.Clock.Now
+	}
+	opts := l.Options
+	opts.Now = now
+	engine, err := decide.New(l.Store, opts)
+	switch {
+	case err != nil:
+		return Front{}, err
+	case len(l.Rules) == 0:
+		return Front{}, fmt.Errorf("frontend: %w", &decide.FieldError{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"})
+	}
+	if reason := decide.CheckKeyPrefix(l.KeyPrefix); reason != "" {
+		return Front{}, fmt.Errorf("frontend: %w", &decide.FieldError{Field: "KeyPrefix", Value: strconv.Quote(l.KeyPrefix), Reason: reason})
+	}
+	front := Front{Engine: engine, Now: now, Rules: make([]RuleCheck, 0, len(l.Rules))}
+	seen := make(map[string]bool, len(l.Rules))
+	for i, r := range l.Rules {
+		bad := func(fe decide.FieldError) error {
+			fe.Field = fmt.Sprintf("Rules[%d].%s", i, fe.Field)
+			return fmt.Errorf("frontend: %w", &fe)
+		}
+		if reason := decide.CheckRuleName(r.Name); reason != "" {
+			return Front{}, bad(decide.FieldError{Field: "Name", Value: strconv.Quote(r.Name), Reason: reason})
+		}
+		if errs := decide.CheckRule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
+			return Front{}, bad(errs[0])
+		}
+		if seen[r.Name] {
+			return Front{}, bad(decide.FieldError{Field: "Name", Value: strconv.Quote(r.Name), Reason: "is used by an earlier rule"})
+		}
+		seen[r.Name] = true
+		front.Rules = append(front.Rules, RuleCheck{
+			Check: decide.Check{Rule: r.Name, Limit: r.Limit, Cost: r.Cost, Failure: r.Failure, LocalShare: r.LocalShare,
+				NoCache: r.NoCache, Shadow: r.Shadow},
+			Keys: decide.NewKeySpace(l.KeyPrefix, r.Name),
+		})
+	}
+	return front, nil
+}
+
+// ErrorFields returns what a front end's ConfigError reports of err, an
+// error of [New]: the field, value and reason of the *decide.FieldError it
+// wraps (all of them wrap one; for an error that wraps none, the Store,
+// which "cannot be used"), and that *decide.FieldError as its Err. Each
+// front end's ConfigError is a struct literal of the four.
+func ErrorFields(err error) (field, value, reason string, fieldErr error) {
+	fe := (*decide.FieldError)(nil)
+	if !errors.As(err, &fe) {
+		fe = &decide.FieldError{Field: "Store", Reason: "cannot be used", Err: err}
+	}
+	return fe.Field, fe.Value, fe.Reason, fe
+}

@@ -1,0 +1,119 @@
+package frontend_test
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocktest"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
+	"github.com/floodgate-rl/floodgate/memory"
+)
+
+// TestNew: the settings the middleware and the gRPC interceptors
+// share are checked once, by New, and named as their Configs name
+// them; the engine tells the time by the Clock.
+func TestNew(t *testing.T) {
+	ok := floodgate.PerMinute(10)
+	one := []frontend.Rule{{Name: "a", Limit: ok}}
+	for _, tc := range []struct {
+		name       string
+		lib        frontend.Library
+		field, val string
+	}{
+		{"no store", frontend.Library{Rules: one}, "Store", "<nil>"},
+		{"no rules", frontend.Library{Store: memory.New()}, "Rules", "[]"},
+		{"hash tag in the prefix", frontend.Library{Store: memory.New(), Rules: one, KeyPrefix: "a{b}"}, "KeyPrefix", `"a{b}"`},
+		{"negative timeout", frontend.Library{Store: memory.New(), Rules: one, Options: decide.Options{Timeout: -time.Millisecond}}, "Timeout", "-1ms"},
+		{"negative cache bound", frontend.Library{Store: memory.New(), Rules: one, Options: decide.Options{OverLimitCache: decide.CacheOptions{MaxBytes: -1}}}, "OverLimitCache.MaxBytes", "-1"},
+		{"no rule name", frontend.Library{Store: memory.New(), Rules: []frontend.Rule{{Limit: ok}}}, "Rules[0].Name", `""`},
+		{"rule name not ASCII", frontend.Library{Store: memory.New(), Rules: []frontend.Rule{one[0], {Name: "é", Limit: ok}}}, "Rules[1].Name", `"é"`},
+		{"rule name twice", frontend.Library{Store: memory.New(), Rules: []frontend.Rule{one[0], one[0]}}, "Rules[1].Name", `"a"`},
+		{"bad limit", frontend.Library{Store: memory.New(), Rules: []frontend.Rule{one[0], {Name: "b"}}}, "Rules[1].Limit", floodgate.Limit{}.String()},
+		{"share without FailLocal", frontend.Library{Store: memory.New(), Rules: []frontend.Rule{{Name: "a", Limit: ok, LocalShare: 0.5}}}, "Rules[0].LocalShare", "0.5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := frontend.New(tc.lib)
+			var fe *decide.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || fe.Value != tc.val {
+				t.Fatalf("New = %v, want a *FieldError for %s %s", err, tc.field, tc.val)
+			}
+		})
+	}
+	clock := clocktest.NewManual(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	rules := []frontend.Rule{{Name: "a", Limit: ok, Cost: 2, Failure: decide.FailLocal, LocalShare: 0.5, NoCache: true}, {Name: "b|c", Limit: ok, Shadow: true}}
+	front, err := frontend.New(frontend.Library{Store: memory.New(), Rules: rules, Clock: clock, KeyPrefix: "app:"})
+	if err != nil || front.Engine == nil {
+		t.Fatalf("New = %v, %v", front.Engine, err)
+	}
+	if got := front.Now(); !got.Equal(clock.Now()) {
+		t.Errorf("now() = %v, want the clock's %v", got, clock.Now())
+	}
+	if len(front.Rules) != len(rules) {
+		t.Fatalf("New made %d rule checks, want %d", len(front.Rules), len(rules))
+	}
+	for i, r := range rules {
+		want := decide.Check{Rule: r.Name, Limit: r.Limit, Cost: r.Cost, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+		if got := front.Rules[i].Check; !reflect.DeepEqual(got, want) {
+			t.Errorf("Rules[%d].Check = %+v, want %+v", i, got, want)
+		}
+		if got, want := front.Rules[i].Keys.Key("k"), decide.StoreKey("app:", r.Name, "k"); got != want {
+			t.Errorf("Rules[%d].Keys.Key(k) = %q, want StoreKey's %q", i, got, want)
+		}
+	}
+}
+
+// TestRuleCheckFor: a rule's check of a request carries the key's store
+// key; no key leaves the rule out, and a key function's error becomes the
+// check's Err, marked with the front end's sentinel.
+func TestRuleCheckFor(t *testing.T) {
+	front, err := frontend.New(frontend.Library{Store: memory.New(), Rules: []frontend.Rule{{Name: "r", Limit: floodgate.PerMinute(1)}}, KeyPrefix: "p:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errKey, errFn := errors.New("no key"), errors.New("no header")
+	rc := &front.Rules[0]
+	for _, tc := range []struct {
+		name    string
+		key     string
+		err     error
+		applies bool
+		wantKey string
+	}{
+		{"key", "1.2.3.4", nil, true, decide.StoreKey("p:", "r", "1.2.3.4")},
+		{"no key", "", nil, false, ""},
+		{"key error", "", errFn, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, applies := rc.For(tc.key, tc.err, errKey)
+			if applies != tc.applies || applies && c.Key != tc.wantKey {
+				t.Fatalf("For(%q, %v) = key %q, %v; want %q, %v", tc.key, tc.err, c.Key, applies, tc.wantKey, tc.applies)
+			}
+			if got := c.Err != nil; got != (tc.err != nil) || tc.err != nil && (!errors.Is(c.Err, errKey) || !errors.Is(c.Err, errFn)) {
+				t.Errorf("For(%q, %v).Err = %v, want one wrapping both %v and %v", tc.key, tc.err, c.Err, errKey, tc.err)
+			}
+		})
+	}
+	if rc.Check.Key != "" || rc.Check.Err != nil {
+		t.Errorf("For changed the rule's own check: %+v", rc.Check)
+	}
+}
+
+// TestErrorFields: every error of New carries a *decide.FieldError,
+// whose field, value and reason a front end's ConfigError reports as they
+// are; another error is the Store's.
+func TestErrorFields(t *testing.T) {
+	_, err := frontend.New(frontend.Library{Store: memory.New()})
+	field, value, reason, fieldErr := frontend.ErrorFields(err)
+	var fe *decide.FieldError
+	if field != "Rules" || value != "[]" || reason != "must hold at least one rule" || !errors.As(fieldErr, &fe) || fe.Field != "Rules" {
+		t.Errorf("ErrorFields(%v) = %q, %q, %q, %v; want those of its *FieldError for Rules", err, field, value, reason, fieldErr)
+	}
+	other := errors.New("boom")
+	if field, _, reason, fieldErr := frontend.ErrorFields(other); field != "Store" || reason != "cannot be used" || !errors.Is(fieldErr, other) {
+		t.Errorf("ErrorFields(%v) = %q, %q, %v; want the Store, wrapping it", other, field, reason, fieldErr)
+	}
+}
