@@ -363,9 +363,16 @@ func (e *envoyFrontEnd) decide(rules []rule) func(t *testing.T, client int, name
 			r := rules[slices.IndexFunc(rules, func(r rule) bool { return r.name == n })]
 			if !r.shadow && !e.opts.ShadowMode && !e.opts.QuotaMode {
 				limits = append(limits, fmt.Sprint(resp.GetStatuses()[i].GetCurrentLimit().GetRequestsPerUnit()))
+				if r.share > 0 { // decided locally, at its share
+					limits = append(limits, fmt.Sprint(int64(float64(r.limit.Quota)*r.share)))
+				}
 			}
 		}
 		switch got := h.Get("RateLimit-Limit"); {
+		case got == "" && h.Get(ratelimitheader.HeaderLimit) == "":
+			// Nothing decided (an outage of fail-open rules): no figures
+			// in either, which the comparison with the other front ends
+			// checks.
 		case len(limits) == 0 && len(h.Values("RateLimit-Limit")) != 0:
 			t.Errorf("%s %v: RateLimit-Limit %q without an enforced rule: a shadow rule reached the peer's headers", e.name, names, got)
 		case len(limits) > 0 && !slices.Contains(limits, got):
@@ -394,7 +401,8 @@ func grpcFrontEnd(t *testing.T, store floodgate.Store, clock floodgate.Clock, ru
 	t.Helper()
 	var gRules []grpclimit.Rule
 	for _, r := range rules {
-		gRules = append(gRules, grpclimit.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Key: grpclimit.Metadata("x-" + r.name)})
+		gRules = append(gRules, grpclimit.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Failure: r.failure, LocalShare: r.share,
+			Key: grpclimit.Metadata("x-" + r.name)})
 	}
 	lim, err := grpclimit.New(grpclimit.Config{Store: store, Rules: gRules, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -541,6 +549,9 @@ func noShadow(rules []rule, names []string, a answer) string {
 		r := rules[slices.IndexFunc(rules, func(r rule) bool { return r.name == n })]
 		if !r.shadow {
 			quotas = append(quotas, fmt.Sprint(r.limit.Quota))
+			if r.share > 0 { // decided locally, at its share
+				quotas = append(quotas, fmt.Sprint(int64(float64(r.limit.Quota)*r.share)))
+			}
 			continue
 		}
 		for k, v := range a.headers {
