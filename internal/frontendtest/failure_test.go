@@ -129,23 +129,31 @@ descriptors:
 //     UNAVAILABLE) is a failed call, which carries no response headers.
 //   - failure_mode closed: "the descriptor answers OVER_LIMIT": the other
 //     front ends' 503 is OVER_LIMIT, with the same headers (Retry-After the
-//     engine's unavailable retry delay).
+//     engine's unavailable retry delay). It is an answer, which carries
+//     "Floodgate-Fallback: local when a descriptor was decided by this
+//     instance alone" ("Response headers"): when the local rule applied
+//     beside the closed one, where the other front ends' 503 carries only
+//     Retry-After.
 //
 // A store error is INTERNAL in both ("fails the call with INTERNAL whatever
 // the failure mode"), a failed call without headers.
 func envoyFailureFrontEnds() []envoyFrontEnd {
 	noHeaders := func(want answer) answer { return answer{verdict: want.verdict, headers: map[string]string{}} }
 	return []envoyFrontEnd{
-		{name: "envoy, closed as error", rules: envoyFailureRules("error"), expect: func(want answer) answer {
+		{name: "envoy, closed as error", rules: envoyFailureRules("error"), expect: func(_ step, want answer) answer {
 			if want.verdict == unavailable || want.verdict == storeError {
 				return noHeaders(want)
 			}
 			return want
 		}},
-		{name: "envoy, closed as closed", rules: envoyFailureRules("closed"), expect: func(want answer) answer {
+		{name: "envoy, closed as closed", rules: envoyFailureRules("closed"), expect: func(st step, want answer) answer {
 			switch want.verdict {
 			case unavailable:
-				return answer{verdict: denied, headers: maps.Clone(want.headers)}
+				h := maps.Clone(want.headers)
+				if slices.Contains(st.rules, "local") {
+					h[ratelimitheader.HeaderFallback] = ratelimitheader.FallbackLocal
+				}
+				return answer{verdict: denied, headers: h}
 			case storeError:
 				return noHeaders(want)
 			}
@@ -158,13 +166,18 @@ func envoyFailureFrontEnds() []envoyFrontEnd {
 type failureStep struct {
 	state storeState
 	step
-	want verdict // what the front ends answer (before an expect mapping)
+	want  verdict // what the front ends answer (before an expect mapping)
+	local bool    // decided locally: Floodgate-Fallback: local
 }
 
+// fsteps returns n steps of rules in state, each answered want, and
+// decided locally if the store is down, the local rule applies and the
+// request is not answered unavailable by another rule.
 func fsteps(state storeState, want verdict, n int, rules ...string) []failureStep {
 	var out []failureStep
+	local := state == down && slices.Contains(rules, "local") && want != unavailable
 	for range n {
-		out = append(out, failureStep{state: state, step: step{rules: rules}, want: want})
+		out = append(out, failureStep{state: state, step: step{rules: rules}, want: want, local: local})
 	}
 	return out
 }
@@ -215,6 +228,46 @@ func failureSequence() []failureStep {
 		fsteps(working, admitted, 2, "open", "local"),
 		fsteps(working, denied, 1, "open", "local"),
 		fsteps(working, admitted, 2, "shadow"),
+
+		// A second outage. The closed and local rules' denials just above
+		// are in the over-limit cache (docs/RESILIENCE.md, "Over-limit
+		// cache"): it answers them without asking the store, until their
+		// retry delay; the closed rule's is 12s, the local rule's 60s.
+		[]failureStep{
+			{state: down, step: step{rules: []string{"closed"}}, want: denied},
+			{state: down, step: step{rules: []string{"local"}}, want: denied},
+			{state: down, step: step{advance: 13 * time.Second, rules: []string{"closed"}}, want: unavailable},
+		},
+		// Client 2's denial by the open rule is cached too (60s, 13s ago):
+		// denied whatever the local rule would say.
+		[]failureStep{{state: down, step: step{rules: []string{"open", "local"}}, want: denied}},
+		// Clients 3 and 4 are new: a share of their own each, on this
+		// instance (client 3 for single-rule requests only and client 4 for
+		// requests of several rules, as the front ends of one rule take
+		// only the former). Several rules are named in the order of the
+		// rules, which is the order the middleware lists them in
+		// RateLimit-Policy; Envoy lists a request's descriptors in theirs.
+		[]failureStep{
+			{state: down, step: step{rules: []string{"local"}, client: 3}, want: admitted, local: true},
+			{state: down, step: step{rules: []string{"local"}, client: 3}, want: admitted, local: true},
+			{state: down, step: step{rules: []string{"local"}, client: 3}, want: denied, local: true},
+			{state: down, step: step{rules: []string{"open", "local"}, client: 4}, want: admitted, local: true},
+			{state: down, step: step{rules: []string{"open", "local", "shadow"}, client: 4}, want: admitted, local: true},
+			{state: down, step: step{rules: []string{"open", "local", "shadow"}, client: 4}, want: denied, local: true},
+		},
+		// A minute on, every window has moved on: the cached denials have
+		// expired, and the local window is fresh.
+		[]failureStep{{state: down, step: step{advance: 61 * time.Second, rules: []string{"local"}}, want: admitted, local: true}},
+		fsteps(down, admitted, 1, "local"),
+		fsteps(down, denied, 1, "local"),
+		fsteps(down, unavailable, 1, "closed", "local"),
+
+		// Back: the shared limits, on the store's own counts.
+		fsteps(working, admitted, 3, "open"),
+		fsteps(working, denied, 1, "open"),
+		fsteps(working, admitted, 4, "local"),
+		fsteps(working, denied, 1, "local"),
+		fsteps(working, admitted, 1, "closed", "local"),
 	)
 	return s
 }
@@ -239,8 +292,7 @@ func runFailures(t *testing.T, newStore func(name string) floodgate.Store, clock
 		if err := noShadow(failureRules, st.rules, want); err != "" {
 			t.Errorf("step %d %v, store %s: %s: %s", i, st.rules, st.state, err, want)
 		}
-		wantFallback := st.state == down && slices.Contains(st.rules, "local") && want.verdict != unavailable
-		if got := want.headers[ratelimitheader.HeaderFallback]; (got == ratelimitheader.FallbackLocal) != wantFallback || (got != "" && !wantFallback) {
+		if got, ok := want.headers[ratelimitheader.HeaderFallback]; ok != st.local || ok && got != ratelimitheader.FallbackLocal {
 			t.Errorf("step %d %v, store %s: %s %q, want it only on a local decision", i, st.rules, st.state, ratelimitheader.HeaderFallback, got)
 		}
 	}

@@ -4,7 +4,11 @@
 // server's store API), the server's API, its forward auth and Envoy's
 // rate-limit service must give the same decisions and byte-identical
 // rate-limit headers (metadata, for gRPC), on the memory store and on real
-// Redis.
+// Redis. The failure sequence does the same while the store is down (an
+// outage) or broken (an error that is not an outage), under rules that fail
+// open, closed and local, and shadow rules: the same verdict (status, gRPC
+// code, Envoy's overall code or failed call, mapped once where a protocol
+// answers differently by design), the same headers and Floodgate-Fallback.
 //
 // It is a document test room: tests only, with no code of their own.
 package frontendtest
@@ -184,9 +188,9 @@ type frontEnd struct {
 	name   string
 	multi  bool // can apply several rules to one request
 	decide func(t *testing.T, client int, rules []string) answer
-	// expect, if set, maps the answer of the other front ends to this
-	// one's, where it differs by design (Envoy's failure modes).
-	expect func(want answer) answer
+	// expect, if set, maps the answer of the other front ends to a step
+	// to this one's, where it differs by design (Envoy's failure modes).
+	expect func(st step, want answer) answer
 }
 
 // frontEnds returns every front end, each with its own store, configured
@@ -332,9 +336,9 @@ type envoyFrontEnd struct {
 	rules string // the rule file
 	opts  envoy.Options
 	svc   *envoy.Service
-	// expect maps the other front ends' answer to this one's, where it
-	// differs by design.
-	expect func(want answer) answer
+	// expect maps the other front ends' answer to a step to this one's,
+	// where it differs by design.
+	expect func(st step, want answer) answer
 }
 
 // decide asks the service about a request whose descriptors name rules,
@@ -426,6 +430,7 @@ func grpcFrontEnd(t *testing.T, store floodgate.Store, clock floodgate.Clock, ru
 type step struct {
 	advance time.Duration
 	rules   []string
+	client  int // 0: client 1 for one rule, 2 for several
 }
 
 func repeat(n int, s step) []step {
@@ -460,9 +465,13 @@ func sequence() []step {
 // its expect maps it. It returns the reference.
 func ask(t *testing.T, fes []frontEnd, i int, st step) answer {
 	t.Helper()
-	client := 1
-	if len(st.rules) > 1 {
+	client := st.client
+	switch {
+	case client != 0:
+	case len(st.rules) > 1:
 		client = 2
+	default:
+		client = 1
 	}
 	type reply struct {
 		fe  frontEnd
@@ -490,7 +499,7 @@ func ask(t *testing.T, fes []frontEnd, i int, st step) answer {
 	for _, r := range replies {
 		exp := want
 		if r.fe.expect != nil {
-			exp = r.fe.expect(want)
+			exp = r.fe.expect(st, want)
 		}
 		if r.got.String() != exp.String() {
 			t.Errorf("step %d %v: %s answered\n\t%s\nbut %s (and %d more of %d) answered\n\t%s\nwhich means, for %s,\n\t%s",
