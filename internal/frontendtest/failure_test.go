@@ -328,7 +328,7 @@ func TestFailuresRedis(t *testing.T) {
 		// failure opens its breaker, so that an outage costs each store one
 		// timeout, not five.
 		s, err := redisstore.New(redisstore.Config{Mode: redisstore.ModeStandalone, Addrs: []string{srv.Addr}, KeyPrefix: name + ":",
-			Timeout: 500 * time.Millisecond, BreakerFailures: 1, Clock: clock})
+			Timeout: time.Second, BreakerFailures: 1, Clock: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
