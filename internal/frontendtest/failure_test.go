@@ -94,7 +94,9 @@ func (s *switchStore) AllowBatch(ctx context.Context, items []floodgate.BatchIte
 	s.inner.AllowBatch(ctx, items, results)
 }
 
-// The failure rules: one per failure mode, and a shadow rule.
+// The failure rules: one per failure mode, and a shadow rule, set to fail
+// closed, which a shadow rule never does ("Shadow rules always fail open",
+// docs/MIDDLEWARE.md and docs/ENVOY.md).
 var failureRules = []rule{
 	{name: "open", limit: floodgate.PerMinute(3), failure: decide.FailOpen},
 	{name: "closed", limit: floodgate.NewTokenBucket(5, 5, time.Minute), failure: decide.FailClosed},
@@ -244,9 +246,10 @@ func failureSequence() []failureStep {
 		// Clients 3 and 4 are new: a share of their own each, on this
 		// instance (client 3 for single-rule requests only and client 4 for
 		// requests of several rules, as the front ends of one rule take
-		// only the former). Several rules are named in the order of the
-		// rules, which is the order the middleware lists them in
-		// RateLimit-Policy; Envoy lists a request's descriptors in theirs.
+		// only the former). A request names its rules in the order they
+		// are configured in: the middleware lists them in that order in
+		// RateLimit-Policy, Envoy in the order of the request's
+		// descriptors.
 		[]failureStep{
 			{state: down, step: step{rules: []string{"local"}, client: 3}, want: admitted, local: true},
 			{state: down, step: step{rules: []string{"local"}, client: 3}, want: admitted, local: true},
@@ -262,7 +265,7 @@ func failureSequence() []failureStep {
 		fsteps(down, denied, 1, "local"),
 		fsteps(down, unavailable, 1, "closed", "local"),
 
-		// Back: the shared limits, on the store's own counts.
+		// Back: the shared limits again, in windows that have moved on.
 		fsteps(working, admitted, 3, "open"),
 		fsteps(working, denied, 1, "open"),
 		fsteps(working, admitted, 4, "local"),
