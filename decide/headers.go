@@ -17,8 +17,11 @@ type HeaderView struct {
 	Deciding int
 	// Decision is the deciding check's decision; zero when Deciding is -1.
 	Decision floodgate.Decision
-	// Local reports that an enforced check was decided by the local
-	// fallback ([Result.LocalFallback]): the answer says so.
+	// Local reports that the request was admitted or denied and an
+	// enforced check of it was decided by the local fallback
+	// ([Result.LocalFallback]): the answer says so. An answer that decided
+	// nothing (a fail-closed check could not decide) does not, whatever a
+	// local check found: the request took nothing.
 	Local bool
 
 	checks []Check
@@ -27,9 +30,12 @@ type HeaderView struct {
 // Headers returns the header view of r, a decision of checks. checks may
 // be nil for a front end that does not call Listed.
 func (r *Result) Headers(checks []Check) HeaderView {
-	v := HeaderView{Deciding: -1, Local: r.LocalFallback(), checks: checks}
-	if (r.Verdict == Admitted || r.Verdict == Denied) && r.Deciding >= 0 {
-		v.Deciding, v.Decision = r.Deciding, r.Outcomes[r.Deciding].Decision
+	v := HeaderView{Deciding: -1, checks: checks}
+	if r.Verdict == Admitted || r.Verdict == Denied {
+		v.Local = r.LocalFallback()
+		if r.Deciding >= 0 {
+			v.Deciding, v.Decision = r.Deciding, r.Outcomes[r.Deciding].Decision
+		}
 	}
 	return v
 }

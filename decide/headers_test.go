@@ -35,6 +35,8 @@ func TestResultHeaders(t *testing.T) {
 			-1, []bool{true}, false},
 		{"local", outage, []decide.Check{{Rule: "a", Key: "a", Limit: l, Failure: decide.FailLocal}}, 0,
 			0, []bool{true}, true},
+		{"unavailable beside a local check", outage, []decide.Check{{Rule: "a", Key: "a", Limit: l, Failure: decide.FailLocal}, {Rule: "c", Key: "c", Limit: l, Failure: decide.FailClosed}}, 0,
+			-1, []bool{true, true}, false},
 		{"invalid", memory.New(), []decide.Check{{Rule: "a", Key: "a", Limit: l, Cost: 3}}, 0,
 			-1, []bool{true}, false},
 	}

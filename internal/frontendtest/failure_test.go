@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -131,11 +130,9 @@ descriptors:
 //     UNAVAILABLE) is a failed call, which carries no response headers.
 //   - failure_mode closed: "the descriptor answers OVER_LIMIT": the other
 //     front ends' 503 is OVER_LIMIT, with the same headers (Retry-After the
-//     engine's unavailable retry delay). It is an answer, which carries
-//     "Floodgate-Fallback: local when a descriptor was decided by this
-//     instance alone" ("Response headers"): when the local rule applied
-//     beside the closed one, where the other front ends' 503 carries only
-//     Retry-After.
+//     engine's unavailable retry delay), and like the 503 without
+//     Floodgate-Fallback when the local rule applied beside the closed
+//     one: the call decided nothing.
 //
 // A store error is INTERNAL in both ("fails the call with INTERNAL whatever
 // the failure mode"), a failed call without headers.
@@ -151,11 +148,7 @@ func envoyFailureFrontEnds() []envoyFrontEnd {
 		{name: "envoy, closed as closed", rules: envoyFailureRules("closed"), expect: func(st step, want answer) answer {
 			switch want.verdict {
 			case unavailable:
-				h := maps.Clone(want.headers)
-				if slices.Contains(st.rules, "local") {
-					h[ratelimitheader.HeaderFallback] = ratelimitheader.FallbackLocal
-				}
-				return answer{verdict: denied, headers: h}
+				return answer{verdict: denied, headers: want.headers}
 			case storeError:
 				return noHeaders(want)
 			}
