@@ -30,12 +30,9 @@ func WriteHeaders(h http.Header, mode ratelimitheader.Mode, now time.Time, check
 // WriteUnavailable sets on h what every HTTP front end's answer to a
 // request that a fail-closed check could not decide (res.Verdict
 // Unavailable) carries: Retry-After of res.RetryAfter, the engine's
-// UnavailableRetryAfter. It reports whether res is such a request, and sets
-// nothing for another.
-func WriteUnavailable(h http.Header, res *decide.Result) bool {
-	if res.Verdict != decide.Unavailable {
-		return false
+// UnavailableRetryAfter. It sets nothing for another request.
+func WriteUnavailable(h http.Header, res *decide.Result) {
+	if res.Verdict == decide.Unavailable {
+		h[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
 	}
-	h[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}
-	return true
 }

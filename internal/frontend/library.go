@@ -1,10 +1,11 @@
 // Package frontend holds, once, the plumbing the library front ends
-// (httplimit's middleware, grpclimit's interceptors) and the server share
-// beyond the decision itself: their Configs' common fields and rules
+// (httplimit's middleware, grpclimit's interceptors), the server and the
+// Envoy service share beyond the decision itself: their Configs' common fields and rules
 // checked and turned into the engine's checks ([New]), the conversion of
 // its error into a front end's ConfigError ([ErrorFields]), the counters
 // and hooks of a decided request ([Reporter]) and the header glue between
-// the engine's result and the one encoder.
+// the engine's result and the one encoder ([WriteHeaders], and
+// [WriteUnavailable], which Envoy uses too).
 //
 // It is the adapter helper room: it imports the root package, the engine
 // (decide) and the helpers, never a store or a front end. Users never call
