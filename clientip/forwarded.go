@@ -1,6 +1,10 @@
 package clientip
 
-import "strings"
+import (
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
 
 // forwardedFors parses one Forwarded header line (RFC 7239 section 4) and
 // returns the for= value of each element, left to right, unquoted; "" for an
@@ -107,7 +111,7 @@ func (p *forwardedParser) element() (forValue string, ok bool) {
 // token scans an RFC 9110 token.
 func (p *forwardedParser) token() string {
 	start := p.i
-	for !p.eof() && isTchar(p.peek()) {
+	for !p.eof() && httpguts.IsTokenRune(rune(p.peek())) {
 		p.i++
 	}
 	return p.s[start:p.i]
@@ -141,11 +145,4 @@ func (p *forwardedParser) quoted() (string, bool) {
 		}
 	}
 	return "", false // unterminated
-}
-
-func isTchar(c byte) bool {
-	if isAlnum(c) {
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

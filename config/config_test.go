@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -453,7 +455,7 @@ func TestOverLimitCacheCheckedByDecide(t *testing.T) {
 			continue
 		}
 		delete(want, fe.Path)
-		var de *decide.FieldError
+		var de *fielderr.Error
 		if !errors.As(w.opts.Validate(), &de) {
 			t.Fatalf("decide accepts %+v", w.opts)
 		}

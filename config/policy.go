@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+	"github.com/floodgate-rl/floodgate/internal/rulecheck"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -50,7 +53,7 @@ type Rule struct {
 }
 
 // localShare returns the rule's local share, from local_share or
-// instances (decide.ShareOf), or the key that is wrong. c tells a key
+// instances (rulecheck.ShareOf), or the key that is wrong. c tells a key
 // written as 0 from one left out, and a failure_mode that is written but
 // did not decode (and is reported): then only the values are checked, not
 // whether the mode takes them.
@@ -65,8 +68,8 @@ func (r Rule) localShare(c *Config, path string) (float64, *badKey) {
 		instances = &n
 	}
 	failed := c.failed[path+".failure_mode"]
-	got, err := decide.ShareOf(r.FailureMode, failed, share, instances)
-	var fe *decide.FieldError
+	got, err := rulecheck.ShareOf(r.FailureMode, failed, share, instances)
+	var fe *fielderr.Error
 	switch {
 	case err == nil && failed: // a mode that did not decode takes no share
 		return 0, nil

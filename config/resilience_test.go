@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
 )
@@ -38,7 +40,7 @@ rules:
 			t.Errorf("rule %s: failure %v share %v no cache %v, want %+v", r.Name, r.Failure, r.LocalShare, r.NoCache, want)
 		}
 	}
-	if got, err := decide.LocalLimit(p.Rules[1].Limit, p.Rules[1].LocalShare); err != nil || got != floodgate.NewTokenBucket(10, 10, 4*time.Second) {
+	if got, err := limitcheck.Share(p.Rules[1].Limit, p.Rules[1].LocalShare); err != nil || got != floodgate.NewTokenBucket(10, 10, 4*time.Second) {
 		t.Errorf("four's local limit = %s, %v", got, err)
 	}
 	if got, want := c.OverLimitCache(), (decide.CacheOptions{MaxEntries: 1000, MaxBytes: 200000}); got != want {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
@@ -357,7 +359,7 @@ func (s *Store) checkCache(lines yamlfield.Lines, p string) []error {
 	var errs []error
 	for _, one := range []decide.CacheOptions{{MaxEntries: o.MaxEntries}, {MaxBytes: o.MaxBytes}} {
 		err := one.Validate()
-		var fe *decide.FieldError
+		var fe *fielderr.Error
 		switch {
 		case err == nil:
 		case errors.As(err, &fe) && cacheKeys[fe.Field] != "":

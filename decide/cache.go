@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
 	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 )
 
@@ -140,24 +141,24 @@ type overLimitCache struct {
 	evictions  atomic.Uint64
 }
 
-// Validate reports whether o's bounds are usable, as a *FieldError naming
+// Validate reports whether o's bounds are usable, as a *fielderr.Error naming
 // the first bad one (MaxEntries or MaxBytes): neither may be negative. New
 // calls it, for Options.OverLimitCache; front ends that read the bounds
 // from elsewhere (a config file, environment variables) call it to report
 // the engine's own check under their names.
 func (o CacheOptions) Validate() error {
 	if o.MaxEntries < 0 {
-		return &FieldError{Field: "MaxEntries", Value: strconv.Itoa(o.MaxEntries), Reason: "must not be negative"}
+		return &fielderr.Error{Field: "MaxEntries", Value: strconv.Itoa(o.MaxEntries), Reason: "must not be negative"}
 	}
 	if o.MaxBytes < 0 {
-		return &FieldError{Field: "MaxBytes", Value: strconv.FormatInt(o.MaxBytes, 10), Reason: "must not be negative"}
+		return &fielderr.Error{Field: "MaxBytes", Value: strconv.FormatInt(o.MaxBytes, 10), Reason: "must not be negative"}
 	}
 	return nil
 }
 
 func newCache(o CacheOptions) (*overLimitCache, error) {
-	if fe, ok := o.Validate().(*FieldError); ok && fe != nil {
-		return nil, &FieldError{Field: "OverLimitCache." + fe.Field, Value: fe.Value, Reason: fe.Reason}
+	if fe, ok := o.Validate().(*fielderr.Error); ok && fe != nil {
+		return nil, &fielderr.Error{Field: "OverLimitCache." + fe.Field, Value: fe.Value, Reason: fe.Reason}
 	}
 	if o.Disabled {
 		return nil, nil

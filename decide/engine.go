@@ -1,8 +1,8 @@
-// Package decide is floodgate's one decision path: it takes a store and a
-// request's checks (rule, key, cost, shadow, failure mode) and returns one
-// [Result]. Every front end — the net/http middleware, the server's API and
-// forward auth, Envoy's rate-limit service, the CLI — translates its protocol
-// into checks and the Result back into its protocol, and nothing more.
+// Package decide is floodgate's one decision path: a store and a request's
+// checks (rule, key, cost, shadow, failure mode) in, one [Result] out. Every
+// front end (the net/http middleware, the gRPC interceptors, the server's
+// API and forward auth, Envoy's rate-limit service, the CLI) translates its
+// protocol into checks and the Result back, and decides nothing itself.
 //
 // The engine owns, once:
 //
@@ -11,29 +11,15 @@
 //     check's [FailureMode]; invalid input is the caller's error
 //     ([Invalid]); any other store error never admits ([StoreError]);
 //   - shadow checks: decided and reported, never denying, never the
-//     deciding check (so they never reach a response header);
-//   - all or nothing: a request that is not admitted consumes nothing. With
-//     a [floodgate.BatchStore] its checks go to the store in one call (one
-//     Redis round trip, atomic wherever the keys allow); with another store,
-//     one call per check and a refund of what was taken when one denies;
-//   - the deciding check, from which every front end derives its headers
-//     ([Result.Headers]: which checks they list, which one they describe);
-//   - the store-key scheme ([StoreKey]) and one deadline ([Options.Timeout]);
-//   - the local fallback ([FailLocal]): while the store is unavailable, a
-//     check of that mode is decided in this process, in an embedded memory
-//     store, at its share of the limit ([LocalLimit]);
-//   - the over-limit cache ([CacheOptions]): a denial is remembered until
-//     exactly its retry delay has passed, and further requests of at least
-//     its cost for the same key and limit are denied without asking the
-//     store. [Engine.Reset] and [Engine.Refund] clear it.
-//
-// What the front ends share beyond the decision (their Configs' common
-// checks, counters and hooks, the header glue) is not the engine's: it is
-// internal/frontend's.
-//
-// Package decide is the engine room: it imports the root package, the
-// internal helpers (limitcheck, storeerr, logthrottle, fixedpoint) and the
-// memory store (its local fallback), never a front end, HTTP or Redis.
+//     deciding check;
+//   - all or nothing: a request that is not admitted consumes nothing (one
+//     call to a [floodgate.BatchStore], else one per check and refunds);
+//   - the deciding check and one deadline ([Options.Timeout]);
+//   - the local fallback ([FailLocal]): during an outage a check of that
+//     mode is decided in this process at its share of the limit;
+//   - the over-limit cache ([CacheOptions]): a denial answers further
+//     requests for the same key and limit until its retry delay has passed.
+//     [Engine.Reset] and [Engine.Refund] clear it.
 package decide
 
 import (
@@ -45,6 +31,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
 	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 	"github.com/floodgate-rl/floodgate/internal/logthrottle"
 	"github.com/floodgate-rl/floodgate/internal/storeerr"
@@ -117,13 +104,13 @@ type Engine struct {
 }
 
 // New returns an engine deciding with store. An unusable option is an
-// error wrapping a *FieldError that names it as Options does (Timeout,
+// error wrapping a *fielderr.Error that names it as Options does (Timeout,
 // UnavailableRetryAfter, LogInterval, OverLimitCache.MaxEntries,
 // OverLimitCache.MaxBytes; Store for a nil store): the front ends, whose
 // options carry the same names, report it as their own.
 func New(store floodgate.Store, opts Options) (*Engine, error) {
 	if store == nil {
-		return nil, fmt.Errorf("decide: %w", &FieldError{Field: "Store", Value: "<nil>", Reason: "is required"})
+		return nil, fmt.Errorf("decide: %w", &fielderr.Error{Field: "Store", Value: "<nil>", Reason: "is required"})
 	}
 	for _, d := range []struct {
 		field, zero string
@@ -134,7 +121,7 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 		{"LogInterval", "the default " + DefaultLogInterval.String(), opts.LogInterval},
 	} {
 		if d.d < 0 {
-			return nil, fmt.Errorf("decide: %w", &FieldError{Field: d.field, Value: d.d.String(), Reason: "must not be negative (0: " + d.zero + ")"})
+			return nil, fmt.Errorf("decide: %w", &fielderr.Error{Field: d.field, Value: d.d.String(), Reason: "must not be negative (0: " + d.zero + ")"})
 		}
 	}
 	if opts.UnavailableRetryAfter == 0 {
@@ -195,9 +182,14 @@ func (e *Engine) DecideInto(ctx context.Context, checks []Check, outcomes []Outc
 	if len(outcomes) < len(checks) {
 		outcomes = make([]Outcome, len(checks))
 	}
-	r := Result{Deciding: -1, Outcomes: outcomes[:len(checks)]}
+	r := Result{Deciding: -1, Checks: checks, Outcomes: outcomes[:len(checks)]}
 	clear(r.Outcomes)
 	e.decide(ctx, checks, &r)
+	for i := range r.Outcomes {
+		if o := &r.Outcomes[i]; !o.Local {
+			o.Limit = checks[i].Limit
+		}
+	}
 	return r
 }
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -59,45 +61,14 @@ func (s *switchable) Reset(ctx context.Context, key string, l floodgate.Limit) e
 	return s.BatchStore.Reset(ctx, key, l)
 }
 
-func TestLocalLimit(t *testing.T) {
-	bucket := floodgate.NewTokenBucket(100, 10, time.Second)
-	for _, tc := range []struct {
-		name  string
-		limit floodgate.Limit
-		share float64
-		want  floodgate.Limit
-		err   string
-	}{
-		{"window quarter", floodgate.PerMinute(100), 0.25, floodgate.PerMinute(25), ""},
-		{"window third", floodgate.PerMinute(300), 1.0 / 3, floodgate.PerMinute(100), ""},
-		{"window rounds down", floodgate.PerMinute(10), 1.0 / 3, floodgate.PerMinute(3), ""},
-		{"window never 0", floodgate.PerMinute(2), 0.25, floodgate.PerMinute(1), ""},
-		{"whole", floodgate.PerMinute(7), 1, floodgate.PerMinute(7), ""},
-		{"counter", floodgate.NewLimit(floodgate.SlidingWindowCounter, 40, time.Second), 0.5, floodgate.NewLimit(floodgate.SlidingWindowCounter, 20, time.Second), ""},
-		{"fixed", floodgate.NewLimit(floodgate.FixedWindow, 9, time.Hour), 1.0 / 3, floodgate.NewLimit(floodgate.FixedWindow, 3, time.Hour), ""},
-		{"bucket whole refill", bucket, 0.5, floodgate.NewTokenBucket(50, 5, time.Second), ""},
-		{"bucket fractional refill", bucket, 0.25, floodgate.NewTokenBucket(25, 10, 4*time.Second), ""},
-		{"bucket third", bucket, 1.0 / 3, floodgate.NewTokenBucket(33, 10, 3*time.Second), ""},
-		{"bucket refill 0 means quota", floodgate.NewLimit(floodgate.TokenBucket, 8, time.Second), 0.25, floodgate.NewTokenBucket(2, 2, time.Second), ""},
-		{"bucket stretched too far", floodgate.NewTokenBucket(10, 1, 200*24*time.Hour), 0.25, floodgate.Limit{}, "must be at most 366 days"},
-		{"share 0", floodgate.PerMinute(10), 0, floodgate.Limit{}, "above 0"},
-		{"share above 1", floodgate.PerMinute(10), 1.5, floodgate.Limit{}, "at most 1"},
-		{"share NaN", floodgate.PerMinute(10), nan(), floodgate.Limit{}, "above 0"},
-		{"invalid limit", floodgate.Limit{}, 0.5, floodgate.Limit{}, "invalid limit"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := decide.LocalLimit(tc.limit, tc.share)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("LocalLimit(%s, %v) = %s, %v; want an error containing %q", tc.limit, tc.share, got, err, tc.err)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("LocalLimit(%s, %v) = %s (%+v), %v; want %s", tc.limit, tc.share, got, got, err, tc.want)
-			}
-		})
-	}
+// failingStore fails every call with err.
+type failingStore struct {
+	floodgate.Store
+	err error
+}
+
+func (s failingStore) AllowN(context.Context, string, floodgate.Limit, int64) (floodgate.Decision, error) {
+	return floodgate.Decision{}, s.err
 }
 
 func nan() float64 { return math.NaN() }
@@ -117,7 +88,7 @@ func TestFallbackShare(t *testing.T) {
 			}
 			ctx := context.Background()
 			const share = 0.5
-			local, err := decide.LocalLimit(tc.limit, share)
+			local, err := limitcheck.Share(tc.limit, share)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,10 +271,10 @@ func TestFallbackBounded(t *testing.T) {
 	}
 }
 
-// TestCountedLimit: a denial counted by this instance alone names its
+// TestOutcomeLimit: a denial counted by this instance alone names its
 // share of the limit; one the store decided, or an outcome with no
 // decision, names the rule's own limit.
-func TestCountedLimit(t *testing.T) {
+func TestOutcomeLimit(t *testing.T) {
 	l := floodgate.PerMinute(8)
 	outage := failingStore{err: floodgate.ErrStoreUnavailable}
 	for _, tc := range []struct {
@@ -323,8 +294,8 @@ func TestCountedLimit(t *testing.T) {
 			}
 			checks := []decide.Check{tc.check}
 			res := e.Decide(t.Context(), checks)
-			if got := checks[0].CountedLimit(&res.Outcomes[0]); got != tc.want {
-				t.Errorf("CountedLimit = %v, want %v (outcome %+v)", got, tc.want, res.Outcomes[0])
+			if got := res.Outcomes[0].Limit; got != tc.want {
+				t.Errorf("Outcome.Limit = %v, want %v (outcome %+v)", got, tc.want, res.Outcomes[0])
 			}
 		})
 	}

@@ -21,7 +21,7 @@ const (
 	FailClosed
 	// FailLocal keeps limiting while the store is unavailable: each
 	// instance decides the check alone, in memory, at its share of the
-	// limit ([Check.LocalShare], [LocalLimit]), under the same store key.
+	// limit ([Check.LocalShare]), under the same store key.
 	// The outcome says so ([Outcome.Local]); when the store answers again,
 	// the next decision is the shared one. A check the front end could not
 	// build (no key, [Check.Err]) has nothing to limit by and fails open.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/memory"
 )
@@ -36,7 +38,7 @@ func TestCacheOptionsValidate(t *testing.T) {
 				}
 				return
 			}
-			var fe *decide.FieldError
+			var fe *fielderr.Error
 			if !errors.As(err, &fe) || fe.Field != tc.field || fe.Value != tc.val || fe.Reason != "must not be negative" {
 				t.Fatalf("Validate() = %#v, want a *FieldError for %s %s", err, tc.field, tc.val)
 			}
@@ -64,13 +66,13 @@ func TestNewOptionErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := decide.New(memory.New(), tc.opts)
-			var fe *decide.FieldError
+			var fe *fielderr.Error
 			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.HasPrefix(fe.Value, "-") || !strings.HasPrefix(fe.Reason, "must not be negative (0: ") {
 				t.Fatalf("New = %v, want a *FieldError for %s", err, tc.field)
 			}
 		})
 	}
-	var fe *decide.FieldError
+	var fe *fielderr.Error
 	if _, err := decide.New(nil, decide.Options{}); !errors.As(err, &fe) || fe.Field != "Store" {
 		t.Errorf("New(nil) = %v, want a *FieldError for Store", err)
 	}

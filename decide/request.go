@@ -30,9 +30,9 @@ type Check struct {
 	// always fails open.
 	Failure FailureMode
 	// LocalShare is the share of Limit this instance enforces alone under
-	// FailLocal while the store is unavailable (see [LocalLimit]): 1/N for
-	// N instances. Zero means 1, the whole limit. Front ends check it with
-	// LocalLimit when they load their rules.
+	// FailLocal while the store is unavailable: 1/N for N instances. Zero
+	// means 1, the whole limit. Front ends check it when they load their
+	// rules.
 	LocalShare float64
 	// NoCache keeps the check out of the over-limit cache: every request
 	// asks the store.
@@ -98,6 +98,9 @@ type Outcome struct {
 	// Cached reports that Decision is a denial from the over-limit cache:
 	// the store was not asked.
 	Cached bool
+	// Limit is the limit Decision counted against, the one a denial
+	// names: the check's Limit, or its local share of it when Local.
+	Limit floodgate.Limit
 
 	taken bool    // the store holds this check's cost, to give back if the request is not admitted
 	epoch uint64  // the key's cache shard epoch before the store was asked
@@ -122,6 +125,8 @@ type Result struct {
 	// the most restrictive decided enforced check (the least remaining, then
 	// the longest reset), or -1 when none was decided.
 	Deciding int
+	// Checks are the request's checks, as Decide took them.
+	Checks []Check
 	// Outcomes holds one Outcome per Check, in order.
 	Outcomes []Outcome
 	// RetryAfter is when a retry may succeed: for Denied the deciding

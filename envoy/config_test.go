@@ -102,7 +102,7 @@ func TestParseErrors(t *testing.T) {
 			`f.yaml:4: instances: 2 cannot be used together with local_share; set one of them`},
 		{"share above 1", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4, failure_mode: local, local_share: 1.5}\n",
 			`f.yaml:4: descriptors[0].rate_limit.local_share: 1.5 must be above 0 and at most 1 (0.25: each instance enforces a quarter of the limit)`},
-		// 0 is not written, as in floodgate's own config (decide.ShareOf).
+		// 0 is not written, as in floodgate's own config (rulecheck.ShareOf).
 		// Written, 0 is a mistake: a share above 0, or no local_share at all.
 		{"share 0", "domain: d\nfailure_mode: local\nlocal_share: 0\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4}\n",
 			`f.yaml:3: local_share: 0 must be above 0 and at most 1 (0.25: each instance enforces a quarter of the limit)`},

@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+	"github.com/floodgate-rl/floodgate/internal/rulecheck"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate/decide"
@@ -74,7 +77,7 @@ type shareKeys struct {
 
 // localShare sets f.share, the share of the limit failure_mode local
 // enforces on each instance, from k (written at path, read by
-// decide.ShareOf as floodgate's own config reads it) or else inherited, the
+// rulecheck.ShareOf as floodgate's own config reads it) or else inherited, the
 // domain's. modeBad is a failure_mode that is written but did not parse
 // (and is reported): then only the values are checked, not whether the
 // mode takes them. A rule that fails local with no share at all is
@@ -103,8 +106,8 @@ func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path str
 	if !ok {
 		return false
 	}
-	got, err := decide.ShareOf(f.mode, modeBad, share, instances)
-	var fe *decide.FieldError
+	got, err := rulecheck.ShareOf(f.mode, modeBad, share, instances)
+	var fe *fielderr.Error
 	switch {
 	case err == nil:
 		f.share = got
@@ -147,7 +150,7 @@ func (p *parser) localShare(f *failure, k shareKeys, inherited float64, path str
 }
 
 // usableShare reports a rule that fails local without a share, or with one
-// its limit cannot be divided by (decide.CheckRule): r's rate_limit, on
+// its limit cannot be divided by (rulecheck.Rule): r's rate_limit, on
 // line, written at path with k. Only rules the store decides need a share.
 // A share the rule takes from its domain is reported on the domain's
 // local_share or instances, naming the rule; none at all is not reported
@@ -162,7 +165,7 @@ func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
 		if !own && p.shareBad {
 			return
 		}
-		_, err := decide.ShareOf(decide.FailLocal, false, nil, nil)
+		_, err := rulecheck.ShareOf(decide.FailLocal, false, nil, nil)
 		need := strings.TrimPrefix(err.Error(), "Failure local ")
 		if k.mode != nil {
 			p.errs.Report(k.mode.Line, yamlfield.Join(path, "failure_mode"), "local", need+"; set one beside it, or on the domain")
@@ -171,7 +174,7 @@ func (p *parser) usableShare(r *Rule, k shareKeys, path string, line int) {
 		}
 		return
 	}
-	for _, fe := range decide.CheckRule(r.Limit, r.FailureMode, r.LocalShare) {
+	for _, fe := range rulecheck.Rule(r.Limit, r.FailureMode, r.LocalShare) {
 		if fe.Field != "LocalShare" {
 			continue // the limit's own errors are reported where it is read
 		}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -518,7 +520,7 @@ func TestStoreKey(t *testing.T) {
 // TestStoreKeyUnchanged checks the keys are the ones earlier releases wrote,
 // so counters survive an upgrade: "rls|", the domain, and each entry as
 // "|key=value", with '\', '|' and '=' escaped. They differ only for a domain
-// holding '=' or '#' and for entries longer than decide.MaxKeyLen, which are
+// holding '=' or '#' and for entries longer than storekey.MaxLen, which are
 // hashed.
 func TestStoreKeyUnchanged(t *testing.T) {
 	escape := func(b *strings.Builder, s string) {
@@ -552,10 +554,10 @@ func TestStoreKeyUnchanged(t *testing.T) {
 				} {
 					want := before(dom, d)
 					got := storeKey(newKeySpace(dom), d, nil)
-					if entries := want[len(before(dom, nil))+1:]; len(entries) > decide.MaxKeyLen {
-						// Hashed now, as decide.StoreKey hashes long keys.
-						if hashed := decide.StoreKey(keyNamespace, dom, entries); got != hashed {
-							t.Errorf("storeKey(%q, %v) = %q, want decide.StoreKey's %q", dom, d, got, hashed)
+					if entries := want[len(before(dom, nil))+1:]; len(entries) > storekey.MaxLen {
+						// Hashed now, as storekey.Of hashes long keys.
+						if hashed := storekey.Of(keyNamespace, dom, entries); got != hashed {
+							t.Errorf("storeKey(%q, %v) = %q, want storekey.Of's %q", dom, d, got, hashed)
 						}
 						continue
 					}

@@ -38,7 +38,7 @@ func (d *descriptor) inHeaders() bool {
 // the X-RateLimit-* fields only.
 func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3.HeaderValue {
 	h := http.Header{}
-	v := res.Headers(nil) // the descriptors say which are listed
+	v := frontend.Headers(res) // the descriptors say which are listed
 	switch res.Verdict {
 	case decide.Unavailable:
 		frontend.WriteUnavailable(h, res)

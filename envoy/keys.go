@@ -3,31 +3,31 @@ package envoy
 import (
 	"strings"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/floodgate-rl/floodgate/internal/storekey"
 
-	"github.com/floodgate-rl/floodgate/decide"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
 // keyNamespace is the namespace of the service's store keys.
 const keyNamespace = "rls|"
 
-// keySpace is a domain's store keys: decide.KeySpace in the "rls|"
+// keySpace is a domain's store keys: storekey.Space in the "rls|"
 // namespace with the domain as the rule, and the prefix of its keys short
 // enough to be kept as they are (KeySpace.Key("")), so that such a key is
 // built in one allocation.
 type keySpace struct {
-	space  decide.KeySpace
+	space  storekey.Space
 	prefix string
 }
 
 // newKeySpace returns the key space of domain.
 func newKeySpace(domain string) keySpace {
-	ks := decide.NewKeySpace(keyNamespace, domain)
+	ks := storekey.NewSpace(keyNamespace, domain)
 	return keySpace{space: ks, prefix: ks.Key("")}
 }
 
 // storeKey is the store key of a descriptor in its domain's key space:
-// decide.StoreKey in the "rls|" namespace, with the domain as the rule and
+// storekey.Of in the "rls|" namespace, with the domain as the rule and
 // every entry as the key,
 // whatever rule matched, so that a key-only or wildcard rule counts each
 // value apart, as the reference does. The entries are written key=value,
@@ -54,7 +54,7 @@ func storeKey(keys keySpace, d *ratelimitv3.RateLimitDescriptor, r *Rule) string
 		}
 		b = appendEscaped(b, e.GetValue())
 	}
-	if entries := b[len(keys.prefix):]; len(entries) > decide.MaxKeyLen {
+	if entries := b[len(keys.prefix):]; len(entries) > storekey.MaxLen {
 		return keys.space.Key(string(entries)) // hashed
 	}
 	return string(b)

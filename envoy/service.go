@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/rulecheck"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -559,7 +561,7 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 		}
 		return nil, fmt.Errorf("requests_per_unit %d per %s: %w", r.RequestsPerUnit, o.GetUnit(), err)
 	}
-	if r.FailureMode == decide.FailLocal && (r.LocalShare == 0 || decide.CheckRule(r.Limit, decide.FailLocal, r.LocalShare) != nil) {
+	if r.FailureMode == decide.FailLocal && (r.LocalShare == 0 || rulecheck.Rule(r.Limit, decide.FailLocal, r.LocalShare) != nil) {
 		// Local needs the domain's share, usable for this limit; the
 		// rule the descriptor matched may have had its own, which is not
 		// the override's. Without one the override fails as error, as in

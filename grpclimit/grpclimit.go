@@ -99,7 +99,7 @@ const (
 // Rule is one rate limit and the calls it applies to.
 type Rule struct {
 	// Name identifies the rule in metadata, status details, logs and store
-	// keys. Required, unique within a Config, printable ASCII.
+	// keys. Required, unique within a Config: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit.
 	Name string
 	// Limit is the rate limit, as a valid [floodgate.Limit].
 	Limit floodgate.Limit
@@ -120,7 +120,7 @@ type Rule struct {
 	Failure FailureMode
 	// LocalShare is the share of Limit this process enforces alone under
 	// FailLocal while the store is unavailable: above 0 and at most 1, 1/N
-	// when N processes share the store (see decide.LocalLimit). Zero: the
+	// when N processes share the store (see limitcheck.Share). Zero: the
 	// whole limit.
 	LocalShare float64
 	// NoCache keeps the rule out of the over-limit cache, which otherwise
@@ -146,7 +146,7 @@ type Config struct {
 	ClientIP *clientip.Extractor
 	// KeyPrefix is put before every store key, so several Limiters (or
 	// applications) can share one store: store keys are
-	// decide.StoreKey(KeyPrefix, rule name, key). It must not hold '{' or
+	// storekey.Of(KeyPrefix, rule name, key). It must not hold '{' or
 	// '}'.
 	KeyPrefix string
 	// Headers selects the rate-limit metadata; the zero value sends both
@@ -206,7 +206,7 @@ type ConfigError struct {
 	Value  string // the bad value, formatted
 	Reason string // why it cannot be used
 	// Err is the underlying error, if any: for a field the engine checks,
-	// its *decide.FieldError (which wraps, for a limit, the limit's error).
+	// its *fielderr.Error (which wraps, for a limit, the limit's error).
 	Err error
 }
 
@@ -492,7 +492,7 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md me
 		return nil, nil
 	}
 	res := l.engine.DecideInto(ctx, checks, outcomesBuf[:])
-	l.report.Report(ctx, ctx.Err() != nil, checks, &res)
+	l.report.Report(ctx, ctx.Err() != nil, &res)
 	switch res.Verdict {
 	case decide.Admitted:
 		return l.metadata(checks, policies, &res), nil

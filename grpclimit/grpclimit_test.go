@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -96,7 +98,7 @@ func TestEngineOptionErrors(t *testing.T) {
 			if !errors.As(err, &ce) || err.Error() != tt.want {
 				t.Fatalf("New = %v, want the *ConfigError %q", err, tt.want)
 			}
-			var fe *decide.FieldError
+			var fe *fielderr.Error
 			if !errors.As(err, &fe) || fe.Field != ce.Field {
 				t.Errorf("New = %v, does not wrap decide's *FieldError for %s", err, ce.Field)
 			}

@@ -53,14 +53,14 @@ var metadataKeys = [...][2]string{
 
 // metadata returns the rate-limit metadata of a decided call of checks,
 // whose rules' header pieces are policies, encoded by the one encoder every
-// front end shares as the engine's header view says (decide.Result.Headers):
+// front end shares as the header view says (frontend.Headers):
 // the ratelimit-policy of every non-shadow rule that applied, the others
 // for the deciding rule, and retry-after when it denied. Nil when there is
 // nothing to send. gRPC's own part: the keys in lower case, and
 // grpc-retry-pushback-ms beside retry-after.
 func (l *Limiter) metadata(checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) metadata.MD {
 	h := make(http.Header, len(ratelimitheader.Order)+2)
-	v := frontend.WriteHeaders(h, l.headers, l.now(), checks, policies, res)
+	v := frontend.WriteHeaders(h, l.headers, l.now(), policies, res)
 	if len(h) == 0 {
 		return nil
 	}
@@ -115,7 +115,7 @@ func denied(ru *rule, c *decide.Check, o *decide.Outcome) error {
 	quota := ru.quota
 	if o.Local {
 		msg += " (decided by this instance alone: the store is unavailable)"
-		if q, err := quotaFailure(ru.name, c.CountedLimit(o), true); err == nil {
+		if q, err := quotaFailure(ru.name, o.Limit, true); err == nil {
 			quota = q
 		}
 	}

@@ -53,7 +53,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -62,6 +61,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Defaults for the zero fields of a Config.
@@ -98,7 +98,7 @@ const (
 // Rule is one rate limit and the requests it applies to.
 type Rule struct {
 	// Name identifies the rule in response headers, problem details, logs
-	// and store keys. Required, unique within a Config, printable ASCII.
+	// and store keys. Required, unique within a Config: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit.
 	Name string
 	// Limit is the rate limit, as a valid [floodgate.Limit].
 	Limit floodgate.Limit
@@ -119,7 +119,7 @@ type Rule struct {
 	Failure FailureMode
 	// LocalShare is the share of Limit this process enforces alone under
 	// FailLocal while the store is unavailable: above 0 and at most 1, 1/N
-	// when N processes share the store (see decide.LocalLimit). Zero: the
+	// when N processes share the store (see limitcheck.Share). Zero: the
 	// whole limit.
 	LocalShare float64
 	// NoCache keeps the rule out of the over-limit cache, which otherwise
@@ -167,7 +167,7 @@ type Config struct {
 	ClientIP *clientip.Extractor
 	// KeyPrefix is put before every store key, so several Limiters (or
 	// applications) can share one store. Store keys are
-	// decide.StoreKey(KeyPrefix, rule name, key): the prefix, the rule's
+	// storekey.Of(KeyPrefix, rule name, key): the prefix, the rule's
 	// name escaped, '|' and the key (its SHA-256 when over 256 bytes). It
 	// must not hold '{' or '}', which would give every key one Redis
 	// Cluster hash tag, and so one node.
@@ -241,7 +241,7 @@ type ConfigError struct {
 	Value  string // the bad value, formatted
 	Reason string // why it cannot be used
 	// Err is the underlying error, if any: for a field the engine checks,
-	// its *decide.FieldError (which wraps, for a limit, the limit's error).
+	// its *fielderr.Error (which wraps, for a limit, the limit's error).
 	Err error
 }
 
@@ -385,17 +385,17 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 		policies = append(policies, &ru.policy)
 	}
 	res := l.engine.DecideInto(r.Context(), checks, outcomesBuf[:])
-	l.report.Report(r, r.Context().Err() != nil, checks, &res)
+	l.report.Report(r, r.Context().Err() != nil, &res)
 	switch res.Verdict {
 	case decide.Admitted:
-		frontend.WriteHeaders(w.Header(), l.headers, l.now(), checks, policies, &res)
+		frontend.WriteHeaders(w.Header(), l.headers, l.now(), policies, &res)
 		return true
 	case decide.Denied:
-		frontend.WriteHeaders(w.Header(), l.headers, l.now(), checks, policies, &res)
+		frontend.WriteHeaders(w.Header(), l.headers, l.now(), policies, &res)
 		ru := rules[res.Deciding]
 		o := &res.Outcomes[res.Deciding]
 		// Denied by this instance alone (Local): against its share of the limit.
-		dn := Denial{Rule: ru.name, Limit: checks[res.Deciding].CountedLimit(o), Decision: o.Decision, Local: o.Local}
+		dn := Denial{Rule: ru.name, Limit: o.Limit, Decision: o.Decision, Local: o.Local}
 		switch {
 		case l.deny != nil:
 			l.deny(w, r, dn)
@@ -439,7 +439,7 @@ func compileRule(i int, r Rule, rc frontend.RuleCheck, clientKey KeyFunc) (rule,
 		check: rc,
 	}
 	for j, m := range r.Methods {
-		if m == "" || strings.IndexFunc(m, func(c rune) bool { return !isTchar(c) }) >= 0 {
+		if m == "" || !httpguts.ValidHeaderFieldName(m) {
 			return rule{}, &ConfigError{Field: field(fmt.Sprintf("Methods[%d]", j)), Value: fmt.Sprintf("%q", m), Reason: "is not an HTTP method"}
 		}
 		cr.methods = append(cr.methods, m)
@@ -495,9 +495,4 @@ func (ru *rule) matches(r *http.Request) bool {
 		}
 	}
 	return true
-}
-
-func isTchar(c rune) bool {
-	return c < 0x80 && (c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' ||
-		strings.ContainsRune("!#$%&'*+-.^_`|~", c))
 }

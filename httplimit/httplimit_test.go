@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/clocktest"
@@ -99,7 +101,7 @@ func TestRotatingIPv6SharesBudget(t *testing.T) {
 func TestHeadersParseAsStructuredFields(t *testing.T) {
 	e := newEnv(t, httplimit.Config{Rules: []httplimit.Rule{
 		{Name: "per-ip", Limit: floodgate.PerMinute(100)},
-		{Name: `per "key"`, Limit: floodgate.PerHour(5), Key: httplimit.Header("X-API-Key")},
+		{Name: "per-key", Limit: floodgate.PerHour(5), Key: httplimit.Header("X-API-Key")},
 		{Name: "bucket", Limit: floodgate.NewTokenBucket(50, 10, time.Second)},
 		{Name: "fast", Limit: floodgate.NewLimit(floodgate.FixedWindow, 10, 500*time.Millisecond)},
 		{Name: "shadow", Limit: floodgate.PerSecond(1), Shadow: true},
@@ -112,7 +114,7 @@ func TestHeadersParseAsStructuredFields(t *testing.T) {
 	policy := parseSF(t, h, "RateLimit-Policy")
 	wantPolicy := []rateLimit{
 		{"per-ip", map[string]int64{"q": 100, "w": 60}},
-		{`per "key"`, map[string]int64{"q": 5, "w": 3600}},
+		{"per-key", map[string]int64{"q": 5, "w": 3600}},
 		{"bucket", map[string]int64{"q": 50, "w": 5}}, // 50 tokens at 10/s: full in 5s
 		{"fast", map[string]int64{"q": 10, "w": 1}},   // windows below 1s round up
 	}
@@ -121,7 +123,7 @@ func TestHeadersParseAsStructuredFields(t *testing.T) {
 	}
 	// The most restrictive rule is the per-key one: 4 left.
 	rl := parseSF(t, h, "RateLimit")
-	wantRL := []rateLimit{{`per "key"`, map[string]int64{"r": 4, "t": 3600}}}
+	wantRL := []rateLimit{{"per-key", map[string]int64{"r": 4, "t": 3600}}}
 	if fmt.Sprint(rl) != fmt.Sprint(wantRL) {
 		t.Errorf("RateLimit = %v, want %v", rl, wantRL)
 	}
@@ -700,7 +702,7 @@ func TestEngineOptionErrors(t *testing.T) {
 			if !errors.As(err, &ce) || err.Error() != tt.want {
 				t.Fatalf("New = %v, want the *ConfigError %q", err, tt.want)
 			}
-			var fe *decide.FieldError
+			var fe *fielderr.Error
 			if !errors.As(err, &fe) || fe.Field != ce.Field {
 				t.Errorf("New = %v, does not wrap decide's *FieldError for %s", err, ce.Field)
 			}

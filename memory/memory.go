@@ -13,8 +13,8 @@
 // back after a burst even when the store is idle.
 //
 // Keys are kept as given: callers bound their length (every floodgate front
-// end keys through decide.StoreKey, which hashes keys over
-// decide.MaxKeyLen bytes).
+// end keys through storekey.Of, which hashes keys over
+// storekey.MaxLen bytes).
 //
 // It is a store room: it imports the root package, internal/limitcheck and
 // the algorithms (internal/algorithm), never another store or a front end.

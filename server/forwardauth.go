@@ -26,16 +26,16 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 		problem.Error(w, http.StatusBadRequest, "cannot find the client's address: "+err.Error())
 		return
 	}
-	checks, res := s.decide(r.Context(), rl, key, 1, shed)
+	res := s.decide(r.Context(), rl, key, 1, shed)
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}
-	p.writeHeaders(w.Header(), checks[:], rl, &res, s.now())
+	p.writeHeaders(w.Header(), rl, &res, s.now())
 	if res.Allowed() {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	w.Header()["Cache-Control"] = []string{"no-store"}
 	o := &res.Outcomes[0] // denied: its one check decided
-	problem.Write(w, problem.Quota(p.denyStatus, rl.Name, checks[0].CountedLimit(o).String(), o.Local))
+	problem.Write(w, problem.Quota(p.denyStatus, rl.Name, o.Limit.String(), o.Local))
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 )
 
 // metrics are the server's Prometheus collectors, registered on the
@@ -97,17 +98,17 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine) (*metrics, err
 	return m, nil
 }
 
-// count records a one-rule request's result, checks[0] decided as res: its
-// decision outcome, and a store failure with the failure mode it met. A
-// store failure is the engine's event (decide.Result.Event), counted
+// count records a one-rule request's result: its decision outcome, and a
+// store failure with the failure mode it met. A store failure is the
+// front ends' event (frontend.EventOf), counted
 // whether or not the caller is still there; a request shed at the
 // in-flight cap (ErrOverloaded, the check's Err) never asked the store.
-func (m *metrics) count(checks []decide.Check, res *decide.Result) {
-	c, o := &checks[0], &res.Outcomes[0]
+func (m *metrics) count(res *decide.Result) {
+	c, o := &res.Checks[0], &res.Outcomes[0]
 	if o.Cached {
 		m.cacheHits.WithLabelValues(c.Rule).Inc()
 	}
-	if res.Event(checks, 0, false) == decide.StoreFailed {
+	if frontend.EventOf(res, 0, false) == frontend.StoreFailed {
 		m.storeErrors.WithLabelValues(c.Rule).Inc()
 	}
 	if o.RefundErr != nil {

@@ -3,9 +3,11 @@ package server
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
-	"strings"
+
+	"github.com/floodgate-rl/floodgate/internal/rulecheck"
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
@@ -36,7 +38,7 @@ type Rule struct {
 	Failure decide.FailureMode
 	// LocalShare is the share of Limit each instance enforces alone under
 	// decide.FailLocal while the store is unavailable: above 0 and at most
-	// 1, 1/N for N instances (see decide.LocalLimit). Zero: the whole
+	// 1, 1/N for N instances (see limitcheck.Share). Zero: the whole
 	// limit.
 	LocalShare float64
 	// NoCache keeps the rule out of the engine's over-limit cache: every
@@ -89,8 +91,6 @@ func (e *ConfigError) Error() string { return "server: " + e.Field + " " + e.Val
 // Unwrap returns Err.
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-var ruleName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
 // Validate reports every bad field of p, each as a *ConfigError, joined
 // with errors.Join.
 func (p *Policy) Validate() error {
@@ -101,14 +101,14 @@ func (p *Policy) Validate() error {
 	seen := make(map[string]int, len(p.Rules))
 	for i, r := range p.Rules {
 		field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
-		if !ruleName.MatchString(r.Name) {
-			bad(field("Name"), strconv.Quote(r.Name), "must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit", nil)
+		if reason := rulecheck.RuleName(r.Name); reason != "" {
+			bad(field("Name"), strconv.Quote(r.Name), reason, nil)
 		} else if prev, dup := seen[r.Name]; dup {
 			bad(field("Name"), strconv.Quote(r.Name), fmt.Sprintf("is already the name of the rule at index %d", prev), nil)
 		} else {
 			seen[r.Name] = i
 		}
-		for _, e := range decide.CheckRule(r.Limit, r.Failure, r.LocalShare) {
+		for _, e := range rulecheck.Rule(r.Limit, r.Failure, r.LocalShare) {
 			bad(field(e.Field), e.Value, e.Reason, e.Err)
 		}
 	}
@@ -118,25 +118,10 @@ func (p *Policy) Validate() error {
 	if p.DenyStatus != 0 && (p.DenyStatus < 400 || p.DenyStatus > 599) {
 		bad("DenyStatus", strconv.Itoa(p.DenyStatus), "must be a 4xx or 5xx status such as 429, 401 or 403", nil)
 	}
-	if p.RuleHeader != "" && !headerName(p.RuleHeader) {
+	if p.RuleHeader != "" && !httpguts.ValidHeaderFieldName(p.RuleHeader) {
 		bad("RuleHeader", strconv.Quote(p.RuleHeader), "is not a header field name: letters, digits and !#$%&'*+-.^_`|~ only, no spaces or colons, such as "+DefaultRuleHeader, nil)
 	}
 	return errors.Join(errs...)
-}
-
-// headerName reports whether s is an HTTP header field name (RFC 9110's
-// token: one or more tchar).
-func headerName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // policy is a validated Policy, ready to serve.
@@ -153,7 +138,7 @@ type policy struct {
 type rule struct {
 	Rule
 	policy ratelimitheader.Policy // the rule's header pieces
-	keys   decide.KeySpace        // its store keys, in the empty namespace
+	keys   storekey.Space         // its store keys, in the empty namespace
 }
 
 func newPolicy(p Policy) (*policy, error) {
@@ -184,7 +169,7 @@ func newPolicy(p Policy) (*policy, error) {
 		if r.Description == "" {
 			r.Description = r.Limit.String()
 		}
-		rl := &rule{Rule: r, policy: pol, keys: decide.NewKeySpace("", r.Name)}
+		rl := &rule{Rule: r, policy: pol, keys: storekey.NewSpace("", r.Name)}
 		out.rules[r.Name] = rl
 		out.ordered = append(out.ordered, rl)
 	}
@@ -192,16 +177,16 @@ func newPolicy(p Policy) (*policy, error) {
 }
 
 // Check is the engine's check of a request for key at cost under r, as the
-// server decides it: its store key is decide.StoreKey("", r.Name, key),
+// server decides it: its store key is storekey.Of("", r.Name, key),
 // and the rule's failure mode, local share, cache and shadow settings come
 // with it. `floodgate check` and `floodgate bench --rule` decide with it,
 // so they read and write the keys the server does.
 func (r Rule) Check(key string, cost int64) decide.Check {
-	return r.checkIn(decide.NewKeySpace("", r.Name), key, cost)
+	return r.checkIn(storekey.NewSpace("", r.Name), key, cost)
 }
 
 // checkIn is Check with the rule's key space already made.
-func (r *Rule) checkIn(keys decide.KeySpace, key string, cost int64) decide.Check {
+func (r *Rule) checkIn(keys storekey.Space, key string, cost int64) decide.Check {
 	return decide.Check{Rule: r.Name, Key: keys.Key(key), Limit: r.Limit, Cost: cost,
 		Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
 }

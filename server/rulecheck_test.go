@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/memory"
@@ -15,10 +17,10 @@ import (
 )
 
 // TestRuleCheck: Rule.Check carries every field of the rule the engine
-// reads, keyed as decide.StoreKey in the empty namespace, and it is the
+// reads, keyed as storekey.Of in the empty namespace, and it is the
 // check the server decides with: what the server counted is at that key.
 func TestRuleCheck(t *testing.T) {
-	long := strings.Repeat("x", decide.MaxKeyLen+1)
+	long := strings.Repeat("x", storekey.MaxLen+1)
 	for _, r := range []server.Rule{
 		{Name: "api", Limit: floodgate.PerMinute(3)},
 		{Name: "rls", Limit: floodgate.PerHour(2), Failure: decide.FailOpen},
@@ -27,7 +29,7 @@ func TestRuleCheck(t *testing.T) {
 	} {
 		for _, key := range []string{"k", "a|b", long} {
 			got := r.Check(key, 2)
-			want := decide.Check{Rule: r.Name, Key: decide.StoreKey("", r.Name, key), Limit: r.Limit, Cost: 2,
+			want := decide.Check{Rule: r.Name, Key: storekey.Of("", r.Name, key), Limit: r.Limit, Cost: 2,
 				Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
 			if got != want {
 				t.Errorf("%s key %.8q: Check = %+v, want %+v", r.Name, key, got, want)

@@ -332,12 +332,12 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 			return
 		}
 	}
-	checks, res := s.decide(r.Context(), rl, *req.Key, cost, shed)
+	res := s.decide(r.Context(), rl, *req.Key, cost, shed)
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}
 	resp := NewCheckResponse(rl.Rule, &res)
-	p.writeHeaders(w.Header(), checks[:], rl, &res, s.now())
+	p.writeHeaders(w.Header(), rl, &res, s.now())
 	status := http.StatusOK
 	if !res.Allowed() {
 		status = http.StatusTooManyRequests
@@ -345,18 +345,18 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 	writeJSON(w, status, resp)
 }
 
-// decide decides one request under rl through the engine and counts it,
-// and returns its one check beside the result. With shed set
-// (ErrOverloaded) the store is not asked: the rule's failure mode decides.
-func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, shed error) ([1]decide.Check, decide.Result) {
+// decide decides one request under rl through the engine and counts it.
+// With shed set (ErrOverloaded) the store is not asked: the rule's failure
+// mode decides.
+func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, shed error) decide.Result {
 	checks := [1]decide.Check{rl.check(key, cost)}
 	checks[0].Err = shed
 	var outcomes [1]decide.Outcome
 	start := time.Now()
 	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
 	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
-	s.metrics.count(checks[:], &res)
-	return checks, res
+	s.metrics.count(&res)
+	return res
 }
 
 // answerFailure answers a request the engine did not decide: 503 for a
@@ -387,12 +387,12 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 
 // writeHeaders sets the rate-limit headers of a decided request of checks
 // (its one check, under rl) as the middleware does, as the engine's header
-// view says (decide.Result.Headers): the rule's RateLimit-Policy and, when
+// view says (frontend.Headers): the rule's RateLimit-Policy and, when
 // it decided, the RateLimit and X-RateLimit-* fields, with Retry-After when
 // it denied. A shadow rule never appears in them.
-func (p *policy) writeHeaders(h http.Header, checks []decide.Check, rl *rule, res *decide.Result, now time.Time) {
+func (p *policy) writeHeaders(h http.Header, rl *rule, res *decide.Result, now time.Time) {
 	policies := [1]*ratelimitheader.Policy{&rl.policy}
-	frontend.WriteHeaders(h, p.headers, now, checks, policies[:], res)
+	frontend.WriteHeaders(h, p.headers, now, policies[:], res)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

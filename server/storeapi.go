@@ -9,8 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/rulecheck"
+
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/internal/storewire"
@@ -76,7 +77,7 @@ func newStoreAPI(c *StoreAPI, store floodgate.Store, m *metrics, unavailable tim
 	if b := ns[0]; b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' {
 		return nil, &ConfigError{Field: "Options.StoreAPI.Namespace", Value: fmt.Sprintf("%q", ns), Reason: "must not start with a letter or digit, or its keys could meet a rule's; try " + fmt.Sprintf("%q", "@"+ns)}
 	}
-	if reason := decide.CheckKeyPrefix(ns); reason != "" {
+	if reason := rulecheck.KeyPrefix(ns); reason != "" {
 		return nil, &ConfigError{Field: "Options.StoreAPI.Namespace", Value: fmt.Sprintf("%q", ns), Reason: reason}
 	}
 	return &storeAPI{store: bs, ns: ns, clock: c.Clock, metrics: m, unavailable: unavailable}, nil

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -62,7 +64,7 @@ func TestTwoRedisServers(t *testing.T) {
 	}
 	ctx := context.Background()
 	sec, min := floodgate.NewLimit(floodgate.FixedWindow, 2, time.Second), floodgate.PerMinute(5)
-	secKey, minKey := decide.StoreKey("test", "per-second", "client"), decide.StoreKey("test", "per-minute", "client")
+	secKey, minKey := storekey.Of("test", "per-second", "client"), storekey.Of("test", "per-minute", "client")
 	checks := func(secMode, minMode decide.FailureMode) []decide.Check {
 		return []decide.Check{
 			{Rule: "per-second", Key: secKey, Limit: sec, Failure: secMode},

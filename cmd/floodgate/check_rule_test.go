@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -54,7 +56,7 @@ rules:
 		cost      int64
 		advance   time.Duration
 	}
-	long := strings.Repeat("k", decide.MaxKeyLen+10) // hashed into the store key
+	long := strings.Repeat("k", storekey.MaxLen+10) // hashed into the store key
 	var steps []step
 	for _, rule := range []string{"api", "rls", "watch"} {
 		for _, key := range []string{"a", "a|b", long} {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-rl/floodgate/config"
@@ -280,7 +282,7 @@ func readEnvoyEnv(lookup func(string) (string, bool), environ []string) (*envoyC
 	// retry delay has passed. decide checks the bound.
 	if n := e.int("LOCAL_CACHE_SIZE_IN_BYTES", 0); n != 0 {
 		cache := decide.CacheOptions{MaxBytes: int64(n)}
-		var fe *decide.FieldError
+		var fe *fielderr.Error
 		if err := cache.Validate(); errors.As(err, &fe) {
 			e.fail("LOCAL_CACHE_SIZE_IN_BYTES=%q %s (envoyproxy/ratelimit would run its smallest over-limit cache, 512 KiB, with it); "+
 				"set 0 (the default) for no over-limit cache, or its size in bytes, such as 1048576", e.str("LOCAL_CACHE_SIZE_IN_BYTES", ""), fe.Reason)

@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
@@ -265,7 +266,7 @@ func TestCheckStoreErrorNeverAdmits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	key := redisstore.Key(prefix, decide.StoreKey("", "api", "victim"), floodgate.SlidingWindowLog)
+	key := redisstore.Key(prefix, storekey.Of("", "api", "victim"), floodgate.SlidingWindowLog)
 	ctx := context.Background()
 	if err := client.Do(ctx, client.B().Set().Key(key).Value("not a sorted set").Ex(time.Minute).Build()).Error(); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package docstest
 import (
 	"testing"
 
+	"github.com/floodgate-rl/floodgate/internal/limitcheck"
+
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/envoy"
 )
@@ -36,7 +38,7 @@ func TestEnvoyLocalExample(t *testing.T) {
 		if tc.mode != decide.FailLocal {
 			continue
 		}
-		l, err := decide.LocalLimit(r.Limit, r.LocalShare)
+		l, err := limitcheck.Share(r.Limit, r.LocalShare)
 		if err != nil || l.Quota != tc.local {
 			t.Errorf("%s: local limit %v (%v), want a quota of %d", tc.key, l, err, tc.local)
 		}

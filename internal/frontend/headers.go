@@ -8,17 +8,16 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
-// WriteHeaders sets on h, in mode, the rate-limit headers of res, a
-// decision of checks whose rules' header pieces are policies (one per
-// check, in order), as the engine's header view says
-// ([decide.Result.Headers]): the RateLimit-Policy of every check but the
+// WriteHeaders sets on h, in mode, the rate-limit headers of res, whose
+// checks' rules have the header pieces policies (one per check, in order),
+// as the header view says ([Headers]): the RateLimit-Policy of every check but the
 // shadow ones, the other fields for the deciding check, Retry-After when it
 // denied, and Floodgate-Fallback when a check was decided locally. It sets
 // the policies of the shadow checks to nil, and returns the view, for a
 // front end that adds its own fields (gRPC's retry pushback). now is the
 // time the reset fields count from.
-func WriteHeaders(h http.Header, mode ratelimitheader.Mode, now time.Time, checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) decide.HeaderView {
-	v := res.Headers(checks)
+func WriteHeaders(h http.Header, mode ratelimitheader.Mode, now time.Time, policies []*ratelimitheader.Policy, res *decide.Result) HeaderView {
+	v := Headers(res)
 	for i := range v.Unlisted {
 		policies[i] = nil
 	}

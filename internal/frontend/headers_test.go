@@ -62,9 +62,9 @@ func TestWriteHeaders(t *testing.T) {
 			}
 			res := e.Decide(t.Context(), c.checks)
 			h := http.Header{}
-			v := frontend.WriteHeaders(h, ratelimitheader.Both, now, c.checks, policies, &res)
-			if want := res.Headers(c.checks); v.Deciding != want.Deciding || v.Decision != want.Decision || v.Local != want.Local {
-				t.Errorf("view = %+v, want the engine's %+v", v, want)
+			v := frontend.WriteHeaders(h, ratelimitheader.Both, now, policies, &res)
+			if want := frontend.Headers(&res); v.Deciding != want.Deciding || v.Decision != want.Decision || v.Local != want.Local {
+				t.Errorf("view = %+v, want Headers' %+v", v, want)
 			}
 			if len(h) != len(c.want) {
 				t.Errorf("headers = %v, want %v", h, c.want)

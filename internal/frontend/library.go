@@ -18,6 +18,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+	"github.com/floodgate-rl/floodgate/internal/rulecheck"
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
 )
@@ -33,7 +37,7 @@ type Library struct {
 	Clock floodgate.Clock
 	// Rules are the Config's rules, in its order: at least one.
 	Rules []Rule
-	// KeyPrefix begins the store keys ([decide.CheckKeyPrefix]).
+	// KeyPrefix begins the store keys ([rulecheck.KeyPrefix]).
 	KeyPrefix string
 	// Options are the engine's; their Now is Clock's.
 	Options decide.Options
@@ -43,7 +47,7 @@ type Library struct {
 // names in every such front end: what becomes its [decide.Check]. How the rule
 // matches a request and finds its key is the front end's own.
 type Rule struct {
-	// Name names the rule: required, printable ASCII ([decide.CheckRuleName]),
+	// Name names the rule: required, the one shape of rule names ([rulecheck.RuleName]),
 	// unique within the Config.
 	Name string
 	// Limit is the rule's limit; it must be valid.
@@ -73,8 +77,8 @@ type Front struct {
 type RuleCheck struct {
 	// Check is the rule's check; its Key is set per request by For.
 	Check decide.Check
-	// Keys are the rule's store keys: decide.StoreKey(KeyPrefix, rule name, key).
-	Keys decide.KeySpace
+	// Keys are the rule's store keys: storekey.Of(KeyPrefix, rule name, key).
+	Keys storekey.Space
 }
 
 // For returns the rule's check of a request for which the rule's key
@@ -98,11 +102,11 @@ func (rc *RuleCheck) For(key string, err, errKey error) (decide.Check, bool) {
 
 // New checks l and returns its engine, the time it tells by and
 // its rules' checks. An unusable setting is an error wrapping a
-// *decide.FieldError that names it as the front ends' Configs do: Store, Rules,
+// *fielderr.Error that names it as the front ends' Configs do: Store, Rules,
 // KeyPrefix, Timeout, UnavailableRetryAfter, LogInterval,
 // OverLimitCache.MaxEntries, OverLimitCache.MaxBytes, or a rule's field
-// under its index, such as "Rules[1].Name" ([decide.CheckRuleName], or a name an
-// earlier rule has) or "Rules[0].Limit" ([decide.CheckRule]: Limit, Failure,
+// under its index, such as "Rules[1].Name" ([rulecheck.RuleName], or a name an
+// earlier rule has) or "Rules[0].Limit" ([rulecheck.Rule]: Limit, Failure,
 // LocalShare). [ErrorFields] gives what a front end's ConfigError reports of it.
 func New(l Library) (Front, error) {
 	now := time.Now
@@ -116,46 +120,46 @@ func New(l Library) (Front, error) {
 	case err != nil:
 		return Front{}, err
 	case len(l.Rules) == 0:
-		return Front{}, fmt.Errorf("frontend: %w", &decide.FieldError{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"})
+		return Front{}, fmt.Errorf("frontend: %w", &fielderr.Error{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"})
 	}
-	if reason := decide.CheckKeyPrefix(l.KeyPrefix); reason != "" {
-		return Front{}, fmt.Errorf("frontend: %w", &decide.FieldError{Field: "KeyPrefix", Value: strconv.Quote(l.KeyPrefix), Reason: reason})
+	if reason := rulecheck.KeyPrefix(l.KeyPrefix); reason != "" {
+		return Front{}, fmt.Errorf("frontend: %w", &fielderr.Error{Field: "KeyPrefix", Value: strconv.Quote(l.KeyPrefix), Reason: reason})
 	}
 	front := Front{Engine: engine, Now: now, Rules: make([]RuleCheck, 0, len(l.Rules))}
 	seen := make(map[string]bool, len(l.Rules))
 	for i, r := range l.Rules {
-		bad := func(fe decide.FieldError) error {
+		bad := func(fe fielderr.Error) error {
 			fe.Field = fmt.Sprintf("Rules[%d].%s", i, fe.Field)
 			return fmt.Errorf("frontend: %w", &fe)
 		}
-		if reason := decide.CheckRuleName(r.Name); reason != "" {
-			return Front{}, bad(decide.FieldError{Field: "Name", Value: strconv.Quote(r.Name), Reason: reason})
+		if reason := rulecheck.RuleName(r.Name); reason != "" {
+			return Front{}, bad(fielderr.Error{Field: "Name", Value: strconv.Quote(r.Name), Reason: reason})
 		}
-		if errs := decide.CheckRule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
+		if errs := rulecheck.Rule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
 			return Front{}, bad(errs[0])
 		}
 		if seen[r.Name] {
-			return Front{}, bad(decide.FieldError{Field: "Name", Value: strconv.Quote(r.Name), Reason: "is used by an earlier rule"})
+			return Front{}, bad(fielderr.Error{Field: "Name", Value: strconv.Quote(r.Name), Reason: "is used by an earlier rule"})
 		}
 		seen[r.Name] = true
 		front.Rules = append(front.Rules, RuleCheck{
 			Check: decide.Check{Rule: r.Name, Limit: r.Limit, Cost: r.Cost, Failure: r.Failure, LocalShare: r.LocalShare,
 				NoCache: r.NoCache, Shadow: r.Shadow},
-			Keys: decide.NewKeySpace(l.KeyPrefix, r.Name),
+			Keys: storekey.NewSpace(l.KeyPrefix, r.Name),
 		})
 	}
 	return front, nil
 }
 
 // ErrorFields returns what a front end's ConfigError reports of err, an
-// error of [New]: the field, value and reason of the *decide.FieldError it
+// error of [New]: the field, value and reason of the *fielderr.Error it
 // wraps (all of them wrap one; for an error that wraps none, the Store,
-// which "cannot be used"), and that *decide.FieldError as its Err. Each
+// which "cannot be used"), and that *fielderr.Error as its Err. Each
 // front end's ConfigError is a struct literal of the four.
 func ErrorFields(err error) (field, value, reason string, fieldErr error) {
-	fe := (*decide.FieldError)(nil)
+	fe := (*fielderr.Error)(nil)
 	if !errors.As(err, &fe) {
-		fe = &decide.FieldError{Field: "Store", Reason: "cannot be used", Err: err}
+		fe = &fielderr.Error{Field: "Store", Reason: "cannot be used", Err: err}
 	}
 	return fe.Field, fe.Value, fe.Reason, fe
 }

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -37,14 +40,14 @@ func TestNew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := frontend.New(tc.lib)
-			var fe *decide.FieldError
+			var fe *fielderr.Error
 			if !errors.As(err, &fe) || fe.Field != tc.field || fe.Value != tc.val {
 				t.Fatalf("New = %v, want a *FieldError for %s %s", err, tc.field, tc.val)
 			}
 		})
 	}
 	clock := clocktest.NewManual(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	rules := []frontend.Rule{{Name: "a", Limit: ok, Cost: 2, Failure: decide.FailLocal, LocalShare: 0.5, NoCache: true}, {Name: "b|c", Limit: ok, Shadow: true}}
+	rules := []frontend.Rule{{Name: "a", Limit: ok, Cost: 2, Failure: decide.FailLocal, LocalShare: 0.5, NoCache: true}, {Name: "b.c", Limit: ok, Shadow: true}}
 	front, err := frontend.New(frontend.Library{Store: memory.New(), Rules: rules, Clock: clock, KeyPrefix: "app:"})
 	if err != nil || front.Engine == nil {
 		t.Fatalf("New = %v, %v", front.Engine, err)
@@ -60,7 +63,7 @@ func TestNew(t *testing.T) {
 		if got := front.Rules[i].Check; !reflect.DeepEqual(got, want) {
 			t.Errorf("Rules[%d].Check = %+v, want %+v", i, got, want)
 		}
-		if got, want := front.Rules[i].Keys.Key("k"), decide.StoreKey("app:", r.Name, "k"); got != want {
+		if got, want := front.Rules[i].Keys.Key("k"), storekey.Of("app:", r.Name, "k"); got != want {
 			t.Errorf("Rules[%d].Keys.Key(k) = %q, want StoreKey's %q", i, got, want)
 		}
 	}
@@ -83,7 +86,7 @@ func TestRuleCheckFor(t *testing.T) {
 		applies bool
 		wantKey string
 	}{
-		{"key", "1.2.3.4", nil, true, decide.StoreKey("p:", "r", "1.2.3.4")},
+		{"key", "1.2.3.4", nil, true, storekey.Of("p:", "r", "1.2.3.4")},
 		{"no key", "", nil, false, ""},
 		{"key error", "", errFn, true, ""},
 	} {
@@ -102,13 +105,13 @@ func TestRuleCheckFor(t *testing.T) {
 	}
 }
 
-// TestErrorFields: every error of New carries a *decide.FieldError,
+// TestErrorFields: every error of New carries a *fielderr.Error,
 // whose field, value and reason a front end's ConfigError reports as they
 // are; another error is the Store's.
 func TestErrorFields(t *testing.T) {
 	_, err := frontend.New(frontend.Library{Store: memory.New()})
 	field, value, reason, fieldErr := frontend.ErrorFields(err)
-	var fe *decide.FieldError
+	var fe *fielderr.Error
 	if field != "Rules" || value != "[]" || reason != "must hold at least one rule" || !errors.As(fieldErr, &fe) || fe.Field != "Rules" {
 		t.Errorf("ErrorFields(%v) = %q, %q, %q, %v; want those of its *FieldError for Rules", err, field, value, reason, fieldErr)
 	}

@@ -46,28 +46,28 @@ func NewReporter[R any](name string, onError func(R, string, error), onShadow fu
 	return &Reporter[R]{name: name, onError: onError, onShadow: onShadow}
 }
 
-// Report counts req, decided as res from checks: its verdict (Denied,
-// Unavailable), whether a check was decided locally, and each check's
-// event ([decide.Result.Event]) and failed refund. callerGone says that req's
+// Report counts req, decided as res: its verdict (Denied, Unavailable),
+// whether a check was decided locally, and each check's event ([EventOf])
+// and failed refund. callerGone says that req's
 // context has ended. onError gets, with the rule's name, a key function's
 // error as the check holds it, a store error as "name: rule "r": store:
 // err" and a failed refund as "name: err"; onShadow a shadow check's
 // decision.
-func (rp *Reporter[R]) Report(req R, callerGone bool, checks []decide.Check, res *decide.Result) {
+func (rp *Reporter[R]) Report(req R, callerGone bool, res *decide.Result) {
 	for i := range res.Outcomes {
-		o, rule := &res.Outcomes[i], checks[i].Rule
-		switch res.Event(checks, i, callerGone) {
-		case decide.KeyFailed:
+		o, rule := &res.Outcomes[i], res.Checks[i].Rule
+		switch EventOf(res, i, callerGone) {
+		case KeyFailed:
 			rp.keyErrs.Add(1)
 			if rp.onError != nil {
 				rp.onError(req, rule, o.Err)
 			}
-		case decide.StoreFailed:
+		case StoreFailed:
 			rp.storeErrs.Add(1)
 			if rp.onError != nil {
 				rp.onError(req, rule, fmt.Errorf("%s: rule %q: store: %w", rp.name, rule, o.Err))
 			}
-		case decide.ShadowDenied:
+		case ShadowDenied:
 			rp.shadowed.Add(1)
 			if rp.onShadow != nil {
 				rp.onShadow(req, rule, o.Decision)

@@ -67,7 +67,7 @@ func TestReporter(t *testing.T) {
 				},
 				func(_ int, rule string, _ floodgate.Decision) { shadows = append(shadows, rule) })
 			res := e.Decide(t.Context(), c.checks)
-			rp.Report(7, c.callerGone, c.checks, &res)
+			rp.Report(7, c.callerGone, &res)
 			if got := rp.Counts(); got != c.want {
 				t.Errorf("Counts() = %+v, want %+v", got, c.want)
 			}
@@ -89,7 +89,7 @@ func TestReporter(t *testing.T) {
 	checks := []decide.Check{{Rule: "r", Limit: l, Err: errors.New("no header")}}
 	e, _ := decide.New(memory.New(), decide.Options{Logger: slog.New(slog.DiscardHandler)})
 	res := e.Decide(t.Context(), checks)
-	rp.Report(0, false, checks, &res)
+	rp.Report(0, false, &res)
 	if got := rp.Counts(); got != (frontend.Counts{KeyErrors: 1}) {
 		t.Errorf("Counts() with nil hooks = %+v, want one key error", got)
 	}

@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocktest"
-	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memory"
@@ -25,7 +26,7 @@ import (
 )
 
 // TestHugeKeysAreHashedEverywhere sends distinct keys far over
-// decide.MaxKeyLen through every front end that takes a key from the
+// storekey.MaxLen through every front end that takes a key from the
 // client, and checks that the store holds each as a short hash: memory per
 // key does not grow with the key, and distinct keys stay distinct.
 func TestHugeKeysAreHashedEverywhere(t *testing.T) {
@@ -110,7 +111,7 @@ func TestHugeKeysAreHashedEverywhere(t *testing.T) {
 			if st.Keys != n {
 				t.Fatalf("%d keys stored for %d distinct keys", st.Keys, n)
 			}
-			if per := st.KeyBytes / st.Keys; per > decide.MaxKeyLen/2 {
+			if per := st.KeyBytes / st.Keys; per > storekey.MaxLen/2 {
 				t.Fatalf("%d bytes stored per key of %d bytes; want a hash", per, c.size)
 			}
 		})

@@ -79,7 +79,7 @@ func numberReason(err error) (reason, fix string) {
 
 // Int returns the whole number n, written in decimal digits (10, -3, not
 // 010, 0x10 or +10), and reports any other node or number: a caller such
-// as decide.ShareOf says what is wrong with its value.
+// as rulecheck.ShareOf says what is wrong with its value.
 func (l *List) Int(n *yaml.Node, path string) (int64, bool) {
 	v, err := wholeNumber(n)
 	if err != nil {
@@ -120,7 +120,7 @@ func (l *List) Uint(n *yaml.Node, path string, most uint64) (uint64, bool) {
 }
 
 // Float returns the number n (0.25, 1, 1e-3, also .inf and .nan: a caller
-// such as decide.ShareOf says what is wrong with its value), written
+// such as rulecheck.ShareOf says what is wrong with its value), written
 // plainly, and reports any other node, a quoted number among them.
 func (l *List) Float(n *yaml.Node, path string) (float64, bool) {
 	var v float64

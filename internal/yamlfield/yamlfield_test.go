@@ -210,7 +210,7 @@ func TestListFloat(t *testing.T) {
 		{`v: "0.5"`, 0, `f.yaml:1: v: "0.5" is not a number; write it without quotes`},
 		{"v: half", 0, `f.yaml:1: v: "half" is not a number`},
 		// NaN and the infinities are numbers: the caller checks the value
-		// (decide.ShareOf, as for floodgate's config, which yaml decodes).
+		// (rulecheck.ShareOf, as for floodgate's config, which yaml decodes).
 		{"v: .nan", math.NaN(), ""},
 		{"v: -.inf", math.Inf(-1), ""},
 		{"v: 010", 8, ""},

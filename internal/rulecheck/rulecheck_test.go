@@ -1,4 +1,4 @@
-package decide_test
+package rulecheck_test
 
 import (
 	"errors"
@@ -9,9 +9,11 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/fielderr"
+	"github.com/floodgate-rl/floodgate/internal/rulecheck"
 )
 
-func TestCheckRule(t *testing.T) {
+func TestRule(t *testing.T) {
 	ok := floodgate.PerMinute(10)
 	bad := floodgate.Limit{Algorithm: floodgate.SlidingWindowLog, Quota: 0, Window: time.Minute}
 	for _, tc := range []struct {
@@ -31,9 +33,9 @@ func TestCheckRule(t *testing.T) {
 		{"all reported", bad, decide.FailureMode(9), 0, []string{"Limit: ", "Failure: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decide.CheckRule(tc.limit, tc.failure, tc.share)
+			got := rulecheck.Rule(tc.limit, tc.failure, tc.share)
 			if len(got) != len(tc.want) {
-				t.Fatalf("CheckRule = %+v, want %d errors", got, len(tc.want))
+				t.Fatalf("Rule = %+v, want %d errors", got, len(tc.want))
 			}
 			for i, w := range tc.want {
 				field, reason, _ := strings.Cut(w, ": ")
@@ -45,15 +47,20 @@ func TestCheckRule(t *testing.T) {
 	}
 }
 
-func TestCheckRuleNameAndKeyPrefix(t *testing.T) {
-	for name, want := range map[string]string{"per-ip": "", "a b.c/d": "", "": "is required", "tab\there": "must be printable ASCII", "é": "must be printable ASCII"} {
-		if got := decide.CheckRuleName(name); got != want {
-			t.Errorf("CheckRuleName(%q) = %q, want %q", name, got, want)
+func TestRuleNameAndKeyPrefix(t *testing.T) {
+	const shape = "must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+	for name, want := range map[string]string{
+		"per-ip": "", "api.v1_login": "", "9": "", strings.Repeat("a", 64): "",
+		"": "is required", "a b": shape, "a/b": shape, "-x": shape, ".x": shape, "tab\there": shape, "é": shape,
+		strings.Repeat("a", 65): shape + " (it has 65 bytes)",
+	} {
+		if got := rulecheck.RuleName(name); got != want {
+			t.Errorf("RuleName(%q) = %q, want %q", name, got, want)
 		}
 	}
 	for prefix, ok := range map[string]bool{"": true, "app:": true, "a{b": false, "}": false} {
-		if got := decide.CheckKeyPrefix(prefix); (got == "") != ok {
-			t.Errorf("CheckKeyPrefix(%q) = %q", prefix, got)
+		if got := rulecheck.KeyPrefix(prefix); (got == "") != ok {
+			t.Errorf("KeyPrefix(%q) = %q", prefix, got)
 		}
 	}
 }
@@ -98,8 +105,8 @@ func TestShareOf(t *testing.T) {
 		{"bad mode, both", decide.FailOpen, true, f(0.5), i(2), 0, "Instances"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decide.ShareOf(tc.failure, tc.failureBad, tc.share, tc.instances)
-			var fe *decide.FieldError
+			got, err := rulecheck.ShareOf(tc.failure, tc.failureBad, tc.share, tc.instances)
+			var fe *fielderr.Error
 			if errors.As(err, &fe) != (tc.field != "") || fe != nil && fe.Field != tc.field {
 				t.Fatalf("ShareOf = %v, %v; want a FieldError on %q", got, err, tc.field)
 			}

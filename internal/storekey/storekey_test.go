@@ -1,4 +1,4 @@
-package decide_test
+package storekey_test
 
 import (
 	"crypto/sha256"
@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/storekey"
 )
 
 func TestStoreKey(t *testing.T) {
-	long := strings.Repeat("x", decide.MaxKeyLen+1)
+	long := strings.Repeat("x", storekey.MaxLen+1)
 	sum := sha256.Sum256([]byte(long))
 	tests := []struct{ ns, rule, key, want string }{
 		{"", "login", "user-42", "login|user-42"},
@@ -18,7 +18,7 @@ func TestStoreKey(t *testing.T) {
 		{"", `a\`, "|b", `a\\||b`},
 		{"", "r#", "k", `r\#|k`},
 		{"", "a{b}", "k{tag}", `a\(b\)|k{tag}`},
-		{"", "r", strings.Repeat("x", decide.MaxKeyLen), "r|" + strings.Repeat("x", decide.MaxKeyLen)},
+		{"", "r", strings.Repeat("x", storekey.MaxLen), "r|" + strings.Repeat("x", storekey.MaxLen)},
 		{"", "r", long, "r#" + hex.EncodeToString(sum[:])},
 		// A rule named "rls" would write Envoy's namespace ("rls|").
 		{"", "rls", "edge|remote_address=1.1.1.1", `\rls|edge|remote_address=1.1.1.1`},
@@ -26,7 +26,7 @@ func TestStoreKey(t *testing.T) {
 		{"rls|", "rls", "k", "rls|rls|k"},
 	}
 	for _, tt := range tests {
-		got := decide.StoreKey(tt.ns, tt.rule, tt.key)
+		got := storekey.Of(tt.ns, tt.rule, tt.key)
 		if got != tt.want {
 			t.Errorf("StoreKey(%q, %q, %q) = %q, want %q", tt.ns, tt.rule, tt.key, got, tt.want)
 		}
@@ -36,7 +36,7 @@ func TestStoreKey(t *testing.T) {
 	seen := map[string][2]string{}
 	for _, r := range parts {
 		for _, k := range parts {
-			got := decide.StoreKey("", r, k)
+			got := storekey.Of("", r, k)
 			if prev, ok := seen[got]; ok {
 				t.Errorf("(%q, %q) and (%q, %q) share key %q", prev[0], prev[1], r, k, got)
 			}
@@ -51,7 +51,7 @@ func TestStoreKey(t *testing.T) {
 	for _, domain := range parts {
 		for _, k := range parts {
 			for _, entry := range []string{k, "remote_address=" + k} {
-				envoy := decide.StoreKey("rls|", domain, entry)
+				envoy := storekey.Of("rls|", domain, entry)
 				if prev, ok := seen[envoy]; ok {
 					t.Errorf("rule %q key %q shares store key %q with Envoy's domain %q entry %q", prev[0], prev[1], envoy, domain, entry)
 				}

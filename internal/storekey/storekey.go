@@ -1,4 +1,10 @@
-package decide
+// Package storekey is the store-key scheme every front end keys its rules
+// with: a namespace, the rule's name escaped, and the key (hashed past
+// MaxLen), so that distinct rules never share state and no rule name puts
+// all of its keys on one Redis Cluster node.
+//
+// It is a helper room: it imports the standard library only.
+package storekey
 
 import (
 	"crypto/sha256"
@@ -6,14 +12,14 @@ import (
 	"strings"
 )
 
-// MaxKeyLen is the longest key that [StoreKey] keeps as it is; a longer one
+// MaxLen is the longest key that [Of] keeps as it is; a longer one
 // (a huge header value, an attacker's padding) is stored as its SHA-256, so
 // no client can make a store hold arbitrarily long keys.
-const MaxKeyLen = 256
+const MaxLen = 256
 
-// StoreKey returns the store key under which the rule named rule counts key,
+// Of returns the store key under which the rule named rule counts key,
 // in namespace ns: ns, the rule's name escaped, then '|' and the key, or '#'
-// and the key's SHA-256 in hex when the key is longer than MaxKeyLen.
+// and the key's SHA-256 in hex when the key is longer than MaxLen.
 // Distinct (rule, key) pairs in one namespace never share a store key,
 // whatever bytes they hold.
 //
@@ -30,20 +36,20 @@ const MaxKeyLen = 256
 // with the descriptor's domain as the rule. So that no rule of the empty
 // namespace shares keys with Envoy's, a rule named "rls" is written there
 // as `\rls` (no other name escapes to it).
-func StoreKey(ns, rule, key string) string { return NewKeySpace(ns, rule).Key(key) }
+func Of(ns, rule, key string) string { return NewSpace(ns, rule).Key(key) }
 
 // envoyNamespaceRule is the rule name that, in the empty namespace, would
 // write the keys of Envoy's service's namespace ("rls|").
 const envoyNamespaceRule = "rls"
 
-// KeySpace is the store keys of one rule in one namespace, escaped once:
+// Space is the store keys of one rule in one namespace, escaped once:
 // front ends make one per rule when they load their rules, and
-// KeySpace.Key(key) is StoreKey(ns, rule, key) without escaping the name on
-// every request.
-type KeySpace struct{ prefix string }
+// Space.Key(key) is Of(ns, rule, key) without escaping the name on every
+// request.
+type Space struct{ prefix string }
 
-// NewKeySpace returns the key space of the rule named rule in namespace ns.
-func NewKeySpace(ns, rule string) KeySpace {
+// NewSpace returns the key space of the rule named rule in namespace ns.
+func NewSpace(ns, rule string) Space {
 	var b strings.Builder
 	b.Grow(len(ns) + len(rule) + 4)
 	b.WriteString(ns)
@@ -51,12 +57,12 @@ func NewKeySpace(ns, rule string) KeySpace {
 		b.WriteByte('\\') // would be Envoy's namespace, "rls|"
 	}
 	escapeRule(&b, rule)
-	return KeySpace{prefix: b.String()}
+	return Space{prefix: b.String()}
 }
 
 // Key returns the store key of key in the key space.
-func (k KeySpace) Key(key string) string {
-	if len(key) <= MaxKeyLen {
+func (k Space) Key(key string) string {
+	if len(key) <= MaxLen {
 		return k.prefix + "|" + key
 	}
 	sum := sha256.Sum256([]byte(key))
@@ -66,7 +72,7 @@ func (k KeySpace) Key(key string) string {
 	return k.prefix + string(b[:])
 }
 
-// escapeRule writes a rule name to b, escaped as StoreKey says.
+// escapeRule writes a rule name to b, escaped as Of says.
 func escapeRule(b *strings.Builder, s string) {
 	if !strings.ContainsAny(s, "\\|#{}") {
 		b.WriteString(s)

@@ -1,4 +1,6 @@
-package decide
+package frontend
+
+import "github.com/floodgate-rl/floodgate/decide"
 
 // Event is what a front end counts and reports about one check of a
 // decided request, besides the verdict.
@@ -17,16 +19,16 @@ const (
 	ShadowDenied
 )
 
-// Event returns what the front ends report about checks[i], the check of
-// r.Outcomes[i]; callerGone says that the request's context has ended (its
-// store failures are then the caller's doing, not the store's). A refund
-// that failed (Outcome.RefundErr) is reported besides, whatever the event.
-func (r *Result) Event(checks []Check, i int, callerGone bool) Event {
-	c, o := &checks[i], &r.Outcomes[i]
+// EventOf returns what the front ends report about check i of r;
+// callerGone says that the request's context has ended (its store failures
+// are then the caller's doing, not the store's). A refund that failed
+// (Outcome.RefundErr) is reported besides, whatever the event.
+func EventOf(r *decide.Result, i int, callerGone bool) Event {
+	c, o := &r.Checks[i], &r.Outcomes[i]
 	switch {
 	case c.Err != nil:
 		return KeyFailed
-	case o.Err != nil && o.Verdict != Invalid && !callerGone:
+	case o.Err != nil && o.Verdict != decide.Invalid && !callerGone:
 		return StoreFailed
 	case c.Shadow && o.WouldDeny():
 		return ShadowDenied

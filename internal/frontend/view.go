@@ -1,13 +1,16 @@
-package decide
+package frontend
 
-import "github.com/floodgate-rl/floodgate"
+import (
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+)
 
 // HeaderView is what the rate-limit headers of a decided request describe,
 // the same for every front end: which checks RateLimit-Policy lists, the
 // check whose decision RateLimit, X-RateLimit-* and Retry-After give, and
 // whether the answer says it was decided locally. Front ends write it with
 // their rules' header pieces through internal/ratelimitheader, the one
-// encoder.
+// encoder ([WriteHeaders]).
 type HeaderView struct {
 	// Deciding is the index of the check the RateLimit, X-RateLimit-* and
 	// Retry-After fields describe: the Result's deciding check when the
@@ -19,19 +22,18 @@ type HeaderView struct {
 	Decision floodgate.Decision
 	// Local reports that the request was admitted or denied and an
 	// enforced check of it was decided by the local fallback
-	// ([Result.LocalFallback]): the answer says so. An answer that decided
+	// ([decide.Result.LocalFallback]): the answer says so. An answer that decided
 	// nothing (a fail-closed check could not decide) does not, whatever a
 	// local check found: the request took nothing.
 	Local bool
 
-	checks []Check
+	checks []decide.Check
 }
 
-// Headers returns the header view of r, a decision of checks. checks may
-// be nil for a front end that does not call Listed.
-func (r *Result) Headers(checks []Check) HeaderView {
-	v := HeaderView{Deciding: -1, checks: checks}
-	if r.Verdict == Admitted || r.Verdict == Denied {
+// Headers returns the header view of r.
+func Headers(r *decide.Result) HeaderView {
+	v := HeaderView{Deciding: -1, checks: r.Checks}
+	if r.Verdict == decide.Admitted || r.Verdict == decide.Denied {
 		v.Local = r.LocalFallback()
 		if r.Deciding >= 0 {
 			v.Deciding, v.Decision = r.Deciding, r.Outcomes[r.Deciding].Decision
