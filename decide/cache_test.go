@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -573,5 +574,38 @@ func TestCacheTurnsPanic(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the next caller is still waiting for the panicked call's turn")
+	}
+}
+
+// TestOnStoreCall: the hook hears of every call to the store, by
+// operation, and of nothing the engine answered itself (a cached denial, a
+// request refused as invalid before the store was asked).
+func TestOnStoreCall(t *testing.T) {
+	calls := map[string]int{}
+	var mu sync.Mutex
+	_, _, e, _ := clocked(t, decide.Options{OnStoreCall: func(op string, took time.Duration) {
+		if took < 0 {
+			t.Errorf("%s took %v", op, took)
+		}
+		mu.Lock()
+		calls[op]++
+		mu.Unlock()
+	}})
+	l := floodgate.PerMinute(1)
+	ctx := t.Context()
+	for range 3 { // admitted, denied by the store, denied from the cache
+		e.Decide(ctx, []decide.Check{{Rule: "r", Key: "k", Limit: l}})
+	}
+	e.Decide(ctx, []decide.Check{{Rule: "r", Key: "k", Limit: l, Cost: 5}}) // invalid
+	e.Decide(ctx, []decide.Check{{Rule: "a", Key: "a", Limit: l}, {Rule: "b", Key: "b", Limit: l}})
+	if err := e.Refund(ctx, "a", l, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reset(ctx, "k", l); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"allow": 3, "refund": 1, "reset": 1}
+	if !maps.Equal(calls, want) {
+		t.Errorf("store calls = %v, want %v", calls, want)
 	}
 }

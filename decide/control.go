@@ -16,7 +16,9 @@ import (
 // store's; the engine's own state is cleared either way.
 func (e *Engine) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	e.invalidate(key)
+	start := e.callStart()
 	err := e.store.Reset(ctx, key, limit)
+	e.called("reset", start)
 	e.invalidate(key)
 	// The fallback state is kept under the local limit's algorithm, which
 	// is limit's: resetting under limit clears it.
@@ -72,7 +74,9 @@ func (e *Engine) refundTo(ctx context.Context, store floodgate.Store, key string
 		return store.RefundN(ctx, key, limit, n)
 	}
 	e.invalidate(key)
+	start := e.callStart()
 	err := store.RefundN(ctx, key, limit, n)
+	e.called("refund", start)
 	e.invalidate(key)
 	return err
 }

@@ -81,6 +81,11 @@ type Options struct {
 	// flood of new keys during an outage cannot grow it without end.
 	// Zero: DefaultLocalMaxKeys; negative: no bound.
 	LocalMaxKeys int
+	// OnStoreCall, if set, is told the time each call to the store took:
+	// op is "allow" (one AllowN, or one AllowBatch for all of a request's
+	// checks), "refund" or "reset". Answers from the over-limit cache and
+	// the local fallback make no store call.
+	OnStoreCall func(op string, took time.Duration)
 }
 
 // DefaultLocalMaxKeys is the most keys the local fallback holds by
@@ -101,6 +106,7 @@ type Engine struct {
 	system      bool                 // now is time.Now
 	cache       *overLimitCache      // nil: off
 	local       func() *memory.Store // the FailLocal store, made on first use
+	onCall      func(op string, took time.Duration)
 }
 
 // New returns an engine deciding with store. An unusable option is an
@@ -153,6 +159,7 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 		start:       opts.Now(),
 		system:      systemClock,
 		cache:       cache,
+		onCall:      opts.OnStoreCall,
 	}
 	localKeys := opts.LocalMaxKeys
 	if localKeys == 0 {
@@ -328,8 +335,26 @@ func checkCost(c *Check) error {
 
 // allowOne asks the store about one check.
 func (e *Engine) allowOne(ctx context.Context, c *Check, o *Outcome) {
+	start := e.callStart()
 	d, err := e.store.AllowN(ctx, c.Key, c.Limit, c.cost())
+	e.called("allow", start)
 	setOutcome(o, d, err)
+}
+
+// callStart returns the time a store call starts, for OnStoreCall; zero
+// (no clock read) without one.
+func (e *Engine) callStart() time.Time {
+	if e.onCall == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// called tells OnStoreCall that the store call op begun at start ended.
+func (e *Engine) called(op string, start time.Time) {
+	if e.onCall != nil {
+		e.onCall(op, time.Since(start))
+	}
 }
 
 // allowBatch asks a BatchStore about every enforced check at once.
@@ -345,7 +370,9 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 			idx = append(idx, i)
 		}
 	}
+	start := e.callStart()
 	e.batch.AllowBatch(ctx, items, results)
+	e.called("allow", start)
 	for j, i := range idx {
 		setOutcome(&out[i], results[j].Decision, results[j].Err)
 		out[i].RefundErr = results[j].RefundErr

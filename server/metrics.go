@@ -12,15 +12,16 @@ import (
 // metrics are the server's Prometheus collectors, registered on the
 // registry the caller passes (no global state).
 type metrics struct {
-	decisions    *prometheus.CounterVec
-	storeLatency *prometheus.HistogramVec
-	storeErrors  *prometheus.CounterVec
-	failureMode  *prometheus.CounterVec
-	reloads      *prometheus.CounterVec
-	inFlight     prometheus.Gauge
-	shed         *prometheus.CounterVec
-	authFailures *prometheus.CounterVec
-	cacheHits    *prometheus.CounterVec
+	decisions        *prometheus.CounterVec
+	storeLatency     *prometheus.HistogramVec
+	decisionDuration prometheus.Histogram
+	storeErrors      *prometheus.CounterVec
+	failureMode      *prometheus.CounterVec
+	reloads          *prometheus.CounterVec
+	inFlight         prometheus.Gauge
+	shed             *prometheus.CounterVec
+	authFailures     *prometheus.CounterVec
+	cacheHits        *prometheus.CounterVec
 }
 
 // Decision outcomes, the "outcome" label of floodgate_decisions_total.
@@ -33,17 +34,31 @@ const (
 	outcomeError        = "error"
 )
 
-func newMetrics(reg prometheus.Registerer, engine *decide.Engine) (*metrics, error) {
+// storeBuckets are the latency histograms' buckets, in seconds.
+var storeBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
+// newStoreLatency returns floodgate_store_latency_seconds, which the engine
+// feeds (decide.Options.OnStoreCall) before the other metrics exist.
+func newStoreLatency() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "floodgate_store_latency_seconds",
+		Help:    "Time spent in calls to the store, by operation (allow, refund, reset, ready, and the store API's); cache hits and the local fallback make none.",
+		Buckets: storeBuckets,
+	}, []string{"op"})
+}
+
+func newMetrics(reg prometheus.Registerer, engine *decide.Engine, storeLatency *prometheus.HistogramVec) (*metrics, error) {
 	m := &metrics{
+		storeLatency: storeLatency,
+		decisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "floodgate_decision_duration_seconds",
+			Help:    "Time to decide a request of the API or forward auth, the over-limit cache, the local fallback and refunds included.",
+			Buckets: storeBuckets,
+		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
 			Help: "Rate-limit decisions by rule and outcome (allowed, denied, shadow_denied, fail_open, fail_closed, error).",
 		}, []string{"rule", "outcome"}),
-		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "floodgate_store_latency_seconds",
-			Help:    "Time spent in store calls, by operation.",
-			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
-		}, []string{"op"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
 			Help: "Store calls that failed (outages and other store errors), by rule.",
@@ -89,7 +104,7 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine) (*metrics, err
 		Name: "floodgate_overlimit_cache_waits_total",
 		Help: "Checks that waited for another request's store call for the same key, its cached denial having expired, before looking again.",
 	}, func() float64 { return float64(engine.CacheStats().Waits) })
-	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.storeErrors, m.failureMode, m.reloads,
+	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.decisionDuration, m.storeErrors, m.failureMode, m.reloads,
 		m.inFlight, m.shed, m.authFailures, m.cacheHits, cacheEntries, cacheBytes, cacheEvictions, cacheWaits} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)

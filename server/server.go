@@ -124,12 +124,16 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if store == nil {
 		return nil, &ConfigError{Field: "store", Value: "<nil>", Reason: "is required"}
 	}
+	storeLatency := newStoreLatency()
 	engine, err := decide.New(store, decide.Options{
 		Timeout:               opts.Timeout,
 		UnavailableRetryAfter: opts.UnavailableRetryAfter,
 		Logger:                opts.Logger,
 		Now:                   now,
 		OverLimitCache:        opts.OverLimitCache,
+		OnStoreCall: func(op string, took time.Duration) {
+			storeLatency.WithLabelValues(op).Observe(took.Seconds())
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -138,7 +142,7 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(opts.Registry, engine)
+	m, err := newMetrics(opts.Registry, engine, storeLatency)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +358,7 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, s
 	var outcomes [1]decide.Outcome
 	start := time.Now()
 	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
-	s.metrics.storeLatency.WithLabelValues("allow").Observe(time.Since(start).Seconds())
+	s.metrics.decisionDuration.Observe(time.Since(start).Seconds())
 	s.metrics.count(&res)
 	return res
 }
@@ -419,9 +423,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request, shed error)
 		s.overloaded(w)
 		return
 	}
-	start := time.Now()
 	err := s.engine.Reset(r.Context(), rl.keys.Key(*req.Key), rl.Limit)
-	s.metrics.storeLatency.WithLabelValues("reset").Observe(time.Since(start).Seconds())
 	if err != nil {
 		status := http.StatusInternalServerError
 		if storeerr.Outage(err) {

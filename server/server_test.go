@@ -302,6 +302,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 		`floodgate_decisions_total{outcome="allowed",rule="login"} 3`,
 		`floodgate_decisions_total{outcome="denied",rule="login"} 1`,
 		`floodgate_store_latency_seconds_count{op="allow"} 4`,
+		`floodgate_decision_duration_seconds_count 4`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
