@@ -342,11 +342,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 	}
 	resp := NewCheckResponse(rl.Rule, &res)
 	p.writeHeaders(w.Header(), rl, &res, s.now())
-	status := http.StatusOK
-	if !res.Allowed() {
-		status = http.StatusTooManyRequests
-	}
-	writeJSON(w, status, resp)
+	writeJSON(w, CheckStatus(&res), resp)
 }
 
 // decide decides one request under rl through the engine and counts it.
@@ -363,16 +359,34 @@ func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, s
 	return res
 }
 
-// answerFailure answers a request the engine did not decide: 503 for a
-// fail-closed rule the store could not decide, 500 for any other store
-// error, 400 for input the engine rejects. It reports whether the request
-// was decided (admitted, denied, or admitted by a fail-open rule) and is
+// CheckStatus returns the HTTP status of POST /v1/check's answer to a
+// request decided as res: 200 admitted (a fail-open rule the store could
+// not decide included), 429 denied, 503 for a fail-closed rule the store
+// could not decide, 400 for input the engine rejects, 500 for any other
+// store error. `floodgate check` answers by it too.
+func CheckStatus(res *decide.Result) int {
+	switch res.Verdict {
+	case decide.Admitted:
+		return http.StatusOK
+	case decide.Denied:
+		return http.StatusTooManyRequests
+	case decide.Unavailable:
+		return http.StatusServiceUnavailable
+	case decide.Invalid:
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+// answerFailure answers a request the engine did not decide
+// ([CheckStatus]'s 503, 400 and 500). It reports whether the request was
+// decided (admitted, denied, or admitted by a fail-open rule) and is
 // still to be answered.
 func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Result) bool {
-	switch res.Verdict {
-	case decide.Admitted, decide.Denied:
+	switch CheckStatus(res) {
+	case http.StatusOK, http.StatusTooManyRequests:
 		return true
-	case decide.Unavailable:
+	case http.StatusServiceUnavailable:
 		frontend.WriteUnavailable(w.Header(), res)
 		w.Header()["Cache-Control"] = []string{"no-store"}
 		why := "the rate-limit store is unavailable"
@@ -380,7 +394,7 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 			why = "the server is at its limit of concurrent requests"
 		}
 		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("%s and rule %q fails closed; retry after the number of seconds in Retry-After", why, rl.Name))
-	case decide.Invalid:
+	case http.StatusBadRequest:
 		problem.Error(w, http.StatusBadRequest, res.Err().Error())
 	default:
 		w.Header()["Cache-Control"] = []string{"no-store"}

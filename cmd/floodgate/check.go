@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -135,15 +136,16 @@ func newEngine(store floodgate.Store, cfg *config.Config) (*decide.Engine, error
 // server's POST /v1/check would, or with the error it would answer.
 func decideRule(ctx context.Context, engine *decide.Engine, rule server.Rule, key string, cost int64) (server.CheckResponse, error) {
 	res := engine.Decide(ctx, []decide.Check{rule.Check(key, cost)})
-	switch res.Verdict {
-	case decide.Unavailable:
+	switch status := server.CheckStatus(&res); status {
+	case http.StatusOK, http.StatusTooManyRequests:
+		return server.NewCheckResponse(rule, &res), nil
+	case http.StatusServiceUnavailable:
 		return server.CheckResponse{}, fmt.Errorf("store unavailable, and rule %q fails closed: the server would answer 503: %w", rule.Name, res.Err())
-	case decide.StoreError:
-		return server.CheckResponse{}, fmt.Errorf("store error for rule %q: the server would answer 500, whatever the failure mode: %w", rule.Name, res.Err())
-	case decide.Invalid:
+	case http.StatusBadRequest:
 		return server.CheckResponse{}, res.Err()
+	default:
+		return server.CheckResponse{}, fmt.Errorf("store error for rule %q: the server would answer %d, whatever the failure mode: %w", rule.Name, status, res.Err())
 	}
-	return server.NewCheckResponse(rule, &res), nil
 }
 
 // printCheck prints a decision in a line.
