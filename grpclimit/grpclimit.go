@@ -237,12 +237,11 @@ type Stats struct {
 // Limiter holds the interceptors. Create it with New; it is safe for
 // concurrent use and holds no goroutines or resources.
 type Limiter struct {
-	engine      *decide.Engine
-	rules       []rule
+	front       frontend.Front // the engine, the clock and the rules' checks
+	rules       []rule         // the gRPC side of front.Rules, in their order
 	headers     HeaderMode
 	skip        func(context.Context, string) bool
 	report      *frontend.Reporter[context.Context] // the counters and hooks
-	now         func() time.Time                    // the Clock's Now, or time.Now
 	anyMessages bool                                // a rule counts stream messages
 }
 
@@ -253,9 +252,7 @@ type rule struct {
 	exact    []string // full method names
 	services []string // "/pkg.Service/" prefixes
 	key      KeyFunc
-	messages bool               // counts stream messages
-	check    frontend.RuleCheck // the engine's check, but for its Key, and the store keys
-	policy   ratelimitheader.Policy
+	messages bool       // counts stream messages
 	quota    *anypb.Any // the QuotaFailure detail of a denial
 }
 
@@ -285,18 +282,17 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
 	}
 	l := &Limiter{
-		engine:  front.Engine,
+		front:   front,
 		headers: cfg.Headers,
 		skip:    cfg.Skip,
 		report:  frontend.NewReporter("grpclimit", cfg.OnStoreError, cfg.OnShadowDeny),
-		now:     front.Now,
 	}
 	if l.skip == nil {
 		l.skip = SkipHealthAndReflection
 	}
 	peerKey := PeerAddress(cfg.ClientIP)
 	for i, r := range cfg.Rules {
-		cr, err := compileRule(i, r, front.Rules[i], peerKey)
+		cr, err := compileRule(i, r, peerKey)
 		if err != nil {
 			return nil, err
 		}
@@ -309,7 +305,7 @@ func New(cfg Config) (*Limiter, error) {
 // compileRule prepares rule i, r, whose common parts frontend.New
 // checked into rc: what is left are the gRPC ones (message cost, methods),
 // its header pieces and its QuotaFailure.
-func compileRule(i int, r Rule, rc frontend.RuleCheck, peerKey KeyFunc) (rule, error) {
+func compileRule(i int, r Rule, peerKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
 	if r.MessageCost < 0 || r.MessageCost > r.Limit.Quota {
 		return rule{}, &ConfigError{Field: field("MessageCost"), Value: fmt.Sprint(r.MessageCost), Reason: fmt.Sprintf("must be between 0 (count calls) and the limit's quota %d", r.Limit.Quota)}
@@ -319,7 +315,6 @@ func compileRule(i int, r Rule, rc frontend.RuleCheck, peerKey KeyFunc) (rule, e
 		limit:    r.Limit,
 		key:      r.Key,
 		messages: r.MessageCost > 0,
-		check:    rc,
 	}
 	for j, m := range r.Methods {
 		svc, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
@@ -338,9 +333,6 @@ func compileRule(i int, r Rule, rc frontend.RuleCheck, peerKey KeyFunc) (rule, e
 		cr.key = peerKey
 	}
 	var err error
-	if cr.policy, err = ratelimitheader.ForLimit(r.Name, r.Limit); err != nil {
-		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be serialized", Err: err}
-	}
 	if cr.quota, err = quotaFailure(r.Name, r.Limit, false); err != nil {
 		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be marshalled into a QuotaFailure", Err: err}
 	}
@@ -459,48 +451,27 @@ func (ru *rule) applies(p phase) bool {
 	return true
 }
 
-// maxInline is the number of rules a call can match before decide's buffers
-// leave the stack.
-const maxInline = 8
-
 // decide applies the rules that match fullMethod at phase p through the
 // engine. It returns the rate-limit metadata to send (nil for none) and,
 // when the call must not go on, its status error.
 func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md metadata.MD, err error) {
-	var (
-		checksBuf   [maxInline]decide.Check
-		rulesBuf    [maxInline]*rule
-		policiesBuf [maxInline]*ratelimitheader.Policy
-		outcomesBuf [maxInline]decide.Outcome
-	)
-	checks, rules, policies := checksBuf[:0], rulesBuf[:0], policiesBuf[:0]
-	for i := range l.rules {
-		ru := &l.rules[i]
-		if !ru.applies(p) || !ru.matches(fullMethod) {
-			continue
-		}
-		key, err := ru.key(ctx, fullMethod)
-		c, ok := ru.check.For(key, err, ErrKey)
-		if !ok {
-			continue // no key: the rule does not apply to this call
-		}
-		checks = append(checks, c)
-		rules = append(rules, ru)
-		policies = append(policies, &ru.policy)
-	}
-	if len(checks) == 0 {
+	var q frontend.Request
+	d := l.front.Decide(ctx, &q, ErrKey,
+		func(i int) bool { ru := &l.rules[i]; return ru.applies(p) && ru.matches(fullMethod) },
+		func(i int) (string, error) { return l.rules[i].key(ctx, fullMethod) })
+	if len(d.Rules) == 0 {
 		return nil, nil
 	}
-	res := l.engine.DecideInto(ctx, checks, outcomesBuf[:])
-	l.report.Report(ctx, ctx.Err() != nil, &res)
+	res := &d.Result
+	l.report.Report(ctx, ctx.Err() != nil, res)
 	switch res.Verdict {
 	case decide.Admitted:
-		return l.metadata(checks, policies, &res), nil
+		return l.metadata(d.Policies, res), nil
 	case decide.Denied:
-		ru := rules[res.Deciding]
-		return l.metadata(checks, policies, &res), denied(ru, &checks[res.Deciding], &res.Outcomes[res.Deciding])
+		ru := &l.rules[d.Rules[res.Deciding]]
+		return l.metadata(d.Policies, res), denied(ru, &res.Outcomes[res.Deciding])
 	case decide.Unavailable:
-		return retryAfterMD(res.RetryAfter), unavailable(rules[res.Deciding].name, res.RetryAfter)
+		return retryAfterMD(res.RetryAfter), unavailable(l.rules[d.Rules[res.Deciding]].name, res.RetryAfter)
 	default: // StoreError, or Invalid, which validated rules cannot be
 		return nil, storeFailed(res.Err())
 	}

@@ -58,9 +58,9 @@ var metadataKeys = [...][2]string{
 // for the deciding rule, and retry-after when it denied. Nil when there is
 // nothing to send. gRPC's own part: the keys in lower case, and
 // grpc-retry-pushback-ms beside retry-after.
-func (l *Limiter) metadata(checks []decide.Check, policies []*ratelimitheader.Policy, res *decide.Result) metadata.MD {
+func (l *Limiter) metadata(policies []*ratelimitheader.Policy, res *decide.Result) metadata.MD {
 	h := make(http.Header, len(ratelimitheader.Order)+2)
-	v := frontend.WriteHeaders(h, l.headers, l.now(), policies, res)
+	v := frontend.WriteHeaders(h, l.headers, l.front.Now(), policies, res)
 	if len(h) == 0 {
 		return nil
 	}
@@ -108,8 +108,8 @@ func quotaFailure(name string, l floodgate.Limit, local bool) (*anypb.Any, error
 
 // denied is the status of a call over ru's limit: ResourceExhausted with a
 // RetryInfo of the exact delay and a QuotaFailure naming the rule, or, when
-// this instance denied alone (c's outcome Local), its local limit.
-func denied(ru *rule, c *decide.Check, o *decide.Outcome) error {
+// this instance denied alone (o.Local), its local limit.
+func denied(ru *rule, o *decide.Outcome) error {
 	d := o.Decision
 	msg := "rate limit exceeded: rule " + strconv.Quote(ru.name) + "; retry after " + d.RetryAfter.String()
 	quota := ru.quota

@@ -275,14 +275,13 @@ type Stats struct {
 // Limiter is the middleware. Create it with New; it is safe for concurrent
 // use, and holds no goroutines or resources.
 type Limiter struct {
-	engine  *decide.Engine
-	rules   []rule
+	front   frontend.Front // the engine, the clock and the rules' checks
+	rules   []rule         // the HTTP side of front.Rules, in their order
 	headers HeaderMode
 	skip    func(*http.Request) bool
 	deny    func(http.ResponseWriter, *http.Request, Denial)
 	onError func(http.ResponseWriter, *http.Request, error)
 	report  *frontend.Reporter[*http.Request] // the counters and hooks
-	now     func() time.Time                  // the Clock's Now, or time.Now
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
@@ -307,17 +306,16 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, &ConfigError{Field: "Headers", Value: cfg.Headers.String(), Reason: "is not a HeaderMode"}
 	}
 	l := &Limiter{
-		engine:  front.Engine,
+		front:   front,
 		headers: cfg.Headers,
 		skip:    cfg.Skip,
 		deny:    cfg.DenyHandler,
 		onError: cfg.ErrorHandler,
 		report:  frontend.NewReporter("httplimit", cfg.OnStoreError, cfg.OnShadowDeny),
-		now:     front.Now,
 	}
 	clientKey := ClientIP(cfg.ClientIP)
 	for i, r := range cfg.Rules {
-		cr, err := compileRule(i, r, front.Rules[i], clientKey)
+		cr, err := compileRule(i, r, clientKey)
 		if err != nil {
 			return nil, err
 		}
@@ -336,7 +334,7 @@ func (l *Limiter) Stats() Stats {
 		StoreErrors:   c.StoreErrors,
 		KeyErrors:     c.KeyErrors,
 		LocalFallback: c.LocalFallback,
-		CacheHits:     l.engine.CacheStats().Hits,
+		CacheHits:     l.front.Engine.CacheStats().Hits,
 	}
 }
 
@@ -355,44 +353,23 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// maxInline is the number of rules a request can match before check's
-// buffers leave the stack.
-const maxInline = 8
-
 // check applies the rules to r through the engine. It returns true to pass
 // the request on, having set the rate-limit headers; otherwise it has
 // answered r.
 func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
-	var (
-		checksBuf   [maxInline]decide.Check
-		rulesBuf    [maxInline]*rule
-		policiesBuf [maxInline]*ratelimitheader.Policy
-		outcomesBuf [maxInline]decide.Outcome
-	)
-	checks, rules, policies := checksBuf[:0], rulesBuf[:0], policiesBuf[:0]
-	for i := range l.rules {
-		ru := &l.rules[i]
-		if !ru.matches(r) {
-			continue
-		}
-		key, err := ru.key(r)
-		c, ok := ru.check.For(key, err, ErrKey)
-		if !ok {
-			continue // no key: the rule does not apply to this request
-		}
-		checks = append(checks, c)
-		rules = append(rules, ru)
-		policies = append(policies, &ru.policy)
-	}
-	res := l.engine.DecideInto(r.Context(), checks, outcomesBuf[:])
-	l.report.Report(r, r.Context().Err() != nil, &res)
+	var q frontend.Request
+	d := l.front.Decide(r.Context(), &q, ErrKey,
+		func(i int) bool { return l.rules[i].matches(r) },
+		func(i int) (string, error) { return l.rules[i].key(r) })
+	res := &d.Result
+	l.report.Report(r, r.Context().Err() != nil, res)
 	switch res.Verdict {
 	case decide.Admitted:
-		frontend.WriteHeaders(w.Header(), l.headers, l.now(), policies, &res)
+		frontend.WriteHeaders(w.Header(), l.headers, l.front.Now(), d.Policies, res)
 		return true
 	case decide.Denied:
-		frontend.WriteHeaders(w.Header(), l.headers, l.now(), policies, &res)
-		ru := rules[res.Deciding]
+		frontend.WriteHeaders(w.Header(), l.headers, l.front.Now(), d.Policies, res)
+		ru := &l.rules[d.Rules[res.Deciding]]
 		o := &res.Outcomes[res.Deciding]
 		// Denied by this instance alone (Local): against its share of the limit.
 		dn := Denial{Rule: ru.name, Limit: o.Limit, Decision: o.Decision, Local: o.Local}
@@ -405,7 +382,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 			ru.writeProblem(w)
 		}
 	case decide.Unavailable:
-		writeUnavailable(w, &res)
+		writeUnavailable(w, res)
 	default: // StoreError, or Invalid, which a validated rule of cost 1 cannot be
 		if l.onError != nil {
 			l.onError(w, r, res.Err())
@@ -423,20 +400,17 @@ type rule struct {
 	methods []string
 	mux     *http.ServeMux // nil: every path
 	key     KeyFunc
-	check   frontend.RuleCheck     // the engine's check, but for its Key, and the store keys
-	policy  ratelimitheader.Policy // the rule's header pieces
-	problem []byte                 // the default 429 body
+	problem []byte // the default 429 body
 }
 
 // compileRule prepares rule i, r, whose common parts frontend.New
 // checked into rc: what is left are the HTTP ones (methods, paths) and its
 // header pieces.
-func compileRule(i int, r Rule, rc frontend.RuleCheck, clientKey KeyFunc) (rule, error) {
+func compileRule(i int, r Rule, clientKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
 	cr := rule{
-		name:  r.Name,
-		key:   r.Key,
-		check: rc,
+		name: r.Name,
+		key:  r.Key,
 	}
 	for j, m := range r.Methods {
 		if m == "" || !httpguts.ValidHeaderFieldName(m) {
@@ -454,10 +428,6 @@ func compileRule(i int, r Rule, rc frontend.RuleCheck, clientKey KeyFunc) (rule,
 	}
 	if cr.key == nil {
 		cr.key = clientKey
-	}
-	var err error
-	if cr.policy, err = ratelimitheader.ForLimit(r.Name, r.Limit); err != nil {
-		return rule{}, &ConfigError{Field: field("Name"), Value: fmt.Sprintf("%q", r.Name), Reason: "cannot be serialized", Err: err}
 	}
 	cr.problem = quotaProblem(r.Name, r.Limit)
 	return cr, nil

@@ -1,15 +1,13 @@
-// Package frontend holds, once, the plumbing the library front ends
-// (httplimit's middleware, grpclimit's interceptors), the server and the
-// Envoy service share beyond the decision itself: their Configs' common fields and rules
-// checked and turned into the engine's checks ([New]), the conversion of
-// its error into a front end's ConfigError ([ErrorFields]), the counters
-// and hooks of a decided request ([Reporter]) and the header glue between
-// the engine's result and the one encoder ([WriteHeaders], and
-// [WriteUnavailable], which Envoy uses too).
+// Package frontend is what the front ends share beyond the decision: the
+// library front ends' (httplimit, grpclimit) Config checks and rule checks
+// ([New]), their one request loop ([Front.Decide]), counters and hooks
+// ([Reporter]); and for every front end the header view of a result
+// ([Headers]) written by the one encoder ([WriteHeaders],
+// [WriteUnavailable]) and the events a front end reports ([EventOf]).
 //
 // It is the adapter helper room: it imports the root package, the engine
-// (decide) and the helpers, never a store or a front end. Users never call
-// it; the front ends' own types are their public API.
+// and the helpers, never a store or a front end. Users never call it; the
+// front ends' own types are their public API.
 package frontend
 
 import (
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/fielderr"
+	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/internal/rulecheck"
 	"github.com/floodgate-rl/floodgate/internal/storekey"
 
@@ -79,6 +78,8 @@ type RuleCheck struct {
 	Check decide.Check
 	// Keys are the rule's store keys: storekey.Of(KeyPrefix, rule name, key).
 	Keys storekey.Space
+	// Policy is the rule's header pieces (its RateLimit-Policy item).
+	Policy ratelimitheader.Policy
 }
 
 // For returns the rule's check of a request for which the rule's key
@@ -142,7 +143,12 @@ func New(l Library) (Front, error) {
 			return Front{}, bad(fielderr.Error{Field: "Name", Value: strconv.Quote(r.Name), Reason: "is used by an earlier rule"})
 		}
 		seen[r.Name] = true
+		policy, err := policyOf(i, r)
+		if err != nil {
+			return Front{}, err
+		}
 		front.Rules = append(front.Rules, RuleCheck{
+			Policy: policy,
 			Check: decide.Check{Rule: r.Name, Limit: r.Limit, Cost: r.Cost, Failure: r.Failure, LocalShare: r.LocalShare,
 				NoCache: r.NoCache, Shadow: r.Shadow},
 			Keys: storekey.NewSpace(l.KeyPrefix, r.Name),
