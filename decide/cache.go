@@ -514,7 +514,7 @@ func (e *Engine) cachedOne(c *Check, o *Outcome, now int64) bool {
 func (e *Engine) remember(checks []Check, out []Outcome, now int64, shadow bool) {
 	for i := range checks {
 		c, o := &checks[i], &out[i]
-		if c.Shadow != shadow || c.CheckOnly || c.NoCache || o.Verdict != Denied || !o.Decided || o.Cached || o.Local {
+		if c.Shadow != shadow || c.CheckOnly || c.NoCache || o.Verdict != Denied || !o.Decided || o.Cached || o.Local || o.final {
 			continue
 		}
 		twice := false

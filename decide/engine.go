@@ -218,7 +218,15 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	// never fit is the caller's error under every failure mode.
 	for i := range checks {
 		c := &checks[i]
+		if c.Blocked {
+			r.Outcomes[i] = blocked(c)
+			continue
+		}
 		if err := checkCost(c); err != nil {
+			if c.OverQuotaDenies && errors.Is(err, floodgate.ErrCostExceedsLimit) {
+				r.Outcomes[i] = Outcome{Verdict: Denied, Decided: true, Decision: floodgate.Decision{Limit: c.Limit.Quota}, Err: err, final: true}
+				continue
+			}
 			r.Outcomes[i] = Outcome{Verdict: Invalid, Err: err}
 			if c.Shadow {
 				e.report(ctx, c, &r.Outcomes[i]) // would refuse it: said, never denying
@@ -255,7 +263,7 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	// Check-only checks (a cost of 0) read the store: they take nothing,
 	// so nothing about them is cached or given back.
 	for i := range checks {
-		if c := &checks[i]; c.CheckOnly && r.Outcomes[i].Err == nil {
+		if c := &checks[i]; c.CheckOnly && !r.Outcomes[i].settled() {
 			e.allowOne(ctx, c, &r.Outcomes[i])
 			r.Outcomes[i].taken = false
 		}
@@ -263,7 +271,7 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 	switch {
 	case enforced == 1:
 		for i := range checks {
-			if !checks[i].Shadow && !checks[i].CheckOnly && r.Outcomes[i].Err == nil {
+			if !checks[i].Shadow && !checks[i].CheckOnly && !r.Outcomes[i].settled() {
 				e.allowOne(ctx, &checks[i], &r.Outcomes[i])
 			}
 		}
@@ -298,7 +306,7 @@ func (e *Engine) decideShadows(ctx context.Context, checks []Check, out []Outcom
 	}
 	for i := range checks {
 		c, o := &checks[i], &out[i]
-		if !c.Shadow || c.CheckOnly || o.Err != nil {
+		if !c.Shadow || c.CheckOnly || o.settled() {
 			continue
 		}
 		if e.cache == nil || !e.cachedOne(c, o, now) {
@@ -311,17 +319,33 @@ func (e *Engine) decideShadows(ctx context.Context, checks []Check, out []Outcom
 	}
 }
 
-// verdictSoFar sets r's verdict from invalid enforced checks found before
-// the store is asked, and reports whether the store should still be asked.
+// verdictSoFar sets r's verdict from what the enforced checks decided alone
+// before the store is asked (an invalid cost first, then a denial no retry
+// can lift), and reports whether the store should still be asked.
 func (e *Engine) verdictSoFar(checks []Check, r *Result) bool {
-	for i := range checks {
-		if o := &r.Outcomes[i]; o.Verdict == Invalid && !checks[i].Shadow {
-			r.Verdict, r.Deciding = Invalid, i
-			return false
+	for _, v := range [...]Verdict{Invalid, Denied} {
+		for i := range checks {
+			if o := &r.Outcomes[i]; o.Verdict == v && !checks[i].Shadow && (v == Invalid || o.final) {
+				r.Verdict, r.Deciding = v, i
+				return false
+			}
 		}
 	}
 	return true
 }
+
+// blocked is the outcome of a Blocked check: a denial no retry can lift,
+// or for a check-only one nothing over.
+func blocked(c *Check) Outcome {
+	if c.CheckOnly {
+		return Outcome{Verdict: Admitted, Decided: true, Decision: floodgate.Decision{Allowed: true}, final: true}
+	}
+	return Outcome{Verdict: Denied, Decided: true, final: true}
+}
+
+// settled reports whether the check needs no store call: it failed before
+// one, or decided alone.
+func (o *Outcome) settled() bool { return o.Err != nil || o.final }
 
 func checkCost(c *Check) error {
 	if c.CheckOnly {
@@ -364,7 +388,7 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 	var idxBuf [8]int
 	items, results, idx := itemsBuf[:0], resultsBuf[:0], idxBuf[:0]
 	for i := range checks {
-		if c := &checks[i]; !c.Shadow && !c.CheckOnly && out[i].Err == nil {
+		if c := &checks[i]; !c.Shadow && !c.CheckOnly && !out[i].settled() {
 			items = append(items, floodgate.BatchItem{Key: c.Key, Limit: c.Limit, Cost: c.cost()})
 			results = append(results, floodgate.BatchResult{})
 			idx = append(idx, i)
@@ -402,7 +426,7 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 func (e *Engine) allowEach(ctx context.Context, checks []Check, out []Outcome) {
 	for i := range checks {
 		c := &checks[i]
-		if c.Shadow || c.CheckOnly || out[i].Err != nil {
+		if c.Shadow || c.CheckOnly || out[i].settled() {
 			continue
 		}
 		e.allowOne(ctx, c, &out[i])
@@ -463,19 +487,30 @@ func (o *Outcome) giveBack(cost int64) {
 	}
 }
 
-// rank orders request verdicts: the caller's error first, then a store
-// error, a denial (its retry delay is exact), and an outage of a fail-closed
-// check.
+// The ranks of request verdicts: the caller's error first, then a store
+// error, a denial (its retry delay is exact), and an outage of a FailError,
+// then a FailClosed check.
+const (
+	rankInvalid    = 5
+	rankStoreError = 4
+	rankDenied     = 3
+	rankFailError  = 2
+	rankFailClosed = 1
+)
+
+// rank returns the rank of a check's outcome; 0 for one that admits.
 func rank(c *Check, o *Outcome) int {
 	switch {
 	case o.Verdict == Invalid:
-		return 4
+		return rankInvalid
 	case o.Verdict == StoreError:
-		return 3
+		return rankStoreError
 	case o.Verdict == Denied:
-		return 2
+		return rankDenied
+	case o.Verdict == Unavailable && c.Mode() == FailError:
+		return rankFailError
 	case o.Verdict == Unavailable && c.Mode() == FailClosed:
-		return 1
+		return rankFailClosed
 	}
 	return 0
 }
@@ -498,12 +533,12 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result, gone b
 		e.report(ctx, c, o)
 		k := rank(c, o)
 		if k == 0 && gone && o.Verdict == Unavailable && !o.Local {
-			k = 1
+			k = rankFailClosed
 		}
 		switch {
 		case k > bestRank:
 			best, bestRank = i, k
-		case k == 2 && bestRank == 2 && o.Decision.RetryAfter > r.Outcomes[best].Decision.RetryAfter:
+		case k == rankDenied && bestRank == rankDenied && o.Decision.RetryAfter > r.Outcomes[best].Decision.RetryAfter:
 			best = i
 		}
 	}
@@ -521,7 +556,7 @@ func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result, gone b
 	}
 	for i := range checks {
 		o := &r.Outcomes[i]
-		if checks[i].Shadow || !o.Decided {
+		if checks[i].Shadow || !o.Decided || o.final {
 			continue
 		}
 		if m := r.Deciding; m < 0 || o.Decision.Remaining < r.Outcomes[m].Decision.Remaining ||

@@ -26,9 +26,16 @@ const (
 	// the next decision is the shared one. A check the front end could not
 	// build (no key, [Check.Err]) has nothing to limit by and fails open.
 	FailLocal
+	// FailError rejects the request as unavailable, as FailClosed does, and
+	// is the one a Result names when both could not decide: a front end
+	// whose protocol tells the two apart fails the whole call as an error
+	// (Envoy's failure_mode error: UNAVAILABLE, so that Envoy's own
+	// failure_mode_deny decides), where FailClosed answers over the limit.
+	// The HTTP and gRPC library front ends answer both alike.
+	FailError
 )
 
-// String returns "open", "closed" or "local".
+// String returns "open", "closed", "local" or "error".
 func (m FailureMode) String() string {
 	switch m {
 	case FailOpen:
@@ -37,11 +44,15 @@ func (m FailureMode) String() string {
 		return "closed"
 	case FailLocal:
 		return "local"
+	case FailError:
+		return "error"
 	}
 	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
 }
 
 // ParseFailureMode returns the mode named s: "open", "closed" or "local".
+// FailError has no name in floodgate's own configuration: Envoy's rule
+// files call it "error".
 func ParseFailureMode(s string) (FailureMode, error) {
 	switch s {
 	case "open":
@@ -54,8 +65,8 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return 0, fmt.Errorf("failure mode %q is not open, closed or local", s)
 }
 
-// Valid reports whether m is one of FailOpen, FailClosed and FailLocal.
-func (m FailureMode) Valid() bool { return m <= FailLocal }
+// Valid reports whether m is one of the modes.
+func (m FailureMode) Valid() bool { return m <= FailError }
 
 // MarshalText implements [encoding.TextMarshaler].
 func (m FailureMode) MarshalText() ([]byte, error) {

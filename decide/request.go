@@ -20,6 +20,15 @@ type Check struct {
 	Limit floodgate.Limit
 	// Cost is the request's cost under the rule; 0 means 1.
 	Cost int64
+	// Blocked checks admit nothing (Envoy's requests_per_unit: 0): the
+	// check denies whatever its cost, without the store, and no retry can
+	// lift it; a check-only one finds nothing over and admits. Limit is not
+	// used.
+	Blocked bool
+	// OverQuotaDenies makes a cost above Limit's quota, which no retry can
+	// admit, a denial (Envoy answers OVER_LIMIT) instead of the caller's
+	// error (Invalid). The Outcome's Err says why.
+	OverQuotaDenies bool
 	// CheckOnly checks take nothing (Envoy's hits_addend 0): the store
 	// reports what the key holds (a cost of 0, see floodgate.Store.AllowN),
 	// and the check never denies. It is decided before the enforced
@@ -85,7 +94,8 @@ type Outcome struct {
 	// admitted, an admitted check's cost was given back, and its
 	// Decision.Remaining says what remains now.
 	Decided bool
-	// Err is the error behind Unavailable, StoreError and Invalid.
+	// Err is the error behind Unavailable, StoreError and Invalid; for a
+	// Denied check of OverQuotaDenies, the cost no retry can admit.
 	Err error
 	// RefundErr is the error from giving back this check's cost when the
 	// request was not admitted (the quota stays taken); nil normally.
@@ -103,6 +113,7 @@ type Outcome struct {
 	Limit floodgate.Limit
 
 	taken bool    // the store holds this check's cost, to give back if the request is not admitted
+	final bool    // decided by the check alone, before the store (Blocked, OverQuotaDenies)
 	epoch uint64  // the key's cache shard epoch before the store was asked
 	entry *denial // the expired cache entry in whose flight this check asks the store, if any
 	in    *flight // that flight
@@ -120,7 +131,9 @@ type Result struct {
 	// Verdict is the request's: Admitted, or why not.
 	Verdict Verdict
 	// Deciding is the index of the check the Verdict comes from: for
-	// Denied, the denying check with the longest retry delay; for
+	// Denied, the denying check with the longest retry delay (one no retry
+	// can lift first); for Unavailable, a FailError check before a
+	// FailClosed one; for
 	// Unavailable, StoreError and Invalid, the failing check; for Admitted,
 	// the most restrictive decided enforced check (the least remaining, then
 	// the longest reset), or -1 when none was decided.
@@ -130,7 +143,8 @@ type Result struct {
 	// Outcomes holds one Outcome per Check, in order.
 	Outcomes []Outcome
 	// RetryAfter is when a retry may succeed: for Denied the deciding
-	// decision's exact RetryAfter, for Unavailable the engine's
+	// decision's exact RetryAfter (0 when no retry can: a Blocked check, a
+	// cost above the quota), for Unavailable the engine's
 	// UnavailableRetryAfter, otherwise 0.
 	RetryAfter time.Duration
 }
