@@ -154,7 +154,7 @@ func (r *Result) Allowed() bool { return r.Verdict == Admitted }
 
 // LocalFallback reports whether an enforced check was decided by the local
 // fallback ([Outcome.Local]). Front ends count such requests, and say so in
-// an answer that decided the request ([HeaderView.Local]); a request that a
+// an answer that decided the request; a request that a
 // fail-closed check left undecided took nothing, and its answer does not.
 func (r *Result) LocalFallback() bool {
 	for i := range r.Outcomes {

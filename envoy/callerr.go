@@ -16,17 +16,14 @@ import (
 // callError translates a verdict that fails the whole call: a store error
 // (INTERNAL, whatever the failure mode), an invalid request (INVALID_ARGUMENT,
 // naming the descriptor's hits for a cost the rule's algorithm does not take
-// in one request; a cost above the quota is answered OVER_LIMIT instead), and
-// an outage of a rule whose failure mode is error (UNAVAILABLE).
+// in one request), and an outage the engine decided by a rule whose failure
+// mode is error (UNAVAILABLE).
 func callError(descs []*ratelimitv3.RateLimitDescriptor, ds []descriptor, checks []decide.Check, res *decide.Result) error {
 	switch res.Verdict {
 	case decide.StoreError:
 		return status.Errorf(codes.Internal, "rule %s: %v", checks[res.Deciding].Rule, res.Err())
 	case decide.Invalid:
 		err := res.Err()
-		if errors.Is(err, floodgate.ErrCostExceedsLimit) {
-			return nil
-		}
 		for i := range ds {
 			if d := &ds[i]; d.kind == kindCheck && d.check == res.Deciding && errors.Is(err, floodgate.ErrInvalidCost) {
 				field := "hits_addend"
@@ -41,13 +38,8 @@ func callError(descs []*ratelimitv3.RateLimitDescriptor, ds []descriptor, checks
 		}
 		return status.Errorf(codes.InvalidArgument, "rule %s: %v", checks[res.Deciding].Rule, err)
 	case decide.Unavailable:
-		// Any unavailable rule whose failure mode is error fails the call,
-		// whichever fail-closed rule the engine named as deciding.
-		for i := range ds {
-			if d := &ds[i]; d.kind == kindCheck && d.fail.call && !checks[d.check].Shadow &&
-				res.Outcomes[d.check].Verdict == decide.Unavailable {
-				return status.Errorf(codes.Unavailable, "rule %s: %v", checks[d.check].Rule, res.Outcomes[d.check].Err)
-			}
+		if c := &checks[res.Deciding]; c.Failure == decide.FailError {
+			return status.Errorf(codes.Unavailable, "rule %s: %v", c.Rule, res.Err())
 		}
 	}
 	return nil

@@ -486,8 +486,8 @@ func TestRuleFields(t *testing.T) {
 	// default, error, until the Service's Options.FailureMode applies).
 	failure := func(r *Rule) string {
 		switch {
-		case r.FailCall && r.FailureMode != decide.FailClosed:
-			return "invalid: FailCall without FailClosed"
+		case r.FailCall != (r.FailureMode == decide.FailError):
+			return "invalid: FailCall is not FailureMode FailError"
 		case !r.failureSet && !r.FailCall:
 			return "invalid: not the default"
 		case !r.failureSet:

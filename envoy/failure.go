@@ -15,20 +15,19 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
-// failure is a failure_mode as rule files write it. "open", "closed" and
-// "local" are the engine's modes; "error" is FailClosed to the engine
-// (nothing is admitted for the request), and the service then fails the
-// whole call with UNAVAILABLE, so that Envoy's failure_mode_deny decides, as
-// with envoyproxy/ratelimit.
+// failure is a failure_mode as rule files write it: "open", "closed",
+// "local" and "error" (decide.FailError: the service fails the whole call
+// with UNAVAILABLE, so that Envoy's failure_mode_deny decides, as with
+// envoyproxy/ratelimit).
 type failure struct {
 	mode  decide.FailureMode
-	call  bool    // "error": an outage fails the call
+	call  bool    // "error": mode is FailError
 	set   bool    // written in the file; else the Service's default applies
 	share float64 // "local": the share of the limit this instance enforces alone
 }
 
 // errorMode is failure_mode error, the default.
-var errorMode = failure{mode: decide.FailClosed, call: true}
+var errorMode = failure{mode: decide.FailError, call: true}
 
 // failureNames are the failure modes rule files name.
 var failureNames = []string{"error", "open", "closed", "local"}
@@ -37,7 +36,7 @@ var failureNames = []string{"error", "open", "closed", "local"}
 // local (whose share the caller sets).
 func parseFailure(s string) (failure, error) {
 	if s == "error" {
-		return failure{mode: decide.FailClosed, call: true, set: true}, nil
+		return failure{mode: decide.FailError, call: true, set: true}, nil
 	}
 	m, err := decide.ParseFailureMode(s)
 	if err != nil {

@@ -1,11 +1,13 @@
 package envoy
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
@@ -25,7 +27,7 @@ func (d *descriptor) inHeaders() bool {
 // ratelimitheader.Order: RateLimit-Policy lists every limited rule that
 // applied and is not shadow (inHeaders); RateLimit and X-RateLimit-*
 // describe the engine's deciding check (its header view,
-// decide.Result.Headers, as for every front end); Retry-After comes with a
+// frontend.Headers, as for every front end); Retry-After comes with a
 // denial, or alone when a fail-closed rule could not decide (as the
 // middleware's 503). A request that a rule blocks (requests_per_unit 0) or
 // whose cost is above a quota gets RateLimit-Policy only: no retry can
@@ -39,6 +41,9 @@ func (d *descriptor) inHeaders() bool {
 func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3.HeaderValue {
 	h := http.Header{}
 	v := frontend.Headers(res) // the descriptors say which are listed
+	if i := v.Deciding; i >= 0 && noRetry(res, i) {
+		v.Deciding, v.Decision = -1, floodgate.Decision{} // policies only
+	}
 	switch res.Verdict {
 	case decide.Unavailable:
 		frontend.WriteUnavailable(h, res)
@@ -91,4 +96,11 @@ func policyOf(r *Rule) (*ratelimitheader.Policy, bool) {
 		r.compilePolicy()
 	}
 	return &r.policy, r.policyErr == nil
+}
+
+// noRetry reports whether check i of res denies and no retry can lift it: a
+// rule that blocks (requests_per_unit 0), or a cost above its quota.
+func noRetry(res *decide.Result, i int) bool {
+	o := &res.Outcomes[i]
+	return o.Verdict == decide.Denied && (res.Checks[i].Blocked || errors.Is(o.Err, floodgate.ErrCostExceedsLimit))
 }

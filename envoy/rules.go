@@ -110,13 +110,14 @@ type Rule struct {
 	DetailedMetric bool
 	// FailureMode is what an outage of the store means for the rule, from
 	// its failure_mode or else its domain's: FailOpen answers OK for the
-	// descriptor; FailClosed answers OVER_LIMIT, or fails the whole call
-	// with UNAVAILABLE when FailCall is set (failure_mode error, the
-	// default). When neither the rule nor its domain sets failure_mode, the
-	// two fields hold the default, error, and the Service's
+	// descriptor; FailClosed answers OVER_LIMIT; FailError (failure_mode
+	// error, the default) fails the whole call with UNAVAILABLE; FailLocal
+	// decides alone at LocalShare. When neither the rule nor its domain sets
+	// failure_mode, it holds the default, error, and the Service's
 	// Options.FailureMode applies instead. Shadow rules always fail open.
 	FailureMode decide.FailureMode
-	FailCall    bool
+	// FailCall reports that FailureMode is FailError.
+	FailCall bool
 	// LocalShare is the share of the limit this instance enforces alone
 	// while the store is unavailable, under FailureMode FailLocal: the
 	// rule's local_share or 1/instances, or else its domain's.

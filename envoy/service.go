@@ -355,7 +355,6 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	checks := checksBuf[:0]
-	blocked := false // an enforced rule blocks the request
 	for i := range ds {
 		d := &ds[i]
 		d.cost, d.peek = hits(req, descs[i])
@@ -372,22 +371,17 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				d.key = storeKey(dom.keys, descs[i], r)
 			}
 		case r.blocked():
-			d.kind = kindBlocked
-			blocked = blocked || !(d.shadow || d.peek)
+			d.kind, d.check = kindBlocked, len(checks)
+			checks = append(checks, decide.Check{Rule: r.Key, Blocked: true, CheckOnly: d.peek, Shadow: d.shadow})
 		default:
 			d.check, d.fail = len(checks), s.failureOf(r)
 			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i], r),
 				Limit: r.Limit, Cost: d.cost, CheckOnly: d.peek, Failure: d.fail.mode, LocalShare: d.fail.share,
-				Shadow: d.shadow})
+				Shadow: d.shadow, OverQuotaDenies: true})
 		}
 	}
 	var outcomes [maxInline]decide.Outcome
-	res := decide.Result{Deciding: -1, Outcomes: outcomes[:min(len(checks), maxInline)]}
-	if !blocked {
-		res = s.engine.DecideInto(ctx, checks, outcomes[:])
-	} else if len(checks) > maxInline {
-		res.Outcomes = make([]decide.Outcome, len(checks))
-	}
+	res := s.engine.DecideInto(ctx, checks, outcomes[:])
 	for i := range ds {
 		if d := &ds[i]; d.kind == kindNegative && d.key != "" {
 			s.giveBack(ctx, d)
@@ -400,8 +394,12 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 
 	resp, bufs := newResponse(len(ds))
+	if res.Verdict == decide.Denied || res.Verdict == decide.Unavailable {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
 	now := s.now()
 	var violations []int // quota-mode descriptors over their quota
+	shadowOver := false  // under global shadow, a descriptor over its limit
 	for i := range ds {
 		d := &ds[i]
 		st, outcome := s.status(d, &res, now, &bufs[i])
@@ -410,14 +408,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			outcome = outcome.local()
 		}
 		resp.Statuses[i] = st
-		switch {
-		case d.quota && d.over:
-			// Quota mode: over the quota is OK, without a reset.
-			st.Code, st.DurationUntilReset = rlsv3.RateLimitResponse_OK, nil
+		if d.quota && d.over {
 			violations = append(violations, i)
-		case st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
+		shadowOver = shadowOver || s.shadow && st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT
 		cached := d.kind == kindCheck && res.Outcomes[d.check].Cached
 		s.count(set, dom, descs[i], d, st, outcome, cached)
 	}
@@ -430,9 +424,8 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if s.peerHdr != nil {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.peerHeaders(ds, &res, resp, now)...)
 	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow {
-		resp.OverallCode = rlsv3.RateLimitResponse_OK
-		s.metrics.globalShadow.Inc()
+	if shadowOver && resp.OverallCode == rlsv3.RateLimitResponse_OK {
+		s.metrics.globalShadow.Inc() // every check was shadow: the engine admitted it
 	}
 	if s.meta {
 		resp.DynamicMetadata = dynamicMetadata(req, ds, violations)

@@ -124,12 +124,19 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 		case r.ShadowMode:
 			return st, outcomeShadowOverLimit
 		}
-		d.over = true
-		st.Code = over
+		s.over(d, st)
 		return st, outcomeBlocked
 	}
 	o := &res.Outcomes[d.check]
 	switch {
+	case o.Verdict == decide.Denied && errors.Is(o.Err, floodgate.ErrCostExceedsLimit):
+		// A cost above the quota can never be admitted.
+		b.alignedReset(r.Unit, now)
+		if r.ShadowMode {
+			return st, outcomeShadowOverLimit
+		}
+		s.over(d, st)
+		return st, outcomeOverLimit
 	case o.Decided:
 		st.LimitRemaining = uint32(min(o.Decision.Remaining, math.MaxUint32))
 		switch {
@@ -147,25 +154,15 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 			b.reset(o.Decision.RetryAfter)
 			return st, outcomeShadowOverLimit
 		}
-		d.over = true
-		st.Code = over
 		b.reset(o.Decision.RetryAfter)
-		return st, outcomeOverLimit
-	case o.Verdict == decide.Invalid && errors.Is(o.Err, floodgate.ErrCostExceedsLimit):
-		// A cost above the quota can never be admitted.
-		b.alignedReset(r.Unit, now)
-		if r.ShadowMode {
-			return st, outcomeShadowOverLimit
-		}
-		d.over = true
-		st.Code = over
+		s.over(d, st)
 		return st, outcomeOverLimit
 	case o.Verdict == decide.Unavailable:
 		s.metrics.storeErrors.Inc()
 		switch {
 		case d.shadow || d.fail.mode == decide.FailOpen:
 			return st, outcomeFailOpen
-		case d.fail.call:
+		case d.fail.mode == decide.FailError:
 			st.Code = over // unless it decides the request, which then fails
 			return st, outcomeFailError
 		}
@@ -181,4 +178,16 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 		return st, outcomeError
 	}
 	return st, outcomeSkipped
+}
+
+// over marks a descriptor's status over its limit: OVER_LIMIT, but for a
+// rule in quota mode (the rule's or global), a shadow check to the engine,
+// whose status over the quota is OK without a reset, as in the reference.
+func (s *Service) over(d *descriptor, st *rlsv3.RateLimitResponse_DescriptorStatus) {
+	d.over = true
+	if d.quota {
+		st.DurationUntilReset = nil
+		return
+	}
+	st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 }
