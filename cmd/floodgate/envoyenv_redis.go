@@ -237,37 +237,37 @@ func checkStore(e *envReader, prefix string, s config.Store) {
 	}
 }
 
-// storeKeyVars names the variables that set key, a key of a store
-// section, and whether its value may be shown (never a credential). The
-// TLS files and CACHE_KEY_PREFIX are shared by both Redis, as by the peer.
+// storeKeys are the variables that set each key of a store section. Names
+// written in full (REDIS_TLS_CACERT, CACHE_KEY_PREFIX) are shared by both
+// Redis, as by the peer; the others take the section's prefix (URL:
+// REDIS_URL or REDIS_PERSECOND_URL). An unlisted key is set by the
+// section's type and URL.
+var storeKeys = map[string][]string{
+	"addrs": {"URL", "SOCKET_TYPE"}, "master_name": {"URL"}, "db": {"URL"},
+	"username": {"AUTH", "URL"}, "password": {"AUTH", "URL"},
+	"sentinel_username": {"SENTINEL_AUTH", "URL"}, "sentinel_password": {"SENTINEL_AUTH", "URL"},
+	"key_prefix": {"CACHE_KEY_PREFIX"}, "timeout": {"TIMEOUT"}, "flush_delay": {"PIPELINE_WINDOW"},
+	"tls":         {"TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT"},
+	"tls_ca_file": {"REDIS_TLS_CACERT"}, "tls_cert_file": {"REDIS_TLS_CLIENT_CERT"}, "tls_key_file": {"REDIS_TLS_CLIENT_KEY"},
+	"tls_skip_hostname_verification": {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
+}
+
+// storeKeyVars names the variables that set key (such as addrs[1]) in the
+// section of prefix (REDIS_ or REDIS_PERSECOND_), and whether its value
+// may be shown: never a credential, nor the TLS section's summary.
 func storeKeyVars(prefix, key string) (vars []string, showValue bool) {
-	switch {
-	case strings.HasPrefix(key, "addrs"):
-		return []string{prefix + "URL", prefix + "SOCKET_TYPE"}, true
-	case key == "master_name", key == "db":
-		return []string{prefix + "URL"}, true
-	case key == "username", key == "password":
-		return []string{prefix + "AUTH", prefix + "URL"}, false
-	case strings.HasPrefix(key, "sentinel_"):
-		return []string{prefix + "SENTINEL_AUTH", prefix + "URL"}, false
-	case key == "key_prefix":
-		return []string{"CACHE_KEY_PREFIX"}, true
-	case key == "timeout":
-		return []string{prefix + "TIMEOUT"}, true
-	case key == "flush_delay":
-		return []string{prefix + "PIPELINE_WINDOW"}, true
-	case key == "tls_ca_file":
-		return []string{"REDIS_TLS_CACERT"}, true
-	case key == "tls_cert_file":
-		return []string{"REDIS_TLS_CLIENT_CERT"}, true
-	case key == "tls_key_file":
-		return []string{"REDIS_TLS_CLIENT_KEY"}, true
-	case key == "tls_skip_hostname_verification":
-		return []string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"}, true
-	case key == "tls":
-		return []string{prefix + "TLS", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT"}, false
+	base, _, _ := strings.Cut(key, "[")
+	names, ok := storeKeys[base]
+	if !ok {
+		names = []string{"TYPE", "URL"}
 	}
-	return []string{prefix + "TYPE", prefix + "URL"}, true
+	for _, n := range names {
+		if full := strings.HasPrefix(n, "REDIS_") || strings.HasPrefix(n, "CACHE_"); !full {
+			n = prefix + n
+		}
+		vars = append(vars, n)
+	}
+	return vars, !strings.Contains(base, "username") && !strings.Contains(base, "password") && base != "tls"
 }
 
 // addrLabel names, for an error about the address addrs[i] of s, which one

@@ -189,11 +189,22 @@ func TestReadEnvoyEnvLogLevel(t *testing.T) {
 func TestReadEnvoyEnvErrorsNameVariables(t *testing.T) {
 	ca := tlstest.NewCA(t, "rls")
 	leaf := ca.Issue("rls", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
+	other := ca.Issue("other", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
 	tests := []struct {
 		name    string
 		vars    map[string]string
 		wantErr string
 	}{
+		{"PORT on the gRPC port", map[string]string{"PORT": "8081"},
+			`PORT="8081": GRPC_HOST/GRPC_PORT's 0.0.0.0:8081 takes the same address as HOST/PORT's 0.0.0.0:8081; give GRPC_PORT (default 8081) and PORT (default 8080) different ports`},
+		{"GRPC_PORT on every interface of HOST's port", map[string]string{"HOST": "127.0.0.1", "GRPC_PORT": "8080"},
+			`HOST="127.0.0.1", GRPC_PORT="8080": GRPC_HOST/GRPC_PORT's 0.0.0.0:8080 takes the same port on every interface as HOST/PORT's 127.0.0.1:8080`},
+		{"a Redis client key of another certificate", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": leaf.CertFile, "REDIS_TLS_CLIENT_KEY": other.KeyFile},
+			`REDIS_TLS_CLIENT_KEY="` + other.KeyFile + `": ` + other.KeyFile + " is not the key of the certificate in " + leaf.CertFile},
+		{"a gRPC key of another certificate", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": leaf.CertFile, "GRPC_SERVER_TLS_KEY": other.KeyFile},
+			`GRPC_SERVER_TLS_KEY="` + other.KeyFile + `": ` + other.KeyFile + " is not the key of the certificate in " + leaf.CertFile},
+		{"a gRPC client CA that does not exist", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": leaf.CertFile,
+			"GRPC_SERVER_TLS_KEY": leaf.KeyFile, "GRPC_CLIENT_TLS_CACERT": "/nonexistent/ca.pem"}, `GRPC_CLIENT_TLS_CACERT="/nonexistent/ca.pem": /nonexistent/ca.pem no such file or directory`},
 		{"REDIS_URL without a port", map[string]string{"REDIS_URL": "redishost"},
 			`REDIS_URL="redishost", REDIS_SOCKET_TYPE="tcp": "redishost" is not host:port: write host:port, such as redis:6379`},
 		{"GRPC_PORT over 65535", map[string]string{"GRPC_PORT": "99999"}, `GRPC_PORT="99999" is not a port: a whole number from 0 to 65535`},
