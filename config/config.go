@@ -212,16 +212,8 @@ func (c *Config) validate() error {
 		c.Store.Type = StoreMemory
 	}
 	errs = append(errs, c.checkListeners()...)
-	errs = append(errs, c.Store.check(c.lines)...)
+	errs = append(errs, c.Store.validate(c.lines)...)
 	errs = append(errs, c.checkServe()...)
-	if _, err := c.RedisConfig(); err != nil {
-		errs = append(errs, err)
-	}
-	if ps := c.Store.PerSecond; ps != nil && ps.Type != "" && ps.Type != StoreMemory {
-		if _, err := ps.redisConfig(c.lines, perSecondPath); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if _, err := c.Policy(); err != nil {
 		errs = append(errs, err)
 	}

@@ -154,7 +154,7 @@ func TestSmallerErrors(t *testing.T) {
 		{"missing cert", "tls:\n  cert_file: /nonexistent/c.pem\n  key_file: " + key + "\n", []string{"line 2: tls.cert_file: /nonexistent/c.pem no such file"}, "tls.cert_file"},
 		{"cert file not PEM", "tls:\n  cert_file: " + notPEM + "\n  key_file: " + key + "\n", []string{"line 2: tls.cert_file: " + notPEM + " holds no PEM certificate"}, "tls.cert_file"},
 		{"missing key", "tls:\n  cert_file: " + cert + "\n  key_file: /nonexistent/k.pem\n", []string{"line 3: tls.key_file: /nonexistent/k.pem no such file"}, "tls.key_file"},
-		{"another certificate's key", "tls:\n  cert_file: " + cert + "\n  key_file: " + otherKey + "\n", []string{"line 3: tls.key_file: " + otherKey + " is not the key of tls.cert_file's certificate"}, "tls.key_file:"},
+		{"another certificate's key", "tls:\n  cert_file: " + cert + "\n  key_file: " + otherKey + "\n", []string{"line 3: tls.key_file: " + otherKey + " is not the key of the certificate in " + cert}, "tls.key_file:"},
 		{"a certificate for a key", "tls:\n  cert_file: " + cert + "\n  key_file: " + cert + "\n", []string{"line 3: tls.key_file: " + cert + " is not the key of"}, "tls.key_file:"},
 		{"client CA not PEM", "tls:\n  cert_file: " + cert + "\n  key_file: " + key + "\n  client_ca_file: " + notPEM + "\n", []string{"line 4: tls.client_ca_file: " + notPEM + " holds no PEM certificate"}, "tls.client_ca_file"},
 		{"redis CA missing", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls: true\n  tls_ca_file: /nonexistent/ca.pem\n", []string{"line 5: store.tls_ca_file: /nonexistent/ca.pem no such file"}, "store.tls_ca_file"},

@@ -156,7 +156,7 @@ func (c *Config) ListenerClashes(grpc bool) error {
 	ls := c.listeners(grpc)
 	for i, b := range ls {
 		for _, a := range ls[:i] {
-			if why := clash(a.addr, b.addr); why != "" {
+			if why := ListenClash(a.addr, b.addr); why != "" {
 				errs = append(errs, c.lines.Error(b.path, b.addr, why+" as "+a.path+" ("+a.addr+"); give "+b.path+" a port of its own"))
 			}
 		}
@@ -169,9 +169,11 @@ func (c *Config) ListenerClashes(grpc bool) error {
 	return nil
 }
 
-// clash says why two listen addresses cannot both be listened on: "takes
-// the same address", "takes the same port", or "" when they can.
-func clash(a, b string) string {
+// ListenClash says why listeners on the addresses a and b cannot both
+// listen: "takes the same address", "takes the same port on every
+// interface", or "" when they can. Port 0 (a port the system picks) never
+// clashes, and an address CheckListen refuses is left to its error.
+func ListenClash(a, b string) string {
 	if CheckListen(a) != nil || CheckListen(b) != nil {
 		return ""
 	}

@@ -259,6 +259,27 @@ func redisField(field string) string {
 	return ""
 }
 
+// Validate checks a store section built in Go as Parse checks a file's,
+// its per-second store included: each error is a *FieldError naming the
+// key's path under store (store.timeout, store.per_second.addrs[1]) and
+// its value, without a line. Several are joined with errors.Join.
+func (s Store) Validate() error { return errors.Join(s.validate(nil)...) }
+
+// validate checks the section and the Redis configs it maps onto
+// (redisstore.Config.Validate), for Validate and for Parse (with lines).
+func (s *Store) validate(lines yamlfield.Lines) []error {
+	errs := s.check(lines)
+	if _, err := s.redisConfig(lines, "store"); err != nil {
+		errs = append(errs, err)
+	}
+	if ps := s.PerSecond; ps != nil && ps.Type != "" && ps.Type != StoreMemory {
+		if _, err := ps.redisConfig(lines, perSecondPath); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
 // check reports what no library checks: the store type, the timeout's
 // range, and where the password comes from; and so for the per-second
 // store's section.

@@ -5,11 +5,11 @@ import (
 	"go/build"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/tlstest"
@@ -189,11 +189,22 @@ func TestReadEnvoyEnvLogLevel(t *testing.T) {
 func TestReadEnvoyEnvErrorsNameVariables(t *testing.T) {
 	ca := tlstest.NewCA(t, "rls")
 	leaf := ca.Issue("rls", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
+	other := ca.Issue("other", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
 	tests := []struct {
 		name    string
 		vars    map[string]string
 		wantErr string
 	}{
+		{"PORT on the gRPC port", map[string]string{"PORT": "8081"},
+			`PORT="8081": GRPC_HOST/GRPC_PORT's 0.0.0.0:8081 takes the same address as HOST/PORT's 0.0.0.0:8081; give GRPC_PORT (default 8081) and PORT (default 8080) different ports`},
+		{"GRPC_PORT on every interface of HOST's port", map[string]string{"HOST": "127.0.0.1", "GRPC_PORT": "8080"},
+			`HOST="127.0.0.1", GRPC_PORT="8080": GRPC_HOST/GRPC_PORT's 0.0.0.0:8080 takes the same port on every interface as HOST/PORT's 127.0.0.1:8080`},
+		{"a Redis client key of another certificate", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": leaf.CertFile, "REDIS_TLS_CLIENT_KEY": other.KeyFile},
+			`REDIS_TLS_CLIENT_KEY="` + other.KeyFile + `": ` + other.KeyFile + " is not the key of the certificate in " + leaf.CertFile},
+		{"a gRPC key of another certificate", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": leaf.CertFile, "GRPC_SERVER_TLS_KEY": other.KeyFile},
+			`GRPC_SERVER_TLS_KEY="` + other.KeyFile + `": ` + other.KeyFile + " is not the key of the certificate in " + leaf.CertFile},
+		{"a gRPC client CA that does not exist", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": leaf.CertFile,
+			"GRPC_SERVER_TLS_KEY": leaf.KeyFile, "GRPC_CLIENT_TLS_CACERT": "/nonexistent/ca.pem"}, `GRPC_CLIENT_TLS_CACERT="/nonexistent/ca.pem": /nonexistent/ca.pem no such file or directory`},
 		{"REDIS_URL without a port", map[string]string{"REDIS_URL": "redishost"},
 			`REDIS_URL="redishost", REDIS_SOCKET_TYPE="tcp": "redishost" is not host:port: write host:port, such as redis:6379`},
 		{"GRPC_PORT over 65535", map[string]string{"GRPC_PORT": "99999"}, `GRPC_PORT="99999" is not a port: a whole number from 0 to 65535`},
@@ -240,39 +251,58 @@ func TestReadEnvoyEnvErrorsNameVariables(t *testing.T) {
 	}
 }
 
-// TestEnvoyFieldsCoverConfig: every field readEnvoyEnv can write into the
-// config it builds is mapped back to the variables that set it.
-func TestEnvoyFieldsCoverConfig(t *testing.T) {
-	full := config.Store{Type: config.StoreRedisSentinel, Addrs: []string{"s:1"}, MasterName: "m", Username: "u", Password: "p",
-		SentinelUsername: "su", SentinelPassword: "sp", KeyPrefix: "k", TLS: true, TLSCertFile: "c", TLSKeyFile: "k", TLSCAFile: "ca",
-		TLSSkipHostnameVerification: true, Timeout: time.Second, FlushDelay: time.Microsecond, DB: 1}
-	st := storeYAML(full)
-	st["per_second"] = storeYAML(full)
-	raw := map[string]any{"listen": "", "grpc_listen": "", "envoy_config": "", "store": st,
-		"log": map[string]string{"format": "", "level": ""}, "tls": map[string]string{"cert_file": "", "key_file": "", "client_ca_file": ""}}
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		if vars := envoyFieldVars(prefix); prefix != "" && len(vars) == 0 {
-			t.Errorf("%s is mapped to no variable", prefix)
-		}
-		switch m := v.(type) {
-		case map[string]any:
-			for k, x := range m {
-				walk(strings.TrimPrefix(prefix+"."+k, "."), x)
+// TestStoreKeyVarsCoverStore: every key of a store section that the
+// variables set is named, in config.Store.Validate's errors, by the
+// variables that set it (the per-second Redis's own, or the ones both
+// share), and every other key is one no variable sets.
+func TestStoreKeyVarsCoverStore(t *testing.T) {
+	tests := []struct {
+		key, main, perSecond string // a variable among those named
+	}{
+		{"type", "REDIS_TYPE", "REDIS_PERSECOND_TYPE"},
+		{"addrs[1]", "REDIS_URL", "REDIS_PERSECOND_URL"},
+		{"master_name", "REDIS_URL", "REDIS_PERSECOND_URL"},
+		{"db", "REDIS_URL", "REDIS_PERSECOND_URL"},
+		{"username", "REDIS_AUTH", "REDIS_PERSECOND_AUTH"},
+		{"password", "REDIS_AUTH", "REDIS_PERSECOND_AUTH"},
+		{"sentinel_username", "REDIS_SENTINEL_AUTH", "REDIS_PERSECOND_SENTINEL_AUTH"},
+		{"sentinel_password", "REDIS_SENTINEL_AUTH", "REDIS_PERSECOND_SENTINEL_AUTH"},
+		{"key_prefix", "CACHE_KEY_PREFIX", "CACHE_KEY_PREFIX"},
+		{"tls", "REDIS_TLS", "REDIS_PERSECOND_TLS"},
+		{"tls_ca_file", "REDIS_TLS_CACERT", "REDIS_TLS_CACERT"},
+		{"tls_cert_file", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_CERT"},
+		{"tls_key_file", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CLIENT_KEY"},
+		{"tls_skip_hostname_verification", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
+		{"timeout", "REDIS_TIMEOUT", "REDIS_PERSECOND_TIMEOUT"},
+		{"flush_delay", "REDIS_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_WINDOW"},
+	}
+	// Keys no variable sets: floodgate's own settings.
+	unset := []string{"password_env", "sentinel_password_env", "tls_server_name", "max_keys", "require_at_start", "max_in_flight",
+		"breaker_failures", "over_limit_cache", "per_second"}
+	covered := map[string]bool{}
+	for _, tt := range tests {
+		key, _, _ := strings.Cut(tt.key, "[")
+		covered[key] = true
+		for prefix, want := range map[string]string{"REDIS_": tt.main, "REDIS_PERSECOND_": tt.perSecond} {
+			vars, shown := storeKeyVars(prefix, tt.key)
+			if !slices.Contains(vars, want) {
+				t.Errorf("storeKeyVars(%s, %s) = %v, want %s among them", prefix, tt.key, vars, want)
 			}
-		case map[string]string:
-			for k := range m {
-				walk(prefix+"."+k, "")
+			for _, v := range vars {
+				if !slices.Contains(envoyVars, v) {
+					t.Errorf("storeKeyVars(%s, %s) names %s, not a variable of the peer", prefix, tt.key, v)
+				}
+			}
+			if shown && strings.Contains(tt.key, "password") {
+				t.Errorf("storeKeyVars(%s, %s) shows a password", prefix, tt.key)
 			}
 		}
 	}
-	walk("", raw)
-	for path, want := range map[string]string{
-		"store.per_second.addrs[0]": "REDIS_PERSECOND_URL", "store.per_second.tls_ca_file": "REDIS_TLS_CACERT",
-		"store.per_second.timeout": "REDIS_PERSECOND_TIMEOUT", "store.per_second.key_prefix": "CACHE_KEY_PREFIX", "grpc_listen": "GRPC_PORT",
-	} {
-		if vars := envoyFieldVars(path); !slices.Contains(vars, want) {
-			t.Errorf("%s maps to %v, want %s among them", path, vars, want)
+	st := reflect.TypeFor[config.Store]()
+	for i := range st.NumField() {
+		key := st.Field(i).Tag.Get("yaml")
+		if !covered[key] && !slices.Contains(unset, key) {
+			t.Errorf("store key %s: neither named by its variables in storeKeyVars' test nor listed as set by none", key)
 		}
 	}
 }

@@ -233,6 +233,11 @@ func TestReadEnvoyEnv(t *testing.T) {
 			}
 		}, "", "REDIS_PERSECOND_URL: ignored, as by the peer, because REDIS_PERSECOND is not true"},
 		{"xds", with(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}), nil, `CONFIG_TYPE="GRPC_XDS_SOTW" is not supported`, ""},
+		{"a key prefix both Redis share, refused once", with(map[string]string{"CACHE_KEY_PREFIX": "{rl}", "REDIS_PERSECOND": "true",
+			"REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "ps:6380"}), nil, `CACHE_KEY_PREFIX="{rl}": "{rl}" must not contain '{' or '}'`, ""},
+		{"a CA file both Redis share, refused once", with(map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CACERT": "/nonexistent/ca.pem", "REDIS_PERSECOND": "true",
+			"REDIS_PERSECOND_TLS": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "ps:6380"}), nil,
+			`REDIS_TLS_CACERT="/nonexistent/ca.pem": /nonexistent/ca.pem no such file or directory`, ""},
 		{"local cache", with(map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"}), func(t *testing.T, c *envoyCompat) {
 			if c.opts.OverLimitCache != (decide.CacheOptions{MaxBytes: 1048576}) {
 				t.Errorf("over-limit cache %+v, want on with MaxBytes 1048576", c.opts.OverLimitCache)

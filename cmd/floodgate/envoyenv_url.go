@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -78,3 +79,28 @@ func parseRedisAddrs(e *envReader, name, val string, items []string) ([]string, 
 	}
 	return addrs, creds
 }
+
+// maskRedisURL hides the credentials of the redis:// URLs in s (a value of
+// REDIS_URL, a comma list, or a message quoting one): user:password@
+// becomes *****@, and a query naming a password is hidden whole.
+func maskRedisURL(s string) string {
+	return urlCredsRE.ReplaceAllStringFunc(s, func(m string) string {
+		sub := urlCredsRE.FindStringSubmatch(m)
+		out := sub[1] + "://"
+		if sub[2] != "" {
+			out += "*****@"
+		}
+		out += sub[3]
+		if q := sub[4]; q != "" {
+			if strings.Contains(strings.ToLower(q), "pass") || strings.Contains(strings.ToLower(q), "user") {
+				q = "?*****"
+			}
+			out += q
+		}
+		return out
+	})
+}
+
+// urlCredsRE matches a URL: its scheme, userinfo (up to the last @ before
+// the host), host and path, and query, up to a comma, quote or space.
+var urlCredsRE = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*)://(?:([^,"\s]*)@)?([^,"\s?@]*)(\?[^,"\s]*)?`)

@@ -112,7 +112,7 @@ func planConfig(cfg *config.Config, over serveOverrides, compat *envoyCompat) (*
 			where := "--envoy-config " + cfg.EnvoyConfig
 			switch {
 			case compat != nil && over.envoyConfig == "":
-				where = compat.rulesWhere // the YAML built from the environment is no one's file
+				where = compat.rulesWhere // the environment has no file or line to name
 			case over.envoyConfig == "":
 				where = cfg.Where("envoy_config") + ": " + cfg.EnvoyConfig
 			}

@@ -119,7 +119,7 @@ func keyPair(certFile, keyFile, certKey, keyKey string) (tls.Certificate, error)
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return tls.Certificate{}, &FileError{keyKey, keyFile, fmt.Errorf("is not the key of %s's certificate: %w", certKey, err)}
+		return tls.Certificate{}, &FileError{keyKey, keyFile, fmt.Errorf("is not the key of the certificate in %s: %w", certFile, err)}
 	}
 	return cert, nil
 }
