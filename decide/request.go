@@ -87,8 +87,10 @@ type Outcome struct {
 	// would have denied), Unavailable (the store could not decide, whatever
 	// the failure mode), StoreError or Invalid.
 	Verdict Verdict
-	// Decided reports that the store answered, so Decision is valid. A
-	// check that was not asked (a shadow check of a request that was not
+	// Decided reports that Decision is valid: the store answered, or the
+	// over-limit cache, the local fallback or the check alone (Blocked, a
+	// cost above the quota under OverQuotaDenies) decided. A check that
+	// was not asked (a shadow check of a request that was not
 	// admitted; with a store that has no batches, a check after the one that
 	// denied) has Decided false and no Err. When the request was not
 	// admitted, an admitted check's cost was given back, and its
