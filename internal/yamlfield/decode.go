@@ -25,8 +25,8 @@ import (
 // every path it met.
 //
 // Dialects other than floodgate's own use the types [Bool11] (YAML 1.1's
-// booleans), [Scalar] (a value kept with its text) and [Named] (a list
-// named in errors).
+// booleans), [Scalar] (a value kept with its text and line) and [Named]
+// (a list named in errors).
 func Decode(n *yaml.Node, v any) (Lines, error) {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
@@ -47,18 +47,20 @@ func Decode(n *yaml.Node, v any) (Lines, error) {
 	return d.lines, d.errs.Err()
 }
 
-// Scalar is a value that Decode decodes as it would a T, kept with how it
-// is written: for checks that quote a value as written (.inf, -0.0) or
-// tell a key written empty (~) from one left out.
+// Scalar is a value that Decode decodes as it would a T, kept with how
+// and where it is written: for checks that quote a value as written
+// (.inf, -0.0), tell a key written empty (~) from one left out, or report
+// on the value's own line, which for an alias is its anchor's.
 type Scalar[T any] struct {
 	Value T
 	Text  string // as written: "" when left out or written with nothing
+	Line  int    // where the value is written; 0 when left out
 	Set   bool   // the key is written, even empty
 }
 
 // note records how the node n writes s and returns s.Value to decode into.
 func (s *Scalar[T]) note(n *yaml.Node) reflect.Value {
-	s.Text, s.Set = n.Value, true
+	s.Text, s.Line, s.Set = n.Value, n.Line, true
 	return reflect.ValueOf(&s.Value).Elem()
 }
 

@@ -74,6 +74,22 @@ func TestScalar(t *testing.T) {
 	}
 }
 
+// TestScalarLine: a Scalar's Line is where its value is written, for an
+// alias its anchor's.
+func TestScalarLine(t *testing.T) {
+	var d struct {
+		A yamlfield.Scalar[string] `yaml:"a"`
+		B yamlfield.Scalar[string] `yaml:"b"`
+		C yamlfield.Scalar[string] `yaml:"c"`
+	}
+	if _, err := yamlfield.Decode(root(t, "a: &x one\nb:\n  two\nc: *x\n"), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.A.Line != 1 || d.B.Line != 3 || d.C.Line != 1 || d.C.Value != "one" || d.C.Text != "one" {
+		t.Errorf("lines %d %d %d, c %+v", d.A.Line, d.B.Line, d.C.Line, d.C)
+	}
+}
+
 // descriptors is a list that names itself in errors.
 type descriptors []*struct {
 	Key string `yaml:"key"`
