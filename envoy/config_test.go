@@ -157,6 +157,22 @@ func TestParseErrors(t *testing.T) {
 			`...f.yaml:4: descriptors[0].rate_limit.instances: 4294967295 is not a usable share of the limit: local share 2.3283064370807974e-10 of capacity 1`},
 		{"bad failure_mode", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: ajar}\n",
 			`f.yaml:4: descriptors[0].rate_limit.failure_mode: "ajar" is not error, open, closed or local`},
+		// Decode refuses an explicitly tagged string, as yaml.v2 does for the reference.
+		{"tagged string requests_per_unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: !!str 5}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "5" is not a whole number between 0 and 4294967295`},
+		{"empty requests_per_unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: ~\n",
+			`f.yaml:6: descriptors[0].rate_limit.requests_per_unit: nothing is not a whole number between 0 and 4294967295`},
+		// A value that does not decode is reported once, not again as missing.
+		{"key not a string", "domain: d\ndescriptors:\n  - key: [a]\n", `f.yaml:3: descriptors[0].key: a list is not a string`},
+		// An aliased value's error is on the line where it is written.
+		{"bad unit through an alias", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: &u fortnight, requests_per_unit: 1}\n  - key: b\n    rate_limit:\n      unit: *u\n      requests_per_unit: 1\n",
+			`f.yaml:4: descriptors[0].rate_limit.unit: "fortnight" is not one of second, minute, hour, day, week, month, year` + "\n" +
+				`f.yaml:4: descriptors[1].rate_limit.unit: "fortnight" is not one of second, minute, hour, day, week, month, year`},
+		// Errors come by line, whichever pass finds them.
+		{"errors by line", "domain: d\nfailure_mode: ajar\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n    rate_limit: {unit: eon, requests_per_unit: 1}\nbogus: 1\n",
+			`f.yaml:2: failure_mode: "ajar" is not error, open, closed or local` + "\n" + `f.yaml:5: descriptors[0].shadow_mode: "maybe" is not true or false` + "\n" +
+				`f.yaml:6: descriptors[0].rate_limit.unit: "eon" is not one of second, minute, hour, day, week, month, year` + "\n" +
+				`f.yaml:7: bogus: unknown key "bogus"; known keys here: domain, descriptors, algorithm, failure_mode, local_share, instances, response_headers`},
 		{"two errors", "domain: d\nbar: 1\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n",
 			`f.yaml:2: bar: unknown key "bar"; known keys here: domain, descriptors, algorithm, failure_mode, local_share, instances, response_headers` + "\n" +
 				`f.yaml:5: descriptors[0].rate_limit.unit: "eon" is not one of second, minute, hour, day, week, month, year`},
@@ -486,14 +502,10 @@ func TestRuleFields(t *testing.T) {
 	// default, error, until the Service's Options.FailureMode applies).
 	failure := func(r *Rule) string {
 		switch {
-		case r.FailCall != (r.FailureMode == decide.FailError):
-			return "invalid: FailCall is not FailureMode FailError"
-		case !r.failureSet && !r.FailCall:
+		case !r.failureSet && r.FailureMode != decide.FailError:
 			return "invalid: not the default"
 		case !r.failureSet:
 			return ""
-		case r.FailCall:
-			return "error"
 		}
 		return r.FailureMode.String()
 	}

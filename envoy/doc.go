@@ -68,7 +68,7 @@
 // [NewGRPCServer] builds it), instead of failing before the service.
 //
 // It is an adapter room: it imports the root package, the decide engine, the
-// internal helpers, grpc, protobuf and go-control-plane's Envoy protos, yaml
-// (the rule files' nodes, read through internal/yamlfield) and Prometheus's
-// client, never a store or another front end.
+// internal helpers (internal/yamlfield decodes the rule files), grpc,
+// protobuf and go-control-plane's Envoy protos and Prometheus's client,
+// never a store or another front end.
 package envoy

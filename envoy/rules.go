@@ -116,8 +116,6 @@ type Rule struct {
 	// failure_mode, it holds the default, error, and the Service's
 	// Options.FailureMode applies instead. Shadow rules always fail open.
 	FailureMode decide.FailureMode
-	// FailCall reports that FailureMode is FailError.
-	FailCall bool
 	// LocalShare is the share of the limit this instance enforces alone
 	// while the store is unavailable, under FailureMode FailLocal: the
 	// rule's local_share or 1/instances, or else its domain's.
@@ -169,7 +167,7 @@ func (r *Rule) setFailure(f failure) {
 	if !f.set {
 		f = errorMode
 	}
-	r.FailureMode, r.FailCall, r.LocalShare, r.failureSet = f.mode, f.call, f.share, f.set
+	r.FailureMode, r.LocalShare, r.failureSet = f.mode, f.share, f.set
 }
 
 // compilePolicy serializes the rule's RateLimit-Policy member: q is the

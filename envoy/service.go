@@ -491,7 +491,7 @@ func match(dom *domain, descs []*ratelimitv3.RateLimitDescriptor, ds []descripto
 // failureOf returns the failure mode that applies to a rule.
 func (s *Service) failureOf(r *Rule) failure {
 	if r.failureSet {
-		return failure{mode: r.FailureMode, call: r.FailCall, share: r.LocalShare, set: true}
+		return failure{mode: r.FailureMode, share: r.LocalShare, set: true}
 	}
 	return s.failure
 }
@@ -559,7 +559,7 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 		// rule the descriptor matched may have had its own, which is not
 		// the override's. Without one the override fails as error, as in
 		// the reference.
-		r.setFailure(failure{mode: errorMode.mode, call: true, set: true})
+		r.setFailure(failure{mode: errorMode.mode, set: true})
 	}
 	return r, nil
 }

@@ -6,28 +6,24 @@
 //	line 3: store.timout: unknown key "timout"; did you mean "timeout"?
 //	rules/edge.yaml:4: descriptors[0].shadow_mode: "maybe" is not true or false
 //
-// It serves every YAML dialect floodgate reads. [Parse] reads a document,
-// turning the parser's complaints into Errors with the line and a hint.
-// [Decode] walks a struct's
-// yaml tags; a hand-written parser over yaml.Node collects its errors in a
-// [List], whose readers ([List.Mapping], [List.String], [List.Bool],
-// [List.Uint]) check a node and report what is wrong with it, and builds
-// its own with [TypeError], [Describe] and [DidYouMean]. Anchors, aliases
-// and merge keys ("<<") are resolved first by [List.Expand], which Decode
-// calls and a hand-written parser calls itself.
+// It serves every YAML dialect floodgate reads: its own configuration and
+// envoyproxy/ratelimit's rule files. [Parse] reads a document, turning the
+// parser's complaints into Errors with the line and a hint. [Decode] walks
+// a struct's yaml tags, resolving anchors, aliases and merge keys ("<<")
+// first ([List.Expand]), and returns the [Lines] of what it met, so that
+// the checks of the typed values that follow report where each is
+// written; they build their errors with [Lines.Error], [TypeError],
+// [Describe] and [DidYouMean], and may collect them in a [List].
 //
 // It is a helper room: it imports yaml only.
 package yamlfield
 
 import (
-	"encoding"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -129,30 +125,8 @@ func DidYouMean(value string, known []string) string {
 	return ""
 }
 
-// Reasons that Decode and the scalar readers of [List] share.
-const (
-	notBool     = "is not true or false"
-	notWhole    = "is not a whole number"
-	notDuration = "is not a duration such as 500ms, 1m or 1h"
-)
-
-// unquoteFix returns a Fix for a quoted scalar that decode rejects but
-// would accept written plainly, such as "5" for a number; "" otherwise.
-func unquoteFix(n *yaml.Node, decode func(*yaml.Node) error) string {
-	if n.Kind != yaml.ScalarNode || n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
-		return ""
-	}
-	plain := *n
-	plain.Style, plain.Tag = 0, ""
-	if plain.ShortTag() == "!!str" || decode(&plain) != nil {
-		return ""
-	}
-	return "write it without quotes"
-}
-
-// List collects the Errors found in one document, for a parser that walks
-// yaml.Nodes itself: the readers below report to it, and Err returns them
-// all.
+// List collects the Errors found in one document: Decode's, and those of
+// the checks that follow it. Err returns them all.
 type List struct {
 	// File names the document in every Error added without one.
 	File string
@@ -224,66 +198,6 @@ func (l *List) Mapping(n *yaml.Node, path string, known ...string) []Entry {
 	return out
 }
 
-// String returns the scalar n's value as written (numbers and booleans
-// too), "" for null, and reports any other node.
-func (l *List) String(n *yaml.Node, path string) (string, bool) {
-	if n.Kind != yaml.ScalarNode {
-		l.Add(TypeError(n, path, "a string"))
-		return "", false
-	}
-	if IsNull(n) {
-		return "", true
-	}
-	return n.Value, true
-}
-
-// Bool returns the boolean n, written plainly: true or false, or YAML
-// 1.1's y, yes, on, n, no and off (any of them capitalised or in capitals),
-// which envoyproxy/ratelimit's YAML library (yaml.v2) reads as booleans
-// too. It reports any other node, a quoted string ("true", "yes") among
-// them: yaml.v2 refuses a quoted value where it wants a boolean, and so
-// does Bool.
-func (l *List) Bool(n *yaml.Node, path string) (bool, bool) {
-	var b bool
-	if n.Kind != yaml.ScalarNode || !plainScalar(n) || n.Decode(&b) != nil {
-		e := &Error{Line: n.Line, Path: path, Value: Describe(n)}
-		e.Reason, e.Fix = boolReason(n, true)
-		l.Add(e)
-		return false, false
-	}
-	return b, true
-}
-
-// plainScalar reports whether n is written plainly: no quotes, no block
-// scalar (| or >), no explicit tag.
-func plainScalar(n *yaml.Node) bool {
-	return n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle|yaml.TaggedStyle) == 0
-}
-
-// yaml11Bools are the plain words YAML 1.1 (yaml.v2, and yaml.v3 decoding
-// into a bool) reads as booleans besides true and false.
-var yaml11Bools = []string{"y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF"}
-
-// boolReason says why the scalar n is not a boolean, and how to write
-// one; yaml11 says whether yes, no, on and off would be read.
-func boolReason(n *yaml.Node, yaml11 bool) (reason, fix string) {
-	switch {
-	case n.Kind != yaml.ScalarNode || IsNull(n):
-		return notBool, ""
-	case !plainScalar(n):
-		return "is a quoted string, not a boolean", "write true or false without quotes"
-	case !yaml11 && slices.Contains(yaml11Bools, n.Value):
-		return notBool, "write true or false (yes, no, on and off are strings in YAML 1.2, which this file is read as)"
-	}
-	return notBool, ""
-}
-
-// isBool reports whether the plain scalar n is YAML 1.2's true or false
-// (in any of the three cases YAML allows).
-func isBool(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && plainScalar(n) && n.ShortTag() == "!!bool"
-}
-
 // Lines holds the line of every path a Decode met: "store.timeout",
 // "rules[1]", "store.addrs[0]"; "" is the document.
 type Lines map[string]int
@@ -306,223 +220,6 @@ func (l Lines) Line(path string) int {
 // Error returns an Error at path's line.
 func (l Lines) Error(path, value, reason string) *Error {
 	return &Error{Line: l.Line(path), Path: path, Value: value, Reason: reason}
-}
-
-// Decode decodes the document or node n into v, a pointer to a struct,
-// strictly, once [List.Expand] has resolved its aliases and merge keys
-// (in n itself): a key that names no field (by its yaml tag) or appears twice is
-// an error, and so is a value of the wrong shape. Structs and slices are
-// walked, so each error names its path; other values decode with
-// yaml.Node.Decode (durations, numbers, encoding.TextUnmarshaler types).
-// Decode reports every error it finds, each an *Error, joined with
-// errors.Join, and returns the line of every path it met.
-func Decode(n *yaml.Node, v any) (Lines, error) {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() != reflect.Pointer || rv.IsNil() {
-		return nil, fmt.Errorf("yamlfield: Decode needs a non-nil pointer, not %T", v)
-	}
-	d := &decoder{lines: Lines{}}
-	if !d.errs.Expand(n) {
-		return d.lines, d.errs.Err()
-	}
-	if n.Kind == yaml.DocumentNode {
-		d.lines[""] = n.Line
-		if len(n.Content) == 0 {
-			return d.lines, nil
-		}
-		n = n.Content[0]
-	}
-	d.value(n, "", rv.Elem())
-	return d.lines, d.errs.Err()
-}
-
-type decoder struct {
-	lines Lines
-	errs  List
-}
-
-var (
-	durationType  = reflect.TypeFor[time.Duration]()
-	unmarshalText = reflect.TypeFor[encoding.TextUnmarshaler]()
-	unmarshalYAML = reflect.TypeFor[yaml.Unmarshaler]()
-)
-
-// walked reports whether Decode walks values of type t itself.
-func walked(t reflect.Type) bool {
-	if p := reflect.PointerTo(t); p.Implements(unmarshalText) || p.Implements(unmarshalYAML) {
-		return false
-	}
-	return t.Kind() == reflect.Struct || t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8
-}
-
-func (d *decoder) value(n *yaml.Node, path string, v reflect.Value) {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	if _, ok := d.lines[path]; !ok {
-		d.lines[path] = n.Line
-	}
-	if IsNull(n) {
-		return // an empty value keeps the zero value
-	}
-	if v.Kind() == reflect.Pointer && walked(v.Type().Elem()) {
-		// An optional section: present, it is walked as its value would be.
-		if v.IsNil() {
-			v.Set(reflect.New(v.Type().Elem()))
-		}
-		d.value(n, path, v.Elem())
-		return
-	}
-	if !walked(v.Type()) {
-		if base(v.Type()).Kind() == reflect.Bool && !isBool(n) {
-			// Strictly YAML 1.2's booleans: neither a quoted "true" nor
-			// yaml.v3's YAML 1.1 words (yes, no, on, off, also quoted).
-			e := &Error{Line: n.Line, Path: path, Value: Describe(n)}
-			e.Reason, e.Fix = boolReason(n, false)
-			d.errs.Add(e)
-			return
-		}
-		decode := func(n *yaml.Node) error { return decodeScalar(n, reflect.New(v.Type()).Elem()) }
-		if err := decodeScalar(n, v); err != nil {
-			e := &Error{Line: n.Line, Path: path, Value: Describe(n), Reason: reason(v.Type(), err), Fix: unquoteFix(n, decode)}
-			if ne := (*numberError)(nil); errors.As(err, &ne) {
-				e.Reason, e.Fix = ne.reason, ne.fix
-			}
-			if e.Fix == "" && v.Type() == durationType {
-				if fix := DurationFix(n); fix != "" {
-					e.Reason, e.Fix = "is not a duration", fix
-				}
-			}
-			d.errs.Add(e)
-		}
-		return
-	}
-	if v.Kind() == reflect.Slice {
-		if n.Kind != yaml.SequenceNode {
-			d.errs.Add(TypeError(n, path, "a list"))
-			return
-		}
-		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
-		for i, item := range n.Content {
-			d.value(item, Index(path, i), s.Index(i))
-		}
-		v.Set(s)
-		return
-	}
-	names, index := fieldsOf(v.Type())
-	for _, e := range d.errs.Mapping(n, path, names...) {
-		d.lines[e.Path] = e.Key.Line
-		d.value(e.Value, e.Path, v.Field(index[e.Key.Value]))
-	}
-}
-
-// errNotWhole is a number with a fraction (or an exponent) where a whole
-// number is wanted: yaml would truncate 3.5 to 3 without a word.
-var errNotWhole = &yaml.TypeError{Errors: []string{"not a whole number"}}
-
-// decodeScalar decodes n into v as yaml does, but for integers, which must
-// be written as integers in decimal digits: 3.5 and 1e3 are errors, not 3
-// and 1000, and so are 010 and 0x10, not 8 and 16 (a *numberError).
-func decodeScalar(n *yaml.Node, v reflect.Value) error {
-	if k := v.Kind(); k >= reflect.Int && k <= reflect.Uint64 && v.Type() != durationType && n.Kind == yaml.ScalarNode {
-		if _, err := wholeNumber(n); err != nil {
-			if errors.As(err, new(*numberError)) {
-				return err
-			}
-			if n.ShortTag() == "!!float" {
-				return errNotWhole
-			}
-		}
-	}
-	return n.Decode(v.Addr().Interface())
-}
-
-// DurationFix returns the Fix for a scalar that is not a duration but
-// looks like one in other terms: a bare number ("60": "write a duration
-// such as 60s or 1m") or days and weeks, which durations lack ("1d":
-// "write 24h"); "" otherwise.
-func DurationFix(n *yaml.Node) string {
-	if n.Kind != yaml.ScalarNode {
-		return ""
-	}
-	v := strings.TrimSpace(n.Value)
-	if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
-		s := strconv.FormatFloat(f, 'f', -1, 64)
-		if f == float64(int64(f)) && int64(f)%60 == 0 {
-			return fmt.Sprintf("write a duration such as %ss or %dm", s, int64(f)/60)
-		}
-		return fmt.Sprintf("write a duration such as %ss or %sms", s, strconv.FormatFloat(f*1000, 'f', -1, 64))
-	}
-	for _, u := range []struct {
-		suffix string
-		hours  float64
-		name   string
-	}{{"d", 24, "days"}, {"w", 24 * 7, "weeks"}} {
-		num, ok := strings.CutSuffix(v, u.suffix)
-		if !ok {
-			continue
-		}
-		if f, err := strconv.ParseFloat(num, 64); err == nil && f > 0 {
-			return fmt.Sprintf("write %sh (a duration has no unit for %s)", strconv.FormatFloat(f*u.hours, 'f', -1, 64), u.name)
-		}
-	}
-	return ""
-}
-
-// base is t without its pointers: bool for *bool.
-func base(t reflect.Type) reflect.Type {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return t
-}
-
-// reason says why a value did not decode into a t (or a pointer to one).
-func reason(t reflect.Type, err error) string {
-	t = base(t)
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return "is invalid: " + strings.TrimPrefix(err.Error(), "yaml: ")
-	}
-	switch {
-	case t == durationType:
-		return notDuration
-	case t.Kind() == reflect.Bool:
-		return notBool
-	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
-		return notWhole
-	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
-		return "is not a number"
-	case t.Kind() == reflect.String:
-		return "is not a string"
-	case t.Kind() == reflect.Map:
-		return "is not a mapping"
-	}
-	return "cannot be read as " + t.String()
-}
-
-// fieldsOf returns a struct's YAML keys in field order, and their field
-// indexes: the yaml tag's name, or the field's name in lower case; "-" and
-// unexported fields are left out.
-func fieldsOf(t reflect.Type) ([]string, map[string]int) {
-	names := make([]string, 0, t.NumField())
-	index := make(map[string]int, t.NumField())
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		names = append(names, name)
-		index[name] = i
-	}
-	return names, index
 }
 
 // suggest returns the known key closest to key, if it is close enough to

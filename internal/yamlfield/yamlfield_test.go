@@ -147,44 +147,22 @@ func root(t *testing.T, src string) *yaml.Node {
 	return n.Content[0]
 }
 
-func TestListReaders(t *testing.T) {
+// TestMapping: List.Mapping, which Decode walks each mapping with, keeps
+// the known keys in order and reports the others, and keys set twice.
+func TestMapping(t *testing.T) {
 	l := &yamlfield.List{File: "f.yaml"}
-	n := root(t, "name: x\nport: 8080\non: yes\nnmae: y\nname: z\nzzz: 1\nbig: 70000\nquoted: \"12\"\nflag: \"true\"\nlist: [1]\nnull:\n")
+	n := root(t, "name: x\nport: 8080\nnmae: y\nname: z\nzzz: 1\nlist: [1]\n")
 	var got []string
-	for _, e := range l.Mapping(n, "top", "name", "port", "on", "big", "quoted", "flag", "list", "null") {
+	for _, e := range l.Mapping(n, "top", "name", "port", "list") {
 		got = append(got, e.Path)
-		switch e.Key.Value {
-		case "name", "port":
-			if s, ok := l.String(e.Value, e.Path); !ok || s == "" {
-				t.Errorf("%s: String = %q, %v", e.Path, s, ok)
-			}
-		case "null":
-			if s, ok := l.String(e.Value, e.Path); !ok || s != "" {
-				t.Errorf("%s: String = %q, %v", e.Path, s, ok)
-			}
-		case "on":
-			if b, ok := l.Bool(e.Value, e.Path); !ok || !b {
-				t.Errorf("%s: Bool = %v, %v", e.Path, b, ok)
-			}
-		case "big", "quoted":
-			l.Uint(e.Value, e.Path, 65535)
-		case "flag":
-			l.Bool(e.Value, e.Path)
-		case "list":
-			l.String(e.Value, e.Path)
-		}
 	}
-	if want := "top.name top.port top.on top.big top.quoted top.flag top.list top.null"; strings.Join(got, " ") != want {
+	if want := "top.name top.port top.list"; strings.Join(got, " ") != want {
 		t.Errorf("entries %s, want %s", strings.Join(got, " "), want)
 	}
 	want := []string{
-		`f.yaml:4: top.nmae: unknown key "nmae"; did you mean "name"?`,
-		"f.yaml:5: top.name: is already set on line 1; keep one of the two",
-		`f.yaml:6: top.zzz: unknown key "zzz"; known keys here: name, port, on, big, quoted, flag, list, null`,
-		`f.yaml:7: top.big: "70000" is not a whole number between 0 and 65535`,
-		`f.yaml:8: top.quoted: "12" is not a whole number between 0 and 65535; write it without quotes`,
-		`f.yaml:9: top.flag: "true" is a quoted string, not a boolean; write true or false without quotes`,
-		"f.yaml:10: top.list: a list is not a string",
+		`f.yaml:3: top.nmae: unknown key "nmae"; did you mean "name"?`,
+		"f.yaml:4: top.name: is already set on line 1; keep one of the two",
+		`f.yaml:5: top.zzz: unknown key "zzz"; known keys here: name, port, list`,
 	}
 	if got := l.Err(); got == nil || got.Error() != strings.Join(want, "\n") {
 		t.Errorf("errors\n%v\nwant\n%s", got, strings.Join(want, "\n"))
@@ -198,7 +176,10 @@ func TestListReaders(t *testing.T) {
 	}
 }
 
-func TestListFloat(t *testing.T) {
+// TestDecodeFloat: a float field takes numbers written plainly, NaN and
+// the infinities among them (the caller checks the value, as
+// rulecheck.ShareOf does).
+func TestDecodeFloat(t *testing.T) {
 	for _, tc := range []struct {
 		src  string
 		want float64
@@ -207,30 +188,28 @@ func TestListFloat(t *testing.T) {
 		{"v: 0.25", 0.25, ""},
 		{"v: 1", 1, ""},
 		{"v: 1e-3", 0.001, ""},
-		{`v: "0.5"`, 0, `f.yaml:1: v: "0.5" is not a number; write it without quotes`},
-		{"v: half", 0, `f.yaml:1: v: "half" is not a number`},
-		// NaN and the infinities are numbers: the caller checks the value
-		// (rulecheck.ShareOf, as for floodgate's config, which yaml decodes).
+		{`v: "0.5"`, 0, `line 1: v: "0.5" is not a number; write it without quotes`},
+		{"v: half", 0, `line 1: v: "half" is not a number`},
 		{"v: .nan", math.NaN(), ""},
 		{"v: -.inf", math.Inf(-1), ""},
 		{"v: 010", 8, ""},
-		{"v: [1]", 0, `f.yaml:1: v: a list is not a number`},
+		{"v: [1]", 0, `line 1: v: a list is not a number`},
 	} {
-		l := &yamlfield.List{File: "f.yaml"}
-		for _, e := range l.Mapping(root(t, tc.src), "", "v") {
-			v, ok := l.Float(e.Value, e.Path)
-			if v != tc.want && !(math.IsNaN(v) && math.IsNaN(tc.want)) || ok != (tc.err == "") {
-				t.Errorf("%s: Float = %v, %v; want %v", tc.src, v, ok, tc.want)
-			}
+		var into struct {
+			V float64 `yaml:"v"`
 		}
-		if got := fmt.Sprint(l.Err()); tc.err != "" && got != tc.err || tc.err == "" && l.Err() != nil {
+		_, err := yamlfield.Decode(root(t, tc.src), &into)
+		if got := fmt.Sprint(err); tc.err != "" && got != tc.err || tc.err == "" && err != nil {
 			t.Errorf("%s: error %s, want %q", tc.src, got, tc.err)
+		}
+		if tc.err == "" && into.V != tc.want && !(math.IsNaN(into.V) && math.IsNaN(tc.want)) {
+			t.Errorf("%s: %v, want %v", tc.src, into.V, tc.want)
 		}
 	}
 }
 
-// TestWholeNumbers: Int, Uint and Decode read whole numbers in decimal
-// digits only; yaml would read 010 as 8 and 0x10 as 16.
+// TestWholeNumbers: Decode reads whole numbers in decimal digits only;
+// yaml would read 010 as 8 and 0x10 as 16.
 func TestWholeNumbers(t *testing.T) {
 	for _, tc := range []struct {
 		src  string
@@ -254,17 +233,6 @@ func TestWholeNumbers(t *testing.T) {
 		{`v: "4"`, 0, `"4" is not a whole number; write it without quotes`},
 		{"v: four", 0, `"four" is not a whole number`},
 	} {
-		l := &yamlfield.List{File: "f.yaml"}
-		for _, e := range l.Mapping(root(t, tc.src), "", "v") {
-			v, ok := l.Int(e.Value, e.Path)
-			if v != tc.want || ok != (tc.err == "") {
-				t.Errorf("%s: Int = %v, %v; want %v", tc.src, v, ok, tc.want)
-			}
-		}
-		if got, want := fmt.Sprint(l.Err()), "f.yaml:1: v: "+tc.err; tc.err != "" && got != want || tc.err == "" && l.Err() != nil {
-			t.Errorf("%s: Int error %s, want %q", tc.src, got, want)
-		}
-		// Decode, for floodgate's config, reads an int field the same way.
 		var into struct {
 			V int64 `yaml:"v"`
 		}
@@ -272,21 +240,6 @@ func TestWholeNumbers(t *testing.T) {
 		if got, want := fmt.Sprint(err), "line 1: v: "+tc.err; tc.err != "" && got != want || tc.err == "" && (err != nil || into.V != tc.want) {
 			t.Errorf("%s: Decode = %d, %v; want %q", tc.src, into.V, err, want)
 		}
-	}
-	// Uint keeps its range in the reason, and refuses the other forms alike.
-	l := &yamlfield.List{File: "f.yaml"}
-	for _, src := range []string{"v: 0x10", "v: 99999999999999999999", "v: -1"} {
-		for _, e := range l.Mapping(root(t, src), "", "v") {
-			if _, ok := l.Uint(e.Value, e.Path, 100); ok {
-				t.Errorf("%s: Uint accepted it", src)
-			}
-		}
-	}
-	want := "f.yaml:1: v: \"0x10\" must be written in decimal digits, without a leading 0, + or _ (YAML reads 0x10 as 16); write 16\n" +
-		"f.yaml:1: v: \"99999999999999999999\" is not a whole number between 0 and 100\n" +
-		"f.yaml:1: v: \"-1\" is not a whole number between 0 and 100"
-	if got := fmt.Sprint(l.Err()); got != want {
-		t.Errorf("Uint errors\n%s\nwant\n%s", got, want)
 	}
 }
 
