@@ -107,6 +107,7 @@ func TestServeOnRedis(t *testing.T) {
 		t.Run(s.typ, func(t *testing.T) {
 			path := serveConfig(t, s.typ, s.addrs(t))
 			base, _, stop := startServe(t, "--config", path)
+			waitReady(t, base) // as a readiness probe would: the store connected
 			for _, c := range []struct {
 				rule  string
 				quota int
@@ -300,5 +301,25 @@ func TestConfigValidateConnect(t *testing.T) {
 	}
 	if out, stderr, code := cli(t, "config", "validate", down); code != 0 || !strings.Contains(out, "ok") {
 		t.Errorf("an unreachable Redis without --connect: exit %d %s %s", code, out, stderr)
+	}
+}
+
+// waitReady polls base's /readyz until it answers 200, within a generous
+// bound: serve listens before its store has connected.
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not 200 within 30s: %v %v", resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
