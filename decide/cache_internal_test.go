@@ -47,3 +47,26 @@ func TestCacheSameShardGiveBack(t *testing.T) {
 		t.Errorf("cache hits %d, want 8 (every denial after the first)", hits)
 	}
 }
+
+// TestResetLeavesFallbackUnmade: a Reset on an engine whose local fallback
+// never decided does not make the fallback's memory store; one that did
+// clears its state.
+func TestResetLeavesFallbackUnmade(t *testing.T) {
+	e, err := New(memory.New(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := floodgate.PerMinute(1)
+	if err := e.Reset(t.Context(), "k", l); err != nil || e.localMade.Load() {
+		t.Fatalf("Reset = %v; fallback made: %v", err, e.localMade.Load())
+	}
+	if _, err := e.local().AllowN(t.Context(), "k", l, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reset(t.Context(), "k", l); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := e.local().AllowN(t.Context(), "k", l, 1); !d.Allowed {
+		t.Errorf("the fallback's state outlived the Reset: %+v", d)
+	}
+}

@@ -21,7 +21,11 @@ func (e *Engine) Reset(ctx context.Context, key string, limit floodgate.Limit) e
 	e.called("reset", start)
 	e.invalidate(key)
 	// The fallback state is kept under the local limit's algorithm, which
-	// is limit's: resetting under limit clears it.
+	// is limit's: resetting under limit clears it. A fallback that never
+	// decided holds nothing.
+	if !e.localMade.Load() {
+		return err
+	}
 	if lerr := e.local().Reset(ctx, key, limit); err == nil && lerr != nil {
 		err = lerr
 	}

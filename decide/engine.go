@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -109,6 +110,7 @@ type Engine struct {
 	system      bool                 // now is time.Now
 	cache       *overLimitCache      // nil: off
 	local       func() *memory.Store // the FailLocal store, made on first use
+	localMade   atomic.Bool          // local has been made
 	onCall      func(op string, took time.Duration)
 }
 
@@ -169,6 +171,7 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 		localKeys = DefaultLocalMaxKeys
 	}
 	e.local = sync.OnceValue(func() *memory.Store {
+		defer e.localMade.Store(true)
 		return memory.New(memory.WithClock(clockFunc(opts.Now)), memory.WithMaxKeys(localKeys))
 	})
 	e.batch, _ = store.(floodgate.BatchStore)
