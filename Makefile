@@ -52,9 +52,27 @@ endef
 
 all: test
 
+# test runs the main module's suite in the foreground and, beside it, the
+# routertest and compat/envoyratelimit modules (whose output follows the
+# suite's): compat's side-by-side sets spend most of their time waiting for
+# rate windows and statsd flushes, so they overlap each other (-parallel 6)
+# and the suite. It fails if any of the three fails.
+TEST_MAIN   = FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(PKGS)
+TEST_BESIDE = $(GO) -C httplimit/routertest test $(TESTFLAGS) ./... && \
+	FLOODGATE_REQUIRE_REDIS=1 $(GO) -C compat/envoyratelimit test $(TESTFLAGS) -parallel 6 ./...
+define test_all
+	beside=$$(mktemp); \
+	( $(TEST_BESIDE) ) >"$$beside" 2>&1 & pid=$$!; \
+	$(TEST_MAIN); main=$$?; \
+	wait $$pid; other=$$?; \
+	echo "--- httplimit/routertest and compat/envoyratelimit (run beside the suite):"; \
+	cat "$$beside"; rm -f "$$beside"; \
+	[ $$main = 0 ] && [ $$other = 0 ]
+endef
+
 test: vet
 	scripts/proxies.sh ensure
-	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./... && FLOODGATE_REQUIRE_REDIS=1 $(GO) -C compat/envoyratelimit test $(TESTFLAGS) ./...)
+	$(call with_harness,$(test_all))
 
 # bench runs in the bench module (peer libraries never enter floodgate's
 # go.mod); -docs and -img are relative to it.
