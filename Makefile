@@ -31,6 +31,11 @@ TESTFLAGS  ?= -race -shuffle=on -count=1 -timeout 20m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem
 PEERBENCHFLAGS ?=
 PKGS    ?= ./...
+# A -race binary sleeps 1s at exit by default (atexit_sleep_ms) so that
+# goroutines still running can report races: a second per test binary, ~45
+# of them. A race during a test is reported and fails it either way.
+GORACE  ?= atexit_sleep_ms=0
+export GORACE
 
 # with_harness runs $(1) with the harness up and its env exported, then takes
 # the harness down (unless it was already up) and exits with $(1)'s status.
