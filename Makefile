@@ -62,7 +62,12 @@ all: test
 # suite's): compat's side-by-side sets spend most of their time waiting for
 # rate windows and statsd flushes, so they overlap each other (-parallel 6)
 # and the suite. It fails if any of the three fails.
-TEST_MAIN   = FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(PKGS)
+# go test starts packages in the order it is given them (-p at a time), and
+# the suite ends when its slowest one does: with PKGS=./..., the slowest
+# (the seconds of real hangs, or of CPU under -race) start first instead of
+# last.
+SLOW_PKGS   = ./redisstore ./memory ./remotestore ./cmd/floodgate ./internal/redistest
+TEST_MAIN   = FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(if $(filter ./...,$(PKGS)),$(SLOW_PKGS)) $(PKGS)
 TEST_BESIDE = $(GO) -C httplimit/routertest test $(TESTFLAGS) ./... && \
 	FLOODGATE_REQUIRE_REDIS=1 $(GO) -C compat/envoyratelimit test $(TESTFLAGS) -parallel 6 ./...
 define test_all
