@@ -136,7 +136,6 @@ func TestConformance(t *testing.T) {
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
-			t.Parallel() // a server of its own, keys of its own
 			url := serve(t, b.config(t), "--store-api", "--store-api-client-clock")
 			storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
 				return newStore(t, remotestore.Config{URL: url, Clock: clock, Timeout: 10 * time.Second})
