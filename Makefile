@@ -31,6 +31,11 @@ TESTFLAGS  ?= -race -shuffle=on -count=1 -timeout 20m
 BENCHFLAGS ?= -run '^$$' -bench . -benchmem
 PEERBENCHFLAGS ?=
 PKGS    ?= ./...
+# A -race binary sleeps 1s at exit by default (atexit_sleep_ms) so that
+# goroutines still running can report races: a second per test binary, ~45
+# of them. A race during a test is reported and fails it either way.
+GORACE  ?= atexit_sleep_ms=0
+export GORACE
 
 # with_harness runs $(1) with the harness up and its env exported, then takes
 # the harness down (unless it was already up) and exits with $(1)'s status.
@@ -52,9 +57,32 @@ endef
 
 all: test
 
+# test runs the main module's suite in the foreground and, beside it, the
+# routertest and compat/envoyratelimit modules (whose output follows the
+# suite's): compat's side-by-side sets spend most of their time waiting for
+# rate windows and statsd flushes, so they overlap each other (-parallel 6)
+# and the suite. It fails if any of the three fails.
+# go test starts packages in the order it is given them (-p at a time), and
+# the suite ends when its slowest one does: with PKGS=./..., the slowest
+# (the seconds of real hangs, or of CPU under -race) start first instead of
+# last.
+SLOW_PKGS   = ./redisstore ./memory ./remotestore ./cmd/floodgate ./internal/redistest
+TEST_MAIN   = FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(if $(filter ./...,$(PKGS)),$(SLOW_PKGS)) $(PKGS)
+TEST_BESIDE = $(GO) -C httplimit/routertest test $(TESTFLAGS) ./... && \
+	FLOODGATE_REQUIRE_REDIS=1 $(GO) -C compat/envoyratelimit test $(TESTFLAGS) -parallel 6 ./...
+define test_all
+	beside=$$(mktemp); \
+	( $(TEST_BESIDE) ) >"$$beside" 2>&1 & pid=$$!; \
+	$(TEST_MAIN); main=$$?; \
+	wait $$pid; other=$$?; \
+	echo "--- httplimit/routertest and compat/envoyratelimit (run beside the suite):"; \
+	cat "$$beside"; rm -f "$$beside"; \
+	[ $$main = 0 ] && [ $$other = 0 ]
+endef
+
 test: vet
 	scripts/proxies.sh ensure
-	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_PROXIES=1 $(GO) test $(TESTFLAGS) $(PKGS) && $(GO) -C httplimit/routertest test $(TESTFLAGS) ./... && FLOODGATE_REQUIRE_REDIS=1 $(GO) -C compat/envoyratelimit test $(TESTFLAGS) ./...)
+	$(call with_harness,$(test_all))
 
 # bench runs in the bench module (peer libraries never enter floodgate's
 # go.mod); -docs and -img are relative to it.

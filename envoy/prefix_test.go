@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -105,8 +106,12 @@ func TestLoadPrefixRules(t *testing.T) {
 }
 
 // TestWatchPrefix: Watch reloads on a change to a file of the prefix, and
-// not on one to a file outside it.
-func TestWatchPrefix(t *testing.T) {
+// not on one to a file outside it. In a synctest bubble (see
+// TestWatchConfigMapSwap), so the ten watch intervals below are ten looks
+// at the folder exactly, in no real time.
+func TestWatchPrefix(t *testing.T) { synctest.Test(t, testWatchPrefix) }
+
+func testWatchPrefix(t *testing.T) {
 	dir := t.TempDir()
 	opts := LoadOptions{Prefix: "config"}
 	write(t, filepath.Join(dir, "config", "a.yaml"), "domain: one\n")

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,8 +14,12 @@ import (
 
 // TestWatchConfigMapSwap: Watch picks up an edit, the atomic swap of a
 // ConfigMap's ..data link, and keeps the rules in force (counting an error)
-// when an edit breaks the folder.
-func TestWatchConfigMapSwap(t *testing.T) {
+// when an edit breaks the folder. It runs in a synctest bubble: the watch's
+// ticker and the waits below move on the bubble's clock, which advances
+// only when every goroutine waits, so no real time passes between looks.
+func TestWatchConfigMapSwap(t *testing.T) { synctest.Test(t, testWatchConfigMapSwap) }
+
+func testWatchConfigMapSwap(t *testing.T) {
 	dir := t.TempDir()
 	must := func(err error) {
 		t.Helper()

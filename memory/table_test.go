@@ -226,6 +226,7 @@ func TestTableStaleIndex(t *testing.T) {
 // quota per phase: more would mean two entries for one key, or a decision
 // on a dropped entry.
 func TestTableConcurrentExact(t *testing.T) {
+	t.Parallel() // a table of its own
 	const keys, quota, workers, phases = 700, 3, 4, 4
 	var tb table[int64]
 	hash := func(i int) uint64 { return collide(i) ^ uint64(i)<<40 }

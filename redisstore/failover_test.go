@@ -25,6 +25,7 @@ func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failover")
 	}
+	t.Parallel() // a cluster of its own; see helpers_test.go
 	const timeout = 2 * time.Second
 	cluster, s := spawnClusterStore(t, timeout)
 	victim := cluster.Nodes[0]

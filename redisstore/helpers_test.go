@@ -15,6 +15,14 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
+// Parallel tests: those that spend seconds of real time (a 15s hang, a
+// failover, a timed load) on servers spawned for them, or on keys of their
+// own on the harness, call t.Parallel, so that their waits overlap (go test
+// runs them after the package's serial tests, -parallel at a time:
+// GOMAXPROCS by default). Their bounds on a call's time are loose
+// (hangMargin). Tests with tight ones (blockingBound) stay serial, and so
+// never overlap them.
+
 // testTimeout is the per-call timeout of stores in functional tests: long
 // enough that a loaded 2-core machine running tests under -race never hits
 // it. The timeout tests set their own.

@@ -212,6 +212,7 @@ func TestHangUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 15s hang")
 	}
+	t.Parallel() // a server of its own; see helpers_test.go
 	server := redistest.Spawn(t)
 	var logs logBuffer
 	// Calls after the hang must not miss their timeout on a loaded
@@ -278,6 +279,7 @@ func TestHungClusterPrimary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 15s hang")
 	}
+	t.Parallel() // a cluster of its own; see helpers_test.go
 	// Healthy nodes' calls must never miss it, even under -race on a
 	// machine loaded many times over.
 	const timeout = 2 * time.Second
@@ -342,6 +344,7 @@ func TestHungClusterPrimary(t *testing.T) {
 // resumes and runs them, past their deadline, they record nothing.
 // Without the deadline every one of them would be charged.
 func TestNoPhantomCharge(t *testing.T) {
+	t.Parallel() // servers of its own; see helpers_test.go
 	for _, batch := range []bool{false, true} {
 		t.Run("batch="+strconv.FormatBool(batch), func(t *testing.T) {
 			server := redistest.Spawn(t)
@@ -744,6 +747,7 @@ func TestConfigResilience(t *testing.T) {
 // decide every call. (Before, such calls counted as node failures and, in
 // rueidis's synchronous mode, closed the shared connection.)
 func TestShortCallerDeadlines(t *testing.T) {
+	t.Parallel() // servers of its own, a timed load; see helpers_test.go
 	for _, tc := range []struct {
 		name   string
 		short  time.Duration

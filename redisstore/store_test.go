@@ -19,6 +19,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel() // keys of its own on the harness
 	onBackends(t, func(t *testing.T, client rueidis.Client) {
 		storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
 			return testStore(t, client, clock)
@@ -85,6 +86,7 @@ func TestSentinel(t *testing.T) {
 // sentinel, as the standalone server and the cluster run it in
 // TestConformance.
 func TestSentinelBatchContract(t *testing.T) {
+	t.Parallel() // keys of its own on the harness
 	addrs, master := redistest.SentinelAddrs(t)
 	storetest.RunBatch(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
 		s, err := New(Config{Addrs: addrs, SentinelMaster: master, KeyPrefix: uniquePrefix(t), Timeout: testTimeout, Clock: clock})

@@ -198,7 +198,14 @@ func TestSideBySide(t *testing.T) {
 		{"RUNTIME_WATCH_ROOT and dot-files as the peer's defaults, rules spread over the folders it reads",
 			[]string{"RUNTIME_WATCH_ROOT=true", "RUNTIME_IGNOREDOTFILES=false"}, "", oneRedis, true},
 	} {
-		t.Run(set.name, func(t *testing.T) { sideBySide(t, src, bins, set.env, set.global, set.redis, set.spread) })
+		t.Run(set.name, func(t *testing.T) {
+			// Each set has its own pair, Redis servers, ports, folders and
+			// statsd sinks, and spends most of its time waiting for windows
+			// and flushes: the sets overlap (make test runs this package
+			// with -parallel 6).
+			t.Parallel()
+			sideBySide(t, src, bins, set.env, set.global, set.redis, set.spread)
+		})
 	}
 }
 

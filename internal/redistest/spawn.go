@@ -304,10 +304,14 @@ func spawnCluster(t testing.TB, n int, replicas bool) *SpawnedCluster {
 	if replicas {
 		total, timeout = 2*n, "60000"
 	}
+	// A replica's first sync is diskless; Redis waits 5s by default
+	// (repl-diskless-sync-delay) for more replicas to join it, and each
+	// primary here has exactly one.
 	var all []*SpawnedServer
 	for range total {
 		all = append(all, Spawn(t, "--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", timeout))
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", timeout,
+			"--repl-diskless-sync-delay", "0"))
 	}
 	c.Nodes = all[:n]
 	if replicas {
