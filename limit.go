@@ -25,10 +25,6 @@
 //   - RetryAfter is exact: a retry of the same cost at RetryAfter is admitted
 //     (unless other requests took the quota meanwhile), one earlier is not.
 //   - Time is kept in whole microseconds.
-//
-// It is the core room: it imports the standard library and the token
-// bucket's fixed-point helper (internal/fixedpoint) only, and every other
-// package imports it.
 package floodgate
 
 import (

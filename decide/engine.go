@@ -20,9 +20,6 @@
 //   - the over-limit cache ([CacheOptions]): a denial answers further
 //     requests for the same key and limit until its retry delay has passed.
 //     [Engine.Reset] and [Engine.Refund] clear it.
-//
-// It is the engine room: it imports the root package, the helpers and the
-// memory store (its local fallback), never a front end, HTTP or Redis.
 package decide
 
 import (

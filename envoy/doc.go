@@ -66,9 +66,4 @@
 // bytes 0x80-0xFF that Envoy copied into a value) is decided with U+FFFD
 // in their place, on a gRPC server built with [ServerCodec] (as
 // [NewGRPCServer] builds it), instead of failing before the service.
-//
-// It is an adapter room: it imports the root package, the decide engine, the
-// internal helpers, grpc, protobuf and go-control-plane's Envoy protos, yaml
-// (the rule files' nodes, read through internal/yamlfield) and Prometheus's
-// client, never a store or another front end.
 package envoy

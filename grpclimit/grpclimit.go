@@ -40,10 +40,6 @@
 // (and retry-after on a denial), with the values of the HTTP middleware's
 // headers; in the response header of an admitted call, in the trailer of a
 // rejected one.
-//
-// It is an adapter room: it imports the root package, the decide engine,
-// clientip, the internal helpers, grpc and its protobuf status types,
-// never a store or another front end.
 package grpclimit
 
 import (

@@ -43,9 +43,6 @@
 // request through: it is answered 500, or by [Config.ErrorHandler]. Every
 // failure is counted ([Limiter.Stats]), reported to [Config.OnStoreError]
 // and logged, at most once per [Config.LogInterval].
-//
-// It is an adapter room: it imports the root package, the decide engine,
-// clientip and the internal helpers, never a store.
 package httplimit
 
 import (

@@ -15,9 +15,6 @@
 // Keys are kept as given: callers bound their length (every floodgate front
 // end keys through storekey.Of, which hashes keys over
 // storekey.MaxLen bytes).
-//
-// It is a store room: it imports the root package, internal/limitcheck and
-// the algorithms (internal/algorithm), never another store or a front end.
 package memory
 
 import (

@@ -58,9 +58,6 @@
 // a restart, a failover or SCRIPT FLUSH). They start with a "#!lua"
 // shebang, so Redis refuses them before they run, and write nothing, when it
 // is over maxmemory under noeviction: they need Redis 7.0 or later.
-//
-// It is a store room: it imports the root package, internal/limitcheck and
-// rueidis, never another store or a front end.
 package redisstore
 
 import (

@@ -28,9 +28,6 @@
 // answer that cannot be read is a store error that matches none of them,
 // which never admits. Limits and costs are checked before any call, as every
 // store checks them.
-//
-// It is a store room: it imports the root package, internal/limitcheck and
-// internal/storewire (the API's wire format, which the server shares).
 package remotestore
 
 import (

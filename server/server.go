@@ -5,10 +5,6 @@
 //
 // The server's rules can be replaced at run time with Reload (the CLI does so
 // on SIGHUP); requests in flight finish under the rules they started with.
-//
-// It is an adapter room: it imports the root package, the decide engine,
-// clientip, httplimit (for HeaderMode only), the internal helpers and
-// Prometheus's client, never a store or config.
 package server
 
 import (

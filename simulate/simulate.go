@@ -32,8 +32,6 @@
 //     measures it (the memory store's estimate, or Redis's MEMORY USAGE),
 //     sampled after each decision that leaves the key fuller than before
 //     (a new low of Decision.Remaining), which is when state is largest.
-//
-// It is a program room: it may import any package.
 package simulate
 
 import (

@@ -13,8 +13,6 @@
 // those items taken meanwhile). It is a [health.Reporter] too:
 // its health holds both stores' nodes, the per-second store's named
 // "per-second ...", so readiness fails while either is down.
-//
-// It is a store room: it imports the root package only.
 package splitstore
 
 import (

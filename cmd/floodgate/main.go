@@ -1,7 +1,5 @@
 // Command floodgate is the floodgate rate limiter's command-line tool: the
 // standalone server and its helpers. Run "floodgate help" for the commands.
-//
-// It is the program room: thin flag parsing over every other package.
 package main
 
 import (

@@ -16,8 +16,6 @@
 // Tokens are compared in constant time: a presented token is hashed with
 // SHA-256 and compared with every token's hash, so neither the time taken
 // nor an early exit tells how much of a token was right, or which one.
-//
-// It is a helper room: it imports the standard library only.
 package authtoken
 
 import (

@@ -4,10 +4,6 @@
 // ([Reporter]); and for every front end the header view of a result
 // ([Headers]) written by the one encoder ([WriteHeaders],
 // [WriteUnavailable]) and the events a front end reports ([EventOf]).
-//
-// It is the adapter helper room: it imports the root package, the engine
-// and the helpers, never a store or a front end. Users never call it; the
-// front ends' own types are their public API.
 package frontend
 
 import (

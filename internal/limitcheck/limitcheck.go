@@ -1,8 +1,6 @@
 // Package limitcheck holds the checks every store and the decision engine
 // make before they touch state: a valid limit, and a cost that can ever fit
 // it; and one instance's share of a limit (Share).
-//
-// It is a helper room: it imports the root package and fixedpoint only.
 package limitcheck
 
 import (

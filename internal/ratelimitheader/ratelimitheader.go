@@ -5,9 +5,6 @@
 // Retry-After. The middleware and the server write them to their responses,
 // Envoy's service to response_headers_to_add; for the same decisions all of
 // them send byte-identical values.
-//
-// It is a helper room: it imports the root package, internal/fixedpoint
-// and httpsfv only.
 package ratelimitheader
 
 import (

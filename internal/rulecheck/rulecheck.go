@@ -3,9 +3,6 @@
 // limit, failure mode and local share, a file's share or instances, and a
 // key prefix. Each answer names the field as the Go types do, so the
 // callers report it under their own names (a Config's index, a YAML path).
-//
-// It is in the adapter helper room: it imports the root package, the
-// engine (for its failure modes) and the helpers.
 package rulecheck
 
 import (

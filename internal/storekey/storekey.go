@@ -2,8 +2,6 @@
 // with: a namespace, the rule's name escaped, and the key (hashed past
 // MaxLen), so that distinct rules never share state and no rule name puts
 // all of its keys on one Redis Cluster node.
-//
-// It is a helper room: it imports the standard library only.
 package storekey
 
 import (

@@ -15,8 +15,6 @@
 // its own with [TypeError], [Describe] and [DidYouMean]. Anchors, aliases
 // and merge keys ("<<") are resolved first by [List.Expand], which Decode
 // calls and a hand-written parser calls itself.
-//
-// It is a helper room: it imports yaml only.
 package yamlfield
 
 import (
