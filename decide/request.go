@@ -89,8 +89,8 @@ type Outcome struct {
 	// Decided reports that the store answered, so Decision is valid. A
 	// check that was not asked (a shadow check of a request that was not
 	// admitted; with a store without batches, a check after a failure that
-	// rejected the request) has Decided false and no Err. When the request was not
-	// admitted, an admitted check's cost was given back, and its
+	// rejected the request) has Decided false and no Err. When the request
+	// was not admitted, an admitted check's cost was given back, and its
 	// Decision.Remaining says what remains now.
 	Decided bool
 	// Err is the error behind Unavailable, StoreError and Invalid; for a
