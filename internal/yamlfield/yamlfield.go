@@ -8,13 +8,13 @@
 //
 // It serves every YAML dialect floodgate reads. [Parse] reads a document,
 // turning the parser's complaints into Errors with the line and a hint.
-// [Decode] walks a struct's
-// yaml tags; a hand-written parser over yaml.Node collects its errors in a
-// [List], whose readers ([List.Mapping], [List.String], [List.Bool],
-// [List.Uint]) check a node and report what is wrong with it, and builds
-// its own with [TypeError], [Describe] and [DidYouMean]. Anchors, aliases
-// and merge keys ("<<") are resolved first by [List.Expand], which Decode
-// calls and a hand-written parser calls itself.
+// [Decode] walks a struct's yaml tags; a hand-written parser over yaml.Node
+// collects its errors in a [List], whose readers ([List.Mapping],
+// [List.String], [List.Bool], [List.Uint]) check a node and report what is
+// wrong with it, and builds its own with [TypeError], [Describe] and
+// [DidYouMean]. Anchors, aliases and merge keys ("<<") are resolved first
+// by [List.Expand], which Decode calls and a hand-written parser calls
+// itself.
 package yamlfield
 
 import (
@@ -236,11 +236,9 @@ func (l *List) String(n *yaml.Node, path string) (string, bool) {
 }
 
 // Bool returns the boolean n, written plainly: true or false, or YAML
-// 1.1's y, yes, on, n, no and off (any of them capitalised or in capitals),
-// which envoyproxy/ratelimit's YAML library (yaml.v2) reads as booleans
-// too. It reports any other node, a quoted string ("true", "yes") among
-// them: yaml.v2 refuses a quoted value where it wants a boolean, and so
-// does Bool.
+// 1.1's y, yes, on, n, no and off (in any case), which
+// envoyproxy/ratelimit's yaml.v2 reads as booleans too. It reports any
+// other node, quoted strings ("true") included, as yaml.v2 does.
 func (l *List) Bool(n *yaml.Node, path string) (bool, bool) {
 	var b bool
 	if n.Kind != yaml.ScalarNode || !plainScalar(n) || n.Decode(&b) != nil {
@@ -307,13 +305,12 @@ func (l Lines) Error(path, value, reason string) *Error {
 }
 
 // Decode decodes the document or node n into v, a pointer to a struct,
-// strictly, once [List.Expand] has resolved its aliases and merge keys
-// (in n itself): a key that names no field (by its yaml tag) or appears twice is
-// an error, and so is a value of the wrong shape. Structs and slices are
-// walked, so each error names its path; other values decode with
-// yaml.Node.Decode (durations, numbers, encoding.TextUnmarshaler types).
-// Decode reports every error it finds, each an *Error, joined with
-// errors.Join, and returns the line of every path it met.
+// strictly, once [List.Expand] has resolved its aliases and merge keys (in
+// n itself): a key that names no field (by its yaml tag) or appears twice
+// is an error, and so is a value of the wrong shape. Structs and slices
+// are walked, so each error names its path; other values decode with
+// yaml.Node.Decode. Decode reports every error it finds, each an *Error,
+// joined with errors.Join, and returns the line of every path it met.
 func Decode(n *yaml.Node, v any) (Lines, error) {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
