@@ -132,7 +132,7 @@ type Result struct {
 	// Deciding is the index of the check the Verdict comes from: for
 	// Denied, the denying check with the longest retry delay (one no retry
 	// can lift first); for Unavailable, StoreError and Invalid, the failing
-	// check (a FailError one before a FailClosed one); for Admitted, the
+	// check (for Unavailable, a FailError one first); for Admitted, the
 	// most restrictive decided enforced check (the least remaining, then the
 	// longest reset), or -1 when none was decided.
 	Deciding int
