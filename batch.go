@@ -48,11 +48,10 @@ type BatchStore interface {
 	//     caller decides what the failure means and gives them back with
 	//     RefundN if it rejects the request.
 	//
-	// Stores make this atomic wherever they can: no other request observes
-	// a state in which some of the items were taken and others not. The
-	// memory store always can; the Redis store can when the items' keys
-	// share a hash slot, and otherwise refunds across slots when one denies.
-	// The same key may appear more than once: its items are decided in
-	// order, each seeing the ones before it.
+	// Stores make this atomic wherever they can, so that no other request
+	// sees some items taken and others not: the memory store always, the
+	// Redis store when the items' keys share a hash slot. The same key may
+	// appear more than once: its items are decided in order, each seeing
+	// the ones before it.
 	AllowBatch(ctx context.Context, items []BatchItem, results []BatchResult)
 }

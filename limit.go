@@ -7,8 +7,9 @@
 // when the key is fully replenished).
 //
 // The stores live in their own packages: memory (the embedded default,
-// in-process) and redis (shared by every app instance, decided atomically in
-// Redis). Front ends (net/http middleware, the standalone server) accept any
+// in-process), redisstore (shared by every app instance, decided atomically
+// in Redis) and remotestore (through a floodgate server). The front ends
+// (httplimit, grpclimit, the standalone server, Envoy's service) accept any
 // Store.
 //
 // # Shared semantics
@@ -25,10 +26,6 @@
 //   - RetryAfter is exact: a retry of the same cost at RetryAfter is admitted
 //     (unless other requests took the quota meanwhile), one earlier is not.
 //   - Time is kept in whole microseconds.
-//
-// It is the core room: it imports the standard library and the token
-// bucket's fixed-point helper (internal/fixedpoint) only, and every other
-// package imports it.
 package floodgate
 
 import (
@@ -259,8 +256,8 @@ var (
 	// ErrInvalidLimit means a Limit failed Validate; the error is a
 	// *LimitError naming the field.
 	ErrInvalidLimit = errors.New("floodgate: invalid limit")
-	// ErrInvalidCost means a negative cost was requested (or, in a batch,
-	// a cost below 1).
+	// ErrInvalidCost means a negative cost was requested, a cost above
+	// 65,536 under a SlidingWindowLog, or, in a batch, a cost below 1.
 	ErrInvalidCost = errors.New("floodgate: invalid cost")
 	// ErrCostExceedsLimit means a cost above the limit's quota was
 	// requested: such a request can never be admitted, so the store says so

@@ -35,17 +35,12 @@ type Decision struct {
 //
 // That history lasts until the key is fully replenished under the limit of
 // its last write (an admitted request or a refund; a denied request writes
-// nothing): then the key reads as never seen under any limit, as does a key
-// that a refund leaves fully replenished. A bucket refunded to full thus
-// holds a larger capacity's every token, and a log's entries that left the
-// window of the limit that wrote them do not count again under a longer
-// one. The memory store forgets the key at that moment, to the
-// microsecond. Redis expires the key by a TTL of that moment rounded up to
-// the millisecond, on the Redis server's own clock (which the Redis store's
-// Config.Clock does not move): until then, up to about two milliseconds
-// late on the server's clock, a decision under another limit may still see
-// the history there. Under the limit that wrote it, both stores decide the
-// same either way.
+// nothing): then the key reads as never seen under any limit. The memory
+// store forgets it at that microsecond. Redis expires it by a TTL rounded
+// up to the millisecond on the Redis server's own clock (which the Redis
+// store's Config.Clock does not move), so for up to about two milliseconds
+// a decision under another limit may still see it. Under the limit that
+// wrote it, both stores decide the same either way.
 //
 // All methods are safe for concurrent use. A store returns an error matching
 // ErrInvalidLimit, ErrInvalidCost or ErrCostExceedsLimit for bad arguments
@@ -55,25 +50,20 @@ type Store interface {
 	// Allow is AllowN with a cost of 1.
 	Allow(ctx context.Context, key string, limit Limit) (Decision, error)
 	// AllowN decides whether a request of cost n fits the limit for key, and
-	// if so records it. n must be between 0 and limit.Quota, and for a
-	// SlidingWindowLog at most 65,536 (the log records one entry per unit of
-	// cost, and one request must not hold the store for long: a larger n is
-	// ErrInvalidCost). A cost of 0 is
-	// a check that takes nothing (Envoy's hits_addend 0): it is always
-	// allowed, reports the key's Remaining and ResetAfter at that moment,
-	// and changes no state (a key never seen stays unseen).
+	// if so records it. n must be between 0 and limit.Quota, and at most
+	// 65,536 for a SlidingWindowLog, which records one entry per unit of
+	// cost (a larger n is ErrInvalidCost). A cost of 0 takes nothing
+	// (Envoy's hits_addend 0): it is always allowed, reports the key's
+	// Remaining and ResetAfter, and changes no state.
 	AllowN(ctx context.Context, key string, limit Limit, n int64) (Decision, error)
 	// RefundN gives back n units of quota that an admitted request of cost n
-	// took from key moments ago, as if it had not been made. Front ends use
-	// it when a request passes one rule but another denies it, so the denied
-	// request consumes nothing anywhere. A refund never raises a key above
-	// its full quota: the sliding-window log drops its n newest entries, the
-	// bucket gets n tokens back (up to its capacity), and the window counters
-	// are decreased in the window that is current (a refund after the window
-	// has moved on changes nothing). An ErrStoreUnavailable from a remote
-	// store (a timeout, the caller's deadline) does not say the refund was
-	// not made: it may still reach the store, so a caller that retries may
-	// give back twice.
+	// took from key moments ago, as if it had not been made, so that a
+	// request another rule denies consumes nothing. It never raises a key
+	// above its full quota: the log drops its n newest entries, the bucket
+	// gets n tokens back, and the window counters are decreased in the
+	// current window (a refund after the window moved on changes nothing).
+	// An ErrStoreUnavailable from a remote store does not say the refund was
+	// not made, so a caller that retries may give back twice.
 	RefundN(ctx context.Context, key string, limit Limit, n int64) error
 	// Reset clears the state of key under limit's algorithm: the whole quota
 	// is available again.

@@ -19,8 +19,6 @@
 //
 // The package serves the net/http middleware (package httplimit) and any
 // front end that sees an http.Request.
-//
-// It is a helper room: it imports the standard library only.
 package clientip
 
 import (

@@ -1,9 +1,6 @@
 // Package clocktest provides a floodgate.Clock that moves only when told
 // to, for tests and simulations: give it to a store (memory.WithClock) or a
 // front end, and step time instead of sleeping.
-//
-// It is a helper room (see docs/ARCHITECTURE.md): it imports only the
-// standard library.
 package clocktest
 
 import (

@@ -5,12 +5,6 @@
 // libraries validate their values; config translates their errors into the
 // file's terms, naming the line, the field and the bad value. Unknown keys
 // are rejected.
-//
-// It is the configuration room: it imports the types it maps YAML onto
-// (server, redisstore, decide, clientip, the root package) and the
-// helpers it reads them with (internal/yamlfield, internal/fixedpoint,
-// internal/ratelimitheader, internal/tlsfiles), and nothing imports it but
-// cmd/floodgate.
 package config
 
 import (

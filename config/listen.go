@@ -10,13 +10,11 @@ import (
 )
 
 // CheckListen checks a listen address as serve will listen on it, without
-// listening and without looking anything up: host:port with a port from 0
-// to 65535 (or a service name of /etc/services) and a host that is empty
-// (every interface), an IP address or localhost. A host name is refused:
-// serve would have to resolve it when it starts (a DNS query, whose answer
-// may change or name an address of another machine), and a listener binds
-// an interface's address, which the file can name itself. The error says
-// what is wrong and how to write it.
+// listening or looking anything up: host:port with a port from 0 to 65535
+// (or an /etc/services name) and a host that is empty (every interface),
+// an IP address or localhost. Other host names are refused, as serve would
+// have to resolve them at start. The error says what is wrong and how to
+// write it.
 func CheckListen(addr string) error {
 	const how = "; write host:port, such as 127.0.0.1:8080 or :8080"
 	host, port, err := net.SplitHostPort(addr)

@@ -12,7 +12,8 @@ import (
 
 // ParseRate parses a refill rate such as "10/s", "100/m", "5000/h", "0.5/s"
 // or "1/500ms" into a number of tokens per period, both exact integers:
-// "0.5/s" is 1 per 2s and "2.5/m" is 5 per 2m. Units are s, m, h, or any Go duration ("1/7s").
+// "0.5/s" is 1 per 2s and "2.5/m" is 5 per 2m. Units are s, m, h, or any
+// Go duration ("1/7s").
 func ParseRate(s string) (tokens int64, per time.Duration, err error) {
 	num, unit, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {

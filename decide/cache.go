@@ -68,14 +68,11 @@ const (
 // stays denied until expires = at + the decision's RetryAfter, if nothing
 // is given back meanwhile.
 //
-// After expires the entry stays a while (a window of its limit), so that
-// the key's callers take turns instead of all asking the store at once:
-// the first asks (a flight of one, the probe) while the others wait for it.
-// A new denial replaces the entry and the waiters are answered from it; a
-// flight whose calls were admitted leaves the least remaining they
-// reported as tickets, which as many units' worth of callers take to ask
-// the store together, in the next flight. flight and tickets are guarded
-// by the shard's lock.
+// After expires the entry stays for a window of its limit, so that the
+// key's callers take turns rather than all asking the store at once: one
+// probe asks while the others wait. An admitted flight leaves the least
+// remaining it saw as tickets, that many units' worth of callers for the
+// next flight. flight and tickets are guarded by the shard's lock.
 type denial struct {
 	limit   floodgate.Limit
 	cost    int64
@@ -143,9 +140,8 @@ type overLimitCache struct {
 
 // Validate reports whether o's bounds are usable, as a *fielderr.Error naming
 // the first bad one (MaxEntries or MaxBytes): neither may be negative. New
-// calls it, for Options.OverLimitCache; front ends that read the bounds
-// from elsewhere (a config file, environment variables) call it to report
-// the engine's own check under their names.
+// calls it; front ends that read the bounds from a file call it to report
+// the error under their own names.
 func (o CacheOptions) Validate() error {
 	if o.MaxEntries < 0 {
 		return &fielderr.Error{Field: "MaxEntries", Value: strconv.Itoa(o.MaxEntries), Reason: "must not be negative"}
@@ -182,11 +178,10 @@ func (c *overLimitCache) shard(key string) *cacheShard {
 
 // lookup returns the cached answer to cost under limit for key at now, if
 // a denial of at most that cost is held and its retry delay has not passed.
-// Otherwise the caller asks the store, noting the key's shard epoch for
-// store. With gate, if the key's denial has expired, the caller either
-// joins the key's next flight (taking tickets, or as its probe when there
-// are none and no flight is under way) and must call finish, or is told to
-// wait for the flight under way and look again.
+// Otherwise the caller asks the store, noting the key's shard epoch. With
+// gate and an expired denial, the caller either joins the key's next
+// flight (and must call finish) or is told to wait for the flight under
+// way and look again.
 func (c *overLimitCache) lookup(key string, limit floodgate.Limit, cost, now int64, gate bool) lookupResult {
 	sh := c.shard(key)
 	for {
@@ -238,12 +233,10 @@ func (c *overLimitCache) expired(sh *cacheShard, key string, e *denial, cost, no
 }
 
 // finish ends one call of flight f of the expired entry e of key, whose
-// check came out as o (after remember stored any denial). A denial that
-// replaced e wakes the waiters at once, to be answered from it; an error
-// forgets e, so that an outage never makes callers wait on each other; a
-// call that was not made (another check of its request was denied from the
-// cache) counts as nothing. When the flight's last call is in, its least
-// remaining becomes the tickets and the waiters look again.
+// check came out as o. A new denial wakes the waiters to be answered from
+// it; an error forgets e, so an outage never makes callers wait on each
+// other. When the flight's last call is in, its least remaining becomes
+// the tickets and the waiters look again.
 func (c *overLimitCache) finish(key string, e *denial, f *flight, o *Outcome) {
 	sh := c.shard(key)
 	sh.mu.Lock()
@@ -419,10 +412,9 @@ func (c *overLimitCache) invalidate(key string) {
 
 // invalidateOwn is invalidate for a key that the request deciding checks
 // (with outcomes out) gave back itself, in a denied batch: that request's
-// own denials of other keys in the same shard, whose epoch had not moved
-// since they were noted, stay storable, since the give-back changed key
-// only. (Otherwise a flooded key that shares a shard with a rule the same
-// requests give back, 1 in 64 pairs, would never be cached.)
+// own denials of other keys in the same shard stay storable, or a flooded
+// key sharing a shard with a key the same requests give back would never
+// be cached.
 func (c *overLimitCache) invalidateOwn(key string, checks []Check, out []Outcome) {
 	sh := c.shard(key)
 	sh.mu.Lock()
@@ -443,10 +435,9 @@ func (c *overLimitCache) stats() CacheStats {
 // cached answers from the over-limit cache every enforced check it holds a
 // denial for, noting the others' cache epochs, and reports whether one was
 // denied: then the request is, without asking the store. A check whose
-// key's denial has expired may wait (within ctx) for another caller's store
-// calls for the key and look again, unless the request is in a key's
-// flight itself, which never waits: so no two requests wait on each other. It returns the
-// clock's reading after any wait, the time the store is asked from.
+// key's denial has expired may wait (within ctx) for another caller's
+// flight, unless the request is in a flight itself, so no two requests
+// wait on each other. It returns the clock's reading after any wait.
 func (e *Engine) cached(ctx context.Context, checks []Check, out []Outcome, now int64) (bool, int64) {
 	hit, flying := false, false
 	for i := range checks {

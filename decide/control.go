@@ -107,8 +107,7 @@ type clockFunc func() time.Time
 func (f clockFunc) Now() time.Time { return f() }
 
 // micros returns the engine's clock in microseconds since New: monotonic
-// when the clock is time.Now, so a stepped wall clock moves no cache entry
-// (and one clock read, not two).
+// when the clock is time.Now, so a stepped wall clock moves no cache entry.
 func (e *Engine) micros() int64 {
 	if e.system {
 		return time.Since(e.start).Microseconds()

@@ -20,9 +20,6 @@
 //   - the over-limit cache ([CacheOptions]): a denial answers further
 //     requests for the same key and limit until its retry delay has passed.
 //     [Engine.Reset] and [Engine.Refund] clear it.
-//
-// It is the engine room: it imports the root package, the helpers and the
-// memory store (its local fallback), never a front end, HTTP or Redis.
 package decide
 
 import (
@@ -58,9 +55,7 @@ type Options struct {
 	// Timeout, if positive, bounds a request's whole decision: the store
 	// calls share one deadline, and a decision that passes it counts as an
 	// outage. Zero: no deadline beyond the caller's context and the store's
-	// own per-call timeout (the Redis store's Config.Timeout, 50ms by
-	// default; the memory store never waits), which is the one budget
-	// floodgate documents.
+	// own per-call timeout.
 	Timeout time.Duration
 	// UnavailableRetryAfter is Result.RetryAfter when a fail-closed check
 	// could not be decided. Zero: DefaultUnavailableRetryAfter.
@@ -92,9 +87,8 @@ type Options struct {
 	OnStoreCall func(op string, took time.Duration)
 }
 
-// DefaultLocalMaxKeys is the most keys the local fallback holds by
-// default (about 25 MB for token buckets; a sliding-window log's entries
-// come on top).
+// DefaultLocalMaxKeys is the most keys the local fallback holds by default
+// (docs/RESILIENCE.md gives its memory).
 const DefaultLocalMaxKeys = 1 << 18
 
 // Engine decides requests against one store. Create it with New; it is safe
@@ -115,10 +109,9 @@ type Engine struct {
 }
 
 // New returns an engine deciding with store. An unusable option is an
-// error wrapping a *fielderr.Error that names it as Options does (Timeout,
-// UnavailableRetryAfter, LogInterval, OverLimitCache.MaxEntries,
-// OverLimitCache.MaxBytes; Store for a nil store): the front ends, whose
-// options carry the same names, report it as their own.
+// error wrapping a *fielderr.Error that names it as Options does (such as
+// OverLimitCache.MaxBytes; Store for a nil store), so that front ends
+// whose options carry the same names can report it as their own.
 func New(store floodgate.Store, opts Options) (*Engine, error) {
 	if store == nil {
 		return nil, fmt.Errorf("decide: %w", &fielderr.Error{Field: "Store", Value: "<nil>", Reason: "is required"})
@@ -261,9 +254,8 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 		if hit, now = e.cached(ctx, checks, r.Outcomes, now); hit {
 			enforced = 0 // denied from memory: the store is not asked
 		}
-		// The flights this request joined end below, after remember; this
-		// ends them even if a store call panics, so that no key's callers
-		// are left waiting (a second call finds nothing to end).
+		// End the flights this request joined even if a store call
+		// panics, so that no key's callers are left waiting.
 		defer e.finishFlights(checks, r.Outcomes)
 	}
 	// Check-only checks (a cost of 0) read the store: they take nothing,
@@ -407,11 +399,10 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 		setOutcome(&out[i], results[j].Decision, results[j].Err)
 		out[i].RefundErr = results[j].RefundErr
 	}
-	// A denied batch took nothing: the store gave it back (but for items
-	// whose give-back failed, which keep their cost and a RefundErr). A
-	// store that is not atomic across its items (a Redis Cluster batch
-	// across slots, splitstore) took the admitted ones for a moment: a
-	// denial another request met meanwhile must not stay cached.
+	// A denied batch took nothing (but for items with a RefundErr). A store
+	// that is not atomic across its items took the admitted ones for a
+	// moment, so a denial another request met meanwhile must not stay
+	// cached.
 	if anyDenied(out, checks) {
 		for j, i := range idx {
 			if out[i].RefundErr == nil {
@@ -523,12 +514,10 @@ func rank(c *Check, o *Outcome) int {
 
 // conclude sets the request's verdict from the enforced checks' outcomes,
 // logs failures, and gives back what a request that is not admitted took.
-// When the caller's own context has ended (gone: its deadline, such as a
-// gRPC client's grpc-timeout, or its cancellation), a check the store could
-// not decide is not an outage to fail open on: the caller chose the time,
-// and a client that sends a deadline shorter than a round trip must not
-// pass a fail-open rule. Such a check denies as if it failed closed; one
-// decided locally (FailLocal) keeps its local decision.
+// When the caller's own context has ended (gone), a check the store could
+// not decide fails closed, not open: a client must not pass a fail-open
+// rule by sending a deadline shorter than a round trip. One decided
+// locally (FailLocal) keeps its local decision.
 func (e *Engine) conclude(ctx context.Context, checks []Check, r *Result, gone bool) {
 	best, bestRank := -1, 0
 	for i := range checks {

@@ -21,17 +21,15 @@ const (
 	FailClosed
 	// FailLocal keeps limiting while the store is unavailable: each
 	// instance decides the check alone, in memory, at its share of the
-	// limit ([Check.LocalShare]), under the same store key.
-	// The outcome says so ([Outcome.Local]); when the store answers again,
-	// the next decision is the shared one. A check the front end could not
-	// build (no key, [Check.Err]) has nothing to limit by and fails open.
+	// limit ([Check.LocalShare]), and the outcome says so
+	// ([Outcome.Local]); when the store answers again, the next decision is
+	// the shared one. A check without a key ([Check.Err]) fails open.
 	FailLocal
 	// FailError rejects the request as unavailable, as FailClosed does, and
-	// is the one a Result names when both could not decide: a front end
+	// is the one a Result names when both could not decide. A front end
 	// whose protocol tells the two apart fails the whole call as an error
-	// (Envoy's failure_mode error: UNAVAILABLE, so that Envoy's own
-	// failure_mode_deny decides), where FailClosed answers over the limit.
-	// The HTTP and gRPC library front ends answer both alike.
+	// (Envoy's failure_mode error), where FailClosed answers over the
+	// limit; the HTTP and gRPC front ends answer both alike.
 	FailError
 )
 

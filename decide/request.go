@@ -31,9 +31,8 @@ type Check struct {
 	OverQuotaDenies bool
 	// CheckOnly checks take nothing (Envoy's hits_addend 0): the store
 	// reports what the key holds (a cost of 0, see floodgate.Store.AllowN),
-	// and the check never denies. It is decided before the enforced
-	// checks, whatever they decide, and has nothing to give back; an outage
-	// follows its failure mode as for any check. Cost is ignored.
+	// and the check never denies, whatever the enforced checks decide. An
+	// outage follows its failure mode as for any check. Cost is ignored.
 	CheckOnly bool
 	// Failure says what an outage means for this check. A shadow check
 	// always fails open.
@@ -134,11 +133,10 @@ type Result struct {
 	Verdict Verdict
 	// Deciding is the index of the check the Verdict comes from: for
 	// Denied, the denying check with the longest retry delay (one no retry
-	// can lift first); for Unavailable, a FailError check before a
-	// FailClosed one; for
-	// Unavailable, StoreError and Invalid, the failing check; for Admitted,
-	// the most restrictive decided enforced check (the least remaining, then
-	// the longest reset), or -1 when none was decided.
+	// can lift first); for Unavailable, StoreError and Invalid, the failing
+	// check (for Unavailable, a FailError one first); for Admitted, the
+	// most restrictive decided enforced check (the least remaining, then the
+	// longest reset), or -1 when none was decided.
 	Deciding int
 	// Checks are the request's checks, as Decide took them.
 	Checks []Check
@@ -155,9 +153,9 @@ type Result struct {
 func (r *Result) Allowed() bool { return r.Verdict == Admitted }
 
 // LocalFallback reports whether an enforced check was decided by the local
-// fallback ([Outcome.Local]). Front ends count such requests, and say so in
-// an answer that decided the request; a request that a
-// fail-closed check left undecided took nothing, and its answer does not.
+// fallback ([Outcome.Local]). Front ends count such requests and say so in
+// an answer that decided the request (not in one a fail-closed check left
+// undecided).
 func (r *Result) LocalFallback() bool {
 	for i := range r.Outcomes {
 		if r.Outcomes[i].Local {

@@ -16,27 +16,22 @@ import (
 )
 
 // ServerCodec returns the gRPC server option NewGRPCServer sets: the
-// standard protobuf codec, except for a RateLimitRequest whose string
-// fields hold invalid UTF-8. The standard codec refuses such a request
-// before the service sees it, so the call fails with INTERNAL, which
-// Envoy's default failure_mode_deny=false admits; and Envoy copies header
-// values, which may carry any byte from 0x80 to 0xFF, into descriptor
-// values. This codec decodes it instead with each invalid sequence of each
-// string field replaced by U+FFFD, so that it is decided like any other
-// (values that differ only in their invalid bytes share a key). Every
-// other message, and every other decoding error, is the standard codec's.
-// A server that registers the Service itself should pass this option.
+// standard protobuf codec, except for a RateLimitRequest whose strings hold
+// invalid UTF-8 (Envoy copies header bytes 0x80-0xFF into descriptor
+// values). The standard codec fails such a call with INTERNAL, which
+// Envoy's default failure_mode_deny=false admits; this one replaces each
+// invalid sequence with U+FFFD, so the request is decided like any other
+// (values that differ only in their invalid bytes share a key). Every other
+// message and error is the standard codec's. A server that registers the
+// Service itself should pass this option.
 func ServerCodec() grpc.ServerOption {
 	return grpc.ForceServerCodecV2(codec{base: encoding.GetCodecV2(protocodec.Name)})
 }
 
 // codec is the standard protobuf codec with invalid UTF-8 in a
 // RateLimitRequest's strings replaced. A valid message is decoded by the
-// standard codec itself (its pooled buffer for a message in several
-// pieces, the same allocations) and costs one nil check more: the type
-// assertion and the rewrite run only after a decoding error, so it costs
-// what the standard codec costs (BenchmarkCodecUnmarshal; the figures are
-// in docs/PERFORMANCE.md, "Envoy RLS").
+// standard codec itself; the type assertion and the rewrite run only after
+// a decoding error, so valid messages cost what they cost there.
 type codec struct{ base encoding.CodecV2 }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }

@@ -9,13 +9,11 @@ import (
 )
 
 // count records one descriptor's outcome, in floodgate's metrics and in
-// the reference's. Labels stay bounded by the configuration: unknown
-// domains share one label value, and the keys made of request values (rules
-// with detailed_metric or value_to_metric, and limit overrides) are capped
-// at maxDynamicKeys, past which such rules count under their configured key.
-// cached says the over-limit cache answered the descriptor, which the
-// reference counts as over_limit and over_limit_with_local_cache. dom is
-// the request's domain in set, nil if unknown.
+// the reference's, with labels bounded by the configuration (see
+// metricKeyOf and unknownLabel). cached says the over-limit cache answered
+// the descriptor, which the reference counts as over_limit and
+// over_limit_with_local_cache. dom is the request's domain in set, nil if
+// unknown.
 func (s *Service) count(set *ruleSet, dom *domain, desc *ratelimitv3.RateLimitDescriptor, d *descriptor,
 	st *rlsv3.RateLimitResponse_DescriptorStatus, o outcome, cached bool) {
 	r := d.rule
@@ -87,7 +85,8 @@ func (s *Service) count(set *ruleSet, dom *domain, desc *ratelimitv3.RateLimitDe
 
 // metricKeyOf names a matched descriptor in metrics as the reference does:
 // the rule's key, or for detailed_metric and value_to_metric rules and limit
-// overrides the key made of the request's values (while under the cap).
+// overrides the key made of the request's values, while fewer than
+// maxDynamicKeys are in use (past it, the configured key).
 func (s *Service) metricKeyOf(r *Rule, desc *ratelimitv3.RateLimitDescriptor) string {
 	var dynamic, static string
 	switch {

@@ -43,9 +43,8 @@
 // meaning: key, value (a trailing '*' matches any value with that prefix),
 // nested descriptors, rate_limit with unit, requests_per_unit (0 blocks every
 // request), unlimited, name and replaces, shadow_mode, detailed_metric,
-// quota_mode, value_to_metric and share_threshold.
-// Unknown keys are errors, as there; every error names the file, the line,
-// the field and the value.
+// quota_mode, value_to_metric and share_threshold. Unknown keys are errors,
+// as there; every error names the file, the line, the field and the value.
 //
 // The default algorithm is fixed_window, the reference's own: a file written
 // for envoyproxy/ratelimit then admits exactly what it admitted before
@@ -58,17 +57,12 @@
 // For each descriptor of a request the service finds the rule and asks the
 // store about the key made of the domain and the descriptor's entries, with
 // the cost given by hits_addend (the descriptor's, where 0 checks without
-// counting, else the request's, where 0 means 1). A request over the limit on one descriptor is OVER_LIMIT overall,
-// and whatever the other descriptors admitted for it is refunded, so it uses
-// up no quota anywhere. Unknown domains and descriptors answer OK without a
-// limit, as the reference does. See [Service.ShouldRateLimit] for every
-// field of the answer. A request whose strings hold invalid UTF-8 (header
-// bytes 0x80-0xFF that Envoy copied into a value) is decided with U+FFFD
-// in their place, on a gRPC server built with [ServerCodec] (as
-// [NewGRPCServer] builds it), instead of failing before the service.
-//
-// It is an adapter room: it imports the root package, the decide engine, the
-// internal helpers (internal/yamlfield decodes the rule files), grpc,
-// protobuf and go-control-plane's Envoy protos and Prometheus's client,
-// never a store or another front end.
+// counting, else the request's, where 0 means 1). A request over the limit
+// on one descriptor is OVER_LIMIT overall, and whatever the other
+// descriptors admitted for it is refunded, so it uses up no quota anywhere.
+// Unknown domains and descriptors answer OK without a limit, as the
+// reference does. See [Service.ShouldRateLimit] for every field of the
+// answer. On a gRPC server built with [ServerCodec] (as [NewGRPCServer]
+// builds it), invalid UTF-8 in a request's strings is decided with U+FFFD
+// in its place instead of failing the call.
 package envoy

@@ -37,27 +37,19 @@ func RegisterHealth(g grpc.ServiceRegistrar) *health.Server {
 
 // StreamWorkers is the number of long-lived goroutines NewGRPCServer's
 // server runs calls on (grpc.NumStreamWorkers; a call that finds them all
-// busy gets a goroutine of its own, as without workers). A call on a fresh
-// goroutine grows its stack from scratch, which under load cost about a
-// seventh of the CPU of a call (runtime.newstack in profiles); workers keep
-// their grown stacks. Calls wait on the store, so there are more workers
-// than cores.
-//
-// The count does not depend on the store or on GOMAXPROCS: against 0, 2
-// and 16 workers, 128 spent the least CPU per decision on Redis, and no
-// more on the memory store, where a call never waits (docs/PERFORMANCE.md,
-// "Envoy RLS", has the figures). A caller that wants another count passes
-// its own grpc.NumStreamWorkers to NewGRPCServer: options given there come
-// after this one and win.
+// busy gets a goroutine of its own). Workers keep their grown stacks, which
+// a call on a fresh goroutine would grow again; calls wait on the store, so
+// there are more workers than cores. The count suits every store and
+// GOMAXPROCS (docs/PERFORMANCE.md, "Envoy RLS"); a caller's own
+// grpc.NumStreamWorkers, passed to NewGRPCServer, replaces it.
 const StreamWorkers = 128
 
 // NewGRPCServer returns a gRPC server with s, the health service and the
-// reflection service (v1 and v1alpha, so grpcurl and grpc_cli can list and
-// call the services without the .proto files) registered, and the health server to shut down before
-// stopping. It decodes requests with [ServerCodec], so that invalid UTF-8
-// in a descriptor is decided rather than failing the call, and runs calls
-// on [StreamWorkers] stream workers. opts are passed to grpc.NewServer
-// after those two, so a caller's grpc.NumStreamWorkers replaces the count.
+// reflection service (v1 and v1alpha, for grpcurl and grpc_cli)
+// registered, and the health server to shut down before stopping. It
+// decodes requests with [ServerCodec] and runs calls on [StreamWorkers]
+// stream workers; opts are passed to grpc.NewServer after those two, so
+// they win.
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	g := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers), ServerCodec()}, opts...)...)
 	s.Register(g)

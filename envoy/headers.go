@@ -23,21 +23,17 @@ func (d *descriptor) inHeaders() bool {
 }
 
 // responseHeaders returns the rate-limit headers of a decided request, with
-// the values the HTTP middleware sends for the same decisions, in
-// ratelimitheader.Order: RateLimit-Policy lists every limited rule that
-// applied and is not shadow (inHeaders); RateLimit and X-RateLimit-*
-// describe the engine's deciding check (its header view,
-// frontend.Headers, as for every front end); Retry-After comes with a
-// denial, or alone when a fail-closed rule could not decide (as the
-// middleware's 503). A request that a rule blocks (requests_per_unit 0) or
-// whose cost is above a quota gets RateLimit-Policy only: no retry can
-// succeed.
+// the values the HTTP middleware sends for the same decisions:
+// RateLimit-Policy lists every limited rule that applied and is not shadow
+// (inHeaders); RateLimit and X-RateLimit-* describe the engine's deciding
+// check; Retry-After comes with a denial, or alone when a fail-closed rule
+// could not decide. A request that no retry can admit (a blocking rule, a
+// cost above a quota) gets RateLimit-Policy only.
 //
-// Envoy's own part, which is why it lists the policies itself rather than
-// through ratelimitheader.Decided: descriptors, not checks, are listed
-// (several may share a rule, named once; a blocked one has no check), and
-// a rule whose name cannot be a Structured Fields String is described by
-// the X-RateLimit-* fields only.
+// The policies are listed by descriptor rather than by check, since several
+// descriptors may share a rule and a blocked one has no check; a rule whose
+// name cannot be a Structured Fields String gets the X-RateLimit-* fields
+// only.
 func (s *Service) responseHeaders(ds []descriptor, res *decide.Result) []*corev3.HeaderValue {
 	h := http.Header{}
 	v := frontend.Headers(res) // the descriptors say which are listed

@@ -28,10 +28,9 @@ const MaxJSONBodyBytes = 64 << 10
 // and the answer a RateLimitResponse in the same mapping, with status 200
 // when the overall code is OK and 429 when it is OVER_LIMIT. Errors are
 // problem details (RFC 9457): 400 for a body that is not a valid request,
-// 503 when the store is unavailable under failure mode error (with the
-// engine's retry delay in Retry-After, as every front end sends it), 405
-// for methods other than POST, 413 for bodies over MaxJSONBodyBytes. Mount
-// it at /json.
+// 503 with Retry-After when the store is unavailable under failure mode
+// error, 405 for methods other than POST, 413 for bodies over
+// MaxJSONBodyBytes. Mount it at /json.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(s.serveJSON)
 }

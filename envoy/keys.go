@@ -26,18 +26,13 @@ func newKeySpace(domain string) keySpace {
 	return keySpace{space: ks, prefix: ks.Key("")}
 }
 
-// storeKey is the store key of a descriptor in its domain's key space:
-// storekey.Of in the "rls|" namespace, with the domain as the rule and
-// every entry as the key,
+// storeKey is the store key of a descriptor in its domain's key space: the
+// entries written key=value, joined by '|', with '\', '|' and '=' escaped,
 // whatever rule matched, so that a key-only or wildcard rule counts each
-// value apart, as the reference does. The entries are written key=value,
-// joined by '|', with '\', '|' and '=' escaped, so distinct descriptors
-// never share a key.
-//
-// An entry matched by a share_threshold wildcard is written key==pattern
-// (the value as the file writes it, such as "files*"), so every value the
-// wildcard matches shares one counter, as in the reference; no request's
-// own value can produce it, as a value's '=' is escaped.
+// value apart, as the reference does, and distinct descriptors never share
+// a key. An entry matched by a share_threshold wildcard is written
+// key==pattern, so every value it matches shares one counter; no value can
+// produce that, as a value's '=' is escaped.
 func storeKey(keys keySpace, d *ratelimitv3.RateLimitDescriptor, r *Rule) string {
 	var buf [192]byte // most keys are built on the stack
 	b := append(buf[:0], keys.prefix...)

@@ -15,13 +15,9 @@ import (
 // (LIMIT_RESPONSE_HEADERS_ENABLED) for an answer: the limit, remaining and
 // reset (seconds until the clock-aligned unit ends) of the descriptor
 // closest to its limit, or of the last one over it, as the reference picks
-// them, among those that may appear in a header (inHeaders); none when no
-// descriptor may. Unlike the reference, which picks among every status with
-// a limit, a shadow descriptor (shadow_mode, SHADOW_MODE, quota mode) is
-// never picked: the deliberate difference "shadow-not-in-headers". Nor is
-// a descriptor the store could not decide and its failure mode let through
-// (open), whose limit_remaining of 0 is no count (the reference has no such
-// descriptor: it fails the whole call).
+// them, among those that may appear in a header (inHeaders). Unlike the
+// reference, a shadow descriptor is never picked (the deliberate difference
+// "shadow-not-in-headers"), nor one a fail-open rule let through undecided.
 func (s *Service) peerHeaders(ds []descriptor, res *decide.Result, resp *rlsv3.RateLimitResponse, now time.Time) []*corev3.HeaderValue {
 	var most *rlsv3.RateLimitResponse_DescriptorStatus
 	mostAt := -1

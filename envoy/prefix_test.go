@@ -131,7 +131,10 @@ func testWatchPrefix(t *testing.T) {
 	// prefix changes afterwards: it is loaded, and is the first load seen.
 	write(t, filepath.Join(dir, "other.yaml"), "domain: [still broken\n")
 	write(t, filepath.Join(dir, "configs", "x.yaml"), "domain: [broken too\n")
-	time.Sleep(100 * time.Millisecond) // ten watch intervals
+	// Ten watch intervals and a half: the write below then falls between
+	// two looks, while the watcher sleeps, so it never sees the file half
+	// written (os.WriteFile truncates first).
+	time.Sleep(105 * time.Millisecond)
 	write(t, filepath.Join(dir, "config.two.yaml"), "domain: two\n")
 	select {
 	case r := <-loads:

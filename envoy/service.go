@@ -35,31 +35,27 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// FailureMode applies to rules whose file sets none, named as rule files
 	// name it: "error", "open" or "closed" ("local" needs a share, which
-	// only a rule file gives). Empty means "error": the call
-	// fails with UNAVAILABLE and Envoy's failure_mode_deny decides, as with
+	// only a rule file gives). Empty means "error": the call fails with
+	// UNAVAILABLE and Envoy's failure_mode_deny decides, as with
 	// envoyproxy/ratelimit.
 	FailureMode string
-	// ResponseHeaders adds rate-limit headers to every answer's
-	// response_headers_to_add, which Envoy sets on the client's response:
-	// RateLimit-Policy and RateLimit (IETF draft 11), X-RateLimit-Limit,
-	// X-RateLimit-Remaining and X-RateLimit-Reset (when the quota is whole
-	// again, in Unix epoch seconds), and Retry-After when over the limit,
-	// with the values floodgate's HTTP middleware sends. Shadow
-	// descriptors (shadow_mode, quota mode, ShadowMode, QuotaMode) never
-	// appear. Off by default, as in the reference; a rule file turns them
-	// on for its domain with response_headers: true.
+	// ResponseHeaders adds to every answer's response_headers_to_add the
+	// rate-limit headers floodgate's HTTP middleware sends for the same
+	// decisions (RateLimit-Policy, RateLimit, X-RateLimit-*, and Retry-After
+	// when over the limit). Shadow descriptors never appear. Off by
+	// default, as in the reference; a rule file turns them on for its
+	// domain with response_headers: true.
 	ResponseHeaders bool
 	// Clock tells the time for X-RateLimit-Reset (an absolute time), log
 	// throttling, the over-limit cache and the duration_until_reset of
 	// answers the store was not asked about. Nil: the system clock. Decisions
 	// take the store's time.
 	Clock floodgate.Clock
-	// OverLimitCache turns on and bounds the engine's over-limit cache
-	// (decide.Options.OverLimitCache): envoyproxy/ratelimit's
-	// LOCAL_CACHE_SIZE_IN_BYTES is its MaxBytes. The zero value: off, as
-	// in the reference, so that a request denied by one descriptor still
-	// reports every other descriptor's remaining quota; with the cache on,
-	// a request a cached denial answers reports only that descriptor's.
+	// OverLimitCache turns on and bounds the engine's over-limit cache;
+	// envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES is its MaxBytes. The
+	// zero value: off, as in the reference, so that a denied request still
+	// reports every descriptor's remaining quota; a request a cached denial
+	// answers reports only that descriptor's.
 	OverLimitCache decide.CacheOptions
 	// ShadowMode is envoyproxy/ratelimit's global SHADOW_MODE: every rule
 	// is decided and counted, each status says what it found, but the
@@ -84,14 +80,11 @@ type Options struct {
 	// near_limit in ratelimit_service_rate_limit_near_limit, as the
 	// reference's NEAR_LIMIT_RATIO. Zero: 0.8.
 	NearLimitRatio float64
-	// RequireRules makes a service started without rules (New given nil,
-	// as after a start with envoyproxy/ratelimit's
-	// FORCE_START_WITHOUT_INITIAL_CONFIG on a folder that did not load)
-	// fail every call with gRPC code Unknown and the message
-	// [NoRulesMessage], as the reference does until its first
-	// configuration loads, so that Envoy's failure_mode_deny denies. The
-	// first SetRules with rules ends it. Off: no rules answer OK, as for
-	// unknown domains.
+	// RequireRules makes a service started without rules (New given nil)
+	// fail every call with gRPC code Unknown and [NoRulesMessage], as the
+	// reference does until its first configuration loads, so that Envoy's
+	// failure_mode_deny decides. The first SetRules with rules ends it.
+	// Off: no rules answer OK, as for unknown domains.
 	RequireRules bool
 }
 
@@ -523,11 +516,10 @@ func hits(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) (cost
 }
 
 // overrideRule builds the rule of a descriptor that carries its own limit
-// (Envoy's rate-limit action "limit" override): the override's rate under
-// the domain's default algorithm and failure mode, never in shadow mode, as
-// in the reference. Under failure_mode local it takes the domain's share,
-// and fails as error when the domain has none (or one the override's limit
-// cannot be divided by).
+// (Envoy's "limit" override): its rate under the domain's default algorithm
+// and failure mode, never in shadow mode, as in the reference. Under
+// failure_mode local it takes the domain's share, and fails as error
+// without a usable one.
 func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error) {
 	o := d.GetLimit()
 	unit := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
@@ -555,10 +547,9 @@ func overrideRule(dom *domain, d *ratelimitv3.RateLimitDescriptor) (*Rule, error
 		return nil, fmt.Errorf("requests_per_unit %d per %s: %w", r.RequestsPerUnit, o.GetUnit(), err)
 	}
 	if r.FailureMode == decide.FailLocal && (r.LocalShare == 0 || rulecheck.Rule(r.Limit, decide.FailLocal, r.LocalShare) != nil) {
-		// Local needs the domain's share, usable for this limit; the
-		// rule the descriptor matched may have had its own, which is not
-		// the override's. Without one the override fails as error, as in
-		// the reference.
+		// Local needs the domain's share, usable for this limit (the
+		// matched rule's own share is not the override's); without one
+		// the override fails as error.
 		r.setFailure(failure{mode: errorMode.mode, set: true})
 	}
 	return r, nil

@@ -10,15 +10,14 @@ import (
 const DefaultWatchInterval = time.Second
 
 // Watch reloads the rules of dir into s whenever the folder's files change,
-// until ctx ends, as envoyproxy/ratelimit's runtime loader does: it reads
-// the folder every interval (DefaultWatchInterval when 0) and compares a
-// hash of every path and content Load would read with that of the rules in
-// force, so an edit, a new or a removed file, and the atomic swap of a
-// mounted Kubernetes ConfigMap (a "..data" link pointed at a new folder)
-// are all seen, even one made before Watch started. A folder that does not
-// load keeps the rules in force: Watch counts the failure once per state
-// of the folder (ratelimit_service_config_load_error) and passes the error
-// to failed; each load that succeeds is passed to loaded. Both may be nil.
+// until ctx ends, as envoyproxy/ratelimit's runtime loader does. Every
+// interval (DefaultWatchInterval when 0) it hashes every path and content
+// Load would read, so edits, new and removed files and the swap of a
+// mounted Kubernetes ConfigMap are all seen, even before Watch started. A
+// folder that does not load keeps the rules in force: Watch counts the
+// failure once per state of the folder (ratelimit_service_config_load_error)
+// and passes the error to failed; each successful load is passed to loaded.
+// Both may be nil.
 func (s *Service) Watch(ctx context.Context, dir string, opts LoadOptions, interval time.Duration, loaded func(*Rules), failed func(error)) {
 	if interval <= 0 {
 		interval = DefaultWatchInterval

@@ -20,9 +20,9 @@
 // (with the x-forwarded-for metadata believed only from trusted proxies, and
 // IPv6 grouped by prefix, as package clientip does for HTTP), a metadata
 // value, the verified client certificate's identity, an identity an
-// authentication interceptor put in the context, or a combination. A call passes only if every rule that applies allows it;
-// the rules are decided together by the decide engine every front end
-// shares, all or nothing. A stream is checked when it starts, and a rule
+// authentication interceptor put in the context, or a combination. A call
+// passes only if every rule that applies allows it; the rules are decided
+// together, all or nothing. A stream is checked when it starts, and a rule
 // with a MessageCost counts the messages the server receives on it
 // instead, each checked as it arrives. The health and reflection services
 // are skipped unless Config.Skip says otherwise.
@@ -40,10 +40,6 @@
 // (and retry-after on a denial), with the values of the HTTP middleware's
 // headers; in the response header of an admitted call, in the trailer of a
 // rejected one.
-//
-// It is an adapter room: it imports the root package, the decide engine,
-// clientip, the internal helpers, grpc and its protobuf status types,
-// never a store or another front end.
 package grpclimit
 
 import (
@@ -99,7 +95,8 @@ const (
 // Rule is one rate limit and the calls it applies to.
 type Rule struct {
 	// Name identifies the rule in metadata, status details, logs and store
-	// keys. Required, unique within a Config: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit.
+	// keys. Required, unique within a Config: 1-64 letters, digits, '_',
+	// '.' or '-', starting with a letter or digit.
 	Name string
 	// Limit is the rate limit, as a valid [floodgate.Limit].
 	Limit floodgate.Limit
@@ -145,9 +142,8 @@ type Config struct {
 	// connection's peer) and groups IPv6 by /64.
 	ClientIP *clientip.Extractor
 	// KeyPrefix is put before every store key, so several Limiters (or
-	// applications) can share one store: store keys are
-	// storekey.Of(KeyPrefix, rule name, key). It must not hold '{' or
-	// '}'.
+	// applications) can share one store, as httplimit.Config.KeyPrefix. It
+	// must not hold '{' or '}'.
 	KeyPrefix string
 	// Headers selects the rate-limit metadata; the zero value sends both
 	// the IETF and the x-ratelimit-* fields.
@@ -155,17 +151,17 @@ type Config struct {
 	// OverLimitCache bounds the over-limit cache, or turns it off
 	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
 	OverLimitCache decide.CacheOptions
-	// Timeout, if positive, bounds each call's decision
-	// (decide.Options.Timeout); passing it is an outage. Zero: the store's
-	// own per-call timeout is the one budget. Negative is an error
-	// (decide.New's).
+	// Timeout, if positive, bounds each call's decision; passing it is an
+	// outage. Zero: the store's own per-call timeout is the one budget.
+	// Negative is an error.
 	Timeout time.Duration
 	// UnavailableRetryAfter is the RetryInfo delay of a call that a
 	// fail-closed rule could not decide. Zero:
 	// decide.DefaultUnavailableRetryAfter.
 	UnavailableRetryAfter time.Duration
 	// Skip, if set, exempts the calls for which it returns true: they pass
-	// with no rule checked and no metadata added. Nil: [SkipHealthAndReflection].
+	// with no rule checked and no metadata added.
+	// Nil: [SkipHealthAndReflection].
 	Skip func(ctx context.Context, fullMethod string) bool
 	// OnStoreError, if set, is called for every failure: a store call that
 	// failed or timed out, a refund that failed, or a key function's error
@@ -257,11 +253,7 @@ type rule struct {
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
-// the bad field. Store, Rules (each one's Name, Limit, Failure and
-// LocalShare), KeyPrefix and the engine's options (Timeout,
-// UnavailableRetryAfter, LogInterval, OverLimitCache: none may be
-// negative) are checked by frontend.New, as for the other library
-// front end.
+// the first bad field; no duration or cache bound may be negative.
 func New(cfg Config) (*Limiter, error) {
 	lib := make([]frontend.Rule, len(cfg.Rules))
 	for i, r := range cfg.Rules {
@@ -302,9 +294,8 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// compileRule prepares rule i, r, whose common parts frontend.New
-// checked into rc: what is left are the gRPC ones (message cost, methods),
-// its header pieces and its QuotaFailure.
+// compileRule prepares rule i, r, for serving: its message cost, methods,
+// key and QuotaFailure; frontend.New checked the rest.
 func compileRule(i int, r Rule, peerKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
 	if r.MessageCost < 0 || r.MessageCost > r.Limit.Quota {

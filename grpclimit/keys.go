@@ -24,13 +24,12 @@ import (
 type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
 
 // PeerAddress keys calls by the client's address as e finds it: the
-// connection's peer, or, when the peer is one of e's trusted proxies, the
-// first untrusted hop of the x-forwarded-for metadata (or forwarded, as e's
-// Header says) read from the right, exactly as package clientip reads the
-// HTTP headers; IPv6 grouped by e's prefix. It fails for a peer that is not
-// an IP address (a Unix socket, an in-memory listener): clientip.ErrNoAddress.
-// A Rule with a nil Key uses PeerAddress with Config.ClientIP. A nil e is
-// the clientip.Resolver zero value: trust no proxy, group IPv6 by /64.
+// connection's peer, or, behind e's trusted proxies, the x-forwarded-for
+// (or forwarded) metadata read as package clientip reads the HTTP headers;
+// IPv6 grouped by e's prefix. It fails with clientip.ErrNoAddress for a
+// peer that is not an IP address (a Unix socket, an in-memory listener). A
+// Rule with a nil Key uses PeerAddress with Config.ClientIP. A nil e is the
+// clientip.Resolver zero value: trust no proxy, group IPv6 by /64.
 func PeerAddress(e *clientip.Extractor) KeyFunc {
 	if e == nil {
 		e, _ = clientip.New(clientip.Resolver{}) // the zero value is valid

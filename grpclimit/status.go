@@ -51,13 +51,10 @@ var metadataKeys = [...][2]string{
 	{ratelimitheader.HeaderFallback, MetadataFallback},
 }
 
-// metadata returns the rate-limit metadata of a decided call of checks,
-// whose rules' header pieces are policies, encoded by the one encoder every
-// front end shares as the header view says (frontend.Headers):
-// the ratelimit-policy of every non-shadow rule that applied, the others
-// for the deciding rule, and retry-after when it denied. Nil when there is
-// nothing to send. gRPC's own part: the keys in lower case, and
-// grpc-retry-pushback-ms beside retry-after.
+// metadata returns the rate-limit metadata of a decided call, whose rules'
+// header pieces are policies: the HTTP front ends' headers with lower-case
+// keys, and grpc-retry-pushback-ms beside retry-after. Nil when there is
+// nothing to send.
 func (l *Limiter) metadata(policies []*ratelimitheader.Policy, res *decide.Result) metadata.MD {
 	h := make(http.Header, len(ratelimitheader.Order)+2)
 	v := frontend.WriteHeaders(h, l.headers, l.front.Now(), policies, res)

@@ -4,9 +4,6 @@
 // (`floodgate serve`'s /readyz) and metrics read it through [Reporter]; the
 // Redis store and the split store implement it, the memory store, which has
 // no backend, does not.
-//
-// It is the core room: it imports the standard library only, and the
-// stores and front ends import it.
 package health
 
 // Reporter is implemented by stores that can say how their backend is

@@ -16,10 +16,9 @@
 // Each [Rule] names a limit, the requests it applies to (methods and
 // net/http ServeMux path patterns) and how to key them (the client's
 // address by default; a header, a request-context value or a combination).
-// A request passes only if every rule that applies to it allows it. The rules
-// are decided together by the decide engine that every front end shares: in
-// one store call when the store is a [floodgate.BatchStore] (the memory and
-// Redis stores are), all or nothing, so a denied request uses up no quota
+// A request passes only if every rule that applies to it allows it. The
+// rules are decided together, all or nothing (in one store call when the
+// store is a [floodgate.BatchStore]), so a denied request uses up no quota
 // anywhere.
 //
 // # Responses
@@ -34,18 +33,15 @@
 //
 // # Failures
 //
-// When the store is unavailable or the decision's deadline passes, or a
-// rule's key cannot be found, the rule's [FailureMode] decides: FailOpen
-// lets the request through, FailClosed answers 503 Service Unavailable with
-// Retry-After, and FailLocal keeps limiting: this process decides the rule
-// alone, in memory, at [Rule.LocalShare] of its limit, and says so in a
-// Floodgate-Fallback: local header. Any other store error (a bad script reply) never lets the
-// request through: it is answered 500, or by [Config.ErrorHandler]. Every
-// failure is counted ([Limiter.Stats]), reported to [Config.OnStoreError]
-// and logged, at most once per [Config.LogInterval].
-//
-// It is an adapter room: it imports the root package, the decide engine,
-// clientip and the internal helpers, never a store.
+// When the store is unavailable, the decision's deadline passes or a rule's
+// key cannot be found, the rule's [FailureMode] decides: FailOpen lets the
+// request through, FailClosed answers 503 Service Unavailable with
+// Retry-After, and FailLocal keeps limiting in this process alone, at
+// [Rule.LocalShare] of the limit, with a Floodgate-Fallback: local header.
+// Any other store error (a bad script reply) never lets the request
+// through: it is answered 500, or by [Config.ErrorHandler]. Every failure
+// is counted ([Limiter.Stats]), reported to [Config.OnStoreError] and
+// logged at most once per [Config.LogInterval].
 package httplimit
 
 import (
@@ -98,7 +94,8 @@ const (
 // Rule is one rate limit and the requests it applies to.
 type Rule struct {
 	// Name identifies the rule in response headers, problem details, logs
-	// and store keys. Required, unique within a Config: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit.
+	// and store keys. Required, unique within a Config: 1-64 letters,
+	// digits, '_', '.' or '-', starting with a letter or digit.
 	Name string
 	// Limit is the rate limit, as a valid [floodgate.Limit].
 	Limit floodgate.Limit
@@ -166,26 +163,20 @@ type Config struct {
 	// connection's peer) and groups IPv6 by /64.
 	ClientIP *clientip.Extractor
 	// KeyPrefix is put before every store key, so several Limiters (or
-	// applications) can share one store. Store keys are
-	// storekey.Of(KeyPrefix, rule name, key): the prefix, the rule's
-	// name escaped, '|' and the key (its SHA-256 when over 256 bytes). It
-	// must not hold '{' or '}', which would give every key one Redis
-	// Cluster hash tag, and so one node.
+	// applications) can share one store. Store keys are the prefix, the
+	// rule's name escaped, '|' and the key (its SHA-256 when over 256
+	// bytes). It must not hold '{' or '}', which would put every key on one
+	// Redis Cluster node.
 	KeyPrefix string
 	// Headers selects the rate-limit response headers; the zero value sends
 	// both the IETF and the X-RateLimit ones.
 	Headers HeaderMode
 	// Timeout, if positive, bounds each request's whole decision: its rules'
 	// store calls share this one deadline, and passing it counts as the
-	// store being unavailable. Zero: no deadline beyond the
-	// request's own and the store's (the Redis store's Config.Timeout bounds
-	// every round trip; the memory store never waits). Negative is an
-	// error (decide.New's). Set it only below the store's own timeout,
-	// never above: one budget, not two.
-	//
-	// A call that times out may still have been counted by the store (the
-	// script ran, the reply came late); the middleware cannot tell, so it
-	// does not refund it.
+	// store being unavailable. Zero: no deadline beyond the request's own
+	// and the store's. Negative is an error. Set it only below the store's
+	// own timeout. A call that times out may still have been counted by the
+	// store; it is not refunded.
 	Timeout time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 from a fail-closed
 	// rule. Zero: DefaultUnavailableRetryAfter. Rounded up to whole seconds.
@@ -285,11 +276,7 @@ type Limiter struct {
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
-// the bad field. Store, Rules (each one's Name, Limit, Failure and
-// LocalShare), KeyPrefix and the engine's options (Timeout,
-// UnavailableRetryAfter, LogInterval, OverLimitCache: none may be
-// negative) are checked by frontend.New, as for the other library
-// front end.
+// the first bad field; no duration or cache bound may be negative.
 func New(cfg Config) (*Limiter, error) {
 	lib := make([]frontend.Rule, len(cfg.Rules))
 	for i, r := range cfg.Rules {
@@ -403,9 +390,8 @@ type rule struct {
 	problem []byte // the default 429 body
 }
 
-// compileRule prepares rule i, r, whose common parts frontend.New
-// checked into rc: what is left are the HTTP ones (methods, paths) and its
-// header pieces.
+// compileRule prepares rule i, r, for serving: its methods, paths, key and
+// 429 body; frontend.New checked the rest.
 func compileRule(i int, r Rule, clientKey KeyFunc) (rule, error) {
 	field := func(f string) string { return fmt.Sprintf("Rules[%d].%s", i, f) }
 	cr := rule{

@@ -13,10 +13,10 @@ import (
 // was sent: leave such requests to another rule). An error means the rule
 // cannot decide, and its FailureMode applies.
 //
-// The key is the client's to choose when it comes from the request (a
-// header): a rule keyed by an unauthenticated value gives every new value a
-// fresh budget, so pair it with a rule keyed by the client's address. Keys
-// longer than 256 bytes are stored as their SHA-256.
+// A key taken from the request (a header) is the client's to choose, and
+// every new value gets a fresh budget: pair such a rule with one keyed by
+// the client's address. Keys longer than 256 bytes are stored as their
+// SHA-256.
 type KeyFunc func(r *http.Request) (string, error)
 
 // ClientIP keys requests by the client's address as e finds it (see package

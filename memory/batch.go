@@ -52,15 +52,11 @@ type lockedEntry struct {
 // with an invalid limit or cost get their error and are otherwise skipped.
 // See floodgate.BatchStore. It panics if results is shorter than items.
 //
-// It is atomic. Every item's key is hashed once, and the entries of all the
-// items are locked together, each once however many items share it, in the
-// order of their addresses. No two callers wait for each other in a cycle:
-// batches lock entries in that one order, and wait for no table's lock while
-// they hold an entry; every other caller (AllowN, RefundN, Reset, the
-// tables' inserts and sweeps) holds at most one entry at a time, and waits
-// for nothing while it does. The items are then decided in order at one now;
-// if one is denied, every entry gets back the state and expiry it had before
-// the batch, and only then are the entries unlocked.
+// It is atomic: the items' entries are locked together, each once, in
+// address order, decided in order at one now, and restored to their state
+// before the batch if one is denied, before any is unlocked. It cannot
+// deadlock: batches lock in that one order and wait for no table's lock
+// while holding an entry, and every other caller holds at most one entry.
 func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
 	if len(results) < len(items) {
 		panic("memory: AllowBatch with fewer results than items")

@@ -56,15 +56,10 @@ type tables[S any, P state[S]] struct {
 func newKeyspace[S any, P state[S]]() keyspace { return new(tables[S, P]) }
 
 // decide makes the decision of cost n under l at now on e, which the caller
-// holds locked, and sets e's expiry if it admits the request. A state whose
-// expiry has passed (a new entry's has, at the start of time) starts again
-// as a key never seen's, whatever limit wrote it: its Redis key has expired.
-//
-// The expiry is what the Redis scripts give the key: an admitted request
-// writes it, to the moment the key is fully replenished (the decision's
-// ResetAfter, which is then positive), and a denied one writes nothing, so
-// the expiry stays that of the last write even if l is another limit than
-// the one that wrote it.
+// holds locked. A state whose expiry has passed (a new entry's has) starts
+// again as a key never seen's, as its Redis key would have expired. As in
+// the scripts, an admitted request sets the expiry to the moment the key is
+// fully replenished, and a denied one writes nothing.
 func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) floodgate.Decision {
 	st := P(&e.state)
 	e.used = usedAt(now)
@@ -83,10 +78,9 @@ func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) flo
 // differences, so they are right across a wrap.
 func usedAt(now int64) uint32 { return uint32(uint64(now) >> 10) }
 
-// outcome is a Decision without its Limit, which the caller fills in. The
-// compiler keeps a struct of up to four fields in registers from call to
-// call, where it copies a Decision of five through memory at each: on a hot
-// key those copies were a good part of a decision's time.
+// outcome is a Decision without its Limit, which the caller fills in: the
+// compiler passes a struct of up to four fields in registers, where it
+// copies a Decision of five through memory at every call.
 type outcome struct {
 	allowed                bool
 	remaining              int64

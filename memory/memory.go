@@ -15,9 +15,6 @@
 // Keys are kept as given: callers bound their length (every floodgate front
 // end keys through storekey.Of, which hashes keys over
 // storekey.MaxLen bytes).
-//
-// It is a store room: it imports the root package, internal/limitcheck and
-// the algorithms (internal/algorithm), never another store or a front end.
 package memory
 
 import (
@@ -144,8 +141,8 @@ func New(opts ...Option) *Store {
 
 // now returns the current time in microseconds since the Unix epoch. With
 // no injected clock it is the wall time at New plus the monotonic time
-// elapsed since: half the cost of time.Now (one clock read, not two), and
-// immune to the wall clock being stepped while the store runs.
+// elapsed since: one clock read, not time.Now's two, and immune to the
+// wall clock being stepped while the store runs.
 func (s *Store) now() int64 {
 	if s.clock != nil {
 		return s.clock.Now().UnixMicro()

@@ -7,35 +7,18 @@ import (
 	"unsafe"
 )
 
-// table maps the keys of one shard of one algorithm to their entries.
+// table maps the keys of one shard of one algorithm to their entries. A
+// decision locks only its key's entry, so a warm key's decision writes one
+// cache line (lock and state together) and reads the index without a lock.
 //
-// A decision locks only its key's entry; the index that finds the entry is
-// read without a lock. The index is an open-addressing hash table (linear
-// probing) of slots, each a key's hash and a pointer to its entry; it is
-// keyed by the hash the store computes once per call, whose top bits chose
-// the shard. Slots are written once, with atomic stores (hash, then entry),
-// and read with atomic loads. Only inserts write to an index, and they hold
-// mu; sweeps and growth never change an index but build a new one and
-// publish it. An index is never more than three quarters full, so every
-// probe ends at an empty slot.
-//
-// A reader may thus hold an index that has just been replaced. It finds
-// every key that was in it: entries are shared between an index and its
-// successor, not copied. A key it misses, it looks up again under mu, in
-// the current index. An entry a sweep dropped is marked dead (under mu and
-// the entry's own lock), so a reader that locks it knows to look again
-// too. The current index never holds a dead entry, and holds at most one
-// entry per key (inserts look under mu first), so every decision on a key
-// runs under the lock of that one entry: decisions are serialised per key.
-//
-// Why: a decision on a warm key writes one cache line, its entry's (lock and
-// state together: the entries of the token bucket and the windows are 64
-// bytes), and reads the table header and one 16-byte slot. A map under a
-// shard lock wrote the lock's line, shared by every core, and missed the
-// cache twice. Entries are allocated one by one rather than kept in the
-// slots, so they lie in memory in the order keys were first seen, the order
-// in which callers tend to come back. docs/PERFORMANCE.md has the
-// measurements.
+// The index is an open-addressing hash table (linear probing, at most three
+// quarters full) of slots, each a hash and an entry pointer, written once
+// with atomic stores (hash, then entry). Only inserts write to an index,
+// under mu; sweeps and growth build a new index and publish it, sharing the
+// entries. A reader that misses a key looks again under mu in the current
+// index, and one that locks an entry a sweep marked dead looks again too.
+// The current index holds at most one live entry per key, so decisions are
+// serialised per key.
 type table[S any] struct {
 	mu       sync.Mutex               // serialises inserts, sweeps and growth
 	index    atomic.Pointer[index[S]] // nil until the first insert
@@ -233,13 +216,10 @@ func (t *table[S]) rebuild(n int) *index[S] {
 }
 
 // sweep drops the entries that have been fully replenished for longer than
-// grace, and returns the new index. Inserts run it once the table has
-// doubled since the last sweep: the cost is amortised O(1) per insert, and
-// the table holds at most about twice the keys seen within their window
-// plus the grace. The grace keeps a key that is used steadily (but refills
-// between uses) from being dropped and rebuilt on every visit. The new
-// index is sized for the keys left, so memory follows them down after a
-// burst. The caller holds mu.
+// grace, and returns the new index, sized for the keys left. Inserts run it
+// once the table has doubled since the last sweep, so its cost is amortised
+// O(1) per insert and the table holds at most about twice the keys active
+// within their windows plus the grace. The caller holds mu.
 func (t *table[S]) sweep(now, grace int64) *index[S] {
 	old := t.index.Load()
 	ix := &index[S]{slots: make([]slot[S], slotsFor(2*t.live))}

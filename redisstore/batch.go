@@ -16,26 +16,17 @@ var _ floodgate.BatchStore = (*Store)(nil)
 // AllowBatch decides items as one request, all or nothing, in one round
 // trip: see floodgate.BatchStore. The items whose keys share a hash slot
 // (all of them on a single server or through Sentinel; on a cluster, those
-// of one identity) are decided by one call of the batch script (batch.lua),
-// atomically: if one of them is denied, the script leaves none of the others
-// recorded when it returns (it holds their writes back until every item is
-// decided, or undoes a log's), so no other client sees a part of them
-// taken. On a cluster,
-// the calls for several slots go out together, to their nodes in parallel,
-// and when one slot's items are denied the items admitted in the other
-// slots are given back as RefundN gives them back (the log's newest entries,
-// the bucket's tokens, the current window's count), in a second round trip.
-// That refund is not atomic: other clients may see the items taken in the
-// meantime. If it fails, the item gets the refund's error instead of its
-// Decision: it may still be recorded.
+// of one identity) are decided atomically by one call of the batch script.
+// On a cluster the calls for several slots go out together, and when one
+// slot denies, the items admitted in the others are given back as RefundN
+// does, in a second round trip that is not atomic; an item whose refund
+// fails keeps its Decision and gets RefundErr.
 //
-// A batch of one valid item is its algorithm's script call, as AllowN
-// makes it. Config.Timeout bounds the scripts' round trip; the refunds
-// across slots after a denial get a Config.Timeout of their own, even if the
-// caller has gone away, so a denied batch takes up to twice it. When a script
-// call fails (an outage or a timeout: ErrStoreUnavailable), every item it
-// carried gets the error, and may or may not have been recorded, as for
-// AllowN; such items are not refunded.
+// Config.Timeout bounds the scripts' round trip, and the refunds after a
+// denial get one of their own even if the caller has gone away. When a
+// script call fails (ErrStoreUnavailable), every item it carried gets the
+// error and may or may not have been recorded, as for AllowN; such items
+// are not refunded.
 func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
 	results = results[:len(items)]
 	now := ""

@@ -57,13 +57,11 @@ func (m Mode) String() string {
 // Config configures a Store. The zero value is not usable: Addrs is
 // required. Every other field has a working default.
 type Config struct {
-	// Addrs are the host:port addresses to connect to, each port a number
-	// from 1 to 65535: the server, the sentinels (ModeSentinel) or any
-	// cluster nodes (ModeCluster). A
-	// single server (ModeStandalone, or ModeAuto with one address) may
-	// instead be reached over a unix socket: "unix:///path/to/redis.sock"
-	// or a path starting with "/" (with TLS over it, set TLS.ServerName to
-	// the name in Redis's certificate).
+	// Addrs are the host:port addresses to connect to: the server, the
+	// sentinels (ModeSentinel) or any cluster nodes (ModeCluster). A single
+	// server (ModeStandalone, or ModeAuto with one address) may instead be
+	// a unix socket: "unix:///path/to/redis.sock" or a path starting with
+	// "/" (with TLS over it, set TLS.ServerName).
 	Addrs []string
 	// Mode selects standalone, Sentinel or Cluster. Zero (ModeAuto) infers
 	// it.
@@ -81,12 +79,10 @@ type Config struct {
 	TLS *tls.Config
 	// TLSSkipHostnameVerification, with TLS, accepts a server certificate
 	// that does not name the address dialled (or TLS.ServerName), as
-	// envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION does:
-	// the certificate must still chain to TLS.RootCAs (nil: the system's
-	// roots), be valid now and be meant for a server. Only the name is not
-	// checked, so any certificate of those CAs is accepted: prefer a
-	// certificate that names the address, or TLS.ServerName. New logs a
-	// warning when it is set.
+	// envoyproxy/ratelimit's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION does. The
+	// certificate must still chain to TLS.RootCAs (nil: the system's roots)
+	// and be valid now, so any server certificate of those CAs is accepted;
+	// prefer setting TLS.ServerName. New logs a warning when it is set.
 	TLSSkipHostnameVerification bool
 	// DB selects the database (standalone and Sentinel only: a cluster has
 	// only database 0).
@@ -100,13 +96,10 @@ type Config struct {
 	Timeout time.Duration
 	// FlushDelay is how long the connection's writer may pause after
 	// sending a batch of calls, to gather the calls made meanwhile into the
-	// next batch (rueidis's MaxFlushDelay). Under load, fewer and larger
-	// batches mean fewer system calls on both sides: with one connection
-	// per node it halved the Redis CPU a no-op script costs per call at 64
-	// concurrent callers, and raised decisions per second
-	// (docs/PERFORMANCE.md). A lone caller never waits.
-	// Zero means DefaultFlushDelay (20µs); a negative value sends every
-	// batch at once. At most 1ms.
+	// next batch (rueidis's MaxFlushDelay): under load, fewer and larger
+	// batches cost both sides fewer system calls. A lone caller never
+	// waits. Zero means DefaultFlushDelay (20µs); a negative value sends
+	// every batch at once. At most 1ms.
 	FlushDelay time.Duration
 	// Clock, if not nil, supplies the time of each decision instead of
 	// Redis's TIME. It is meant for tests and simulations: Redis still
@@ -122,9 +115,7 @@ type Config struct {
 	// MaxInFlight bounds the calls in flight to each Redis node, counting
 	// the ones whose callers gave up but Redis has not answered; a call
 	// waits for a place at most until its deadline. Zero means
-	// DefaultMaxInFlight (256, a quarter of rueidis's ring), which keeps
-	// every call within its timeout however long a node hangs; a negative
-	// value removes the bound. At most 768.
+	// DefaultMaxInFlight; a negative value removes the bound. At most 768.
 	MaxInFlight int
 	// BreakerFailures is how many calls to one node must fail in a row
 	// (no answer within their deadline, or a broken connection) to open

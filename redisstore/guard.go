@@ -16,22 +16,11 @@ import (
 )
 
 // DefaultMaxInFlight is the bound on calls in flight to one Redis node used
-// when Config.MaxInFlight is zero.
-//
-// rueidis queues each command of a connection in a ring of 1024 slots
-// (RingScaleEachConn 10), and a caller that finds the ring full waits on a
-// condition variable that ignores its context, until a reply frees a slot
-// or the connection is torn down (ConnWriteTimeout, about 10s). A command
-// whose caller gave up keeps its slot until then too. So when a node stops
-// answering, the ring fills within a few hundred milliseconds under load,
-// and every later call blocks for seconds, whatever its deadline. The store
-// therefore counts, per node, every command it has handed to rueidis and
-// not seen answered — abandoned ones included — and waits for a place with
-// the caller's context: a call never enters a full ring, so it always
-// returns by its deadline. 256 is a quarter of the ring, leaving room for
-// rueidis's own PINGs and the store's probes, and far more than the calls a
-// healthy node has in flight (a few dozen at 256 callers, as replies come
-// back within a millisecond).
+// when Config.MaxInFlight is zero. A call waits for a place under its own
+// context instead of entering rueidis's command ring when it is full (a
+// wait that ignores contexts), so it returns by its deadline even when a
+// node stops answering. 256 is a quarter of that ring; see
+// docs/RESILIENCE.md.
 const DefaultMaxInFlight = 256
 
 // DefaultBreakerFailures is how many calls to one node must fail in a row
@@ -222,12 +211,10 @@ func (g *guard) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 }
 
 // ownDeadline reports whether ctx's deadline, if it passes, says something
-// about the node: whether it is (about) the store's own timeout, or at
-// least detachBelow, not a far shorter one of the caller's. A gRPC client may send a grpc-timeout
-// shorter than a round trip; its calls fail, but a healthy node must not be
-// counted as failing for them, or its breaker would open and fail every
-// other caller's decisions too. Calls under a shorter deadline go through
-// detached.
+// about the node: it is about the store's own timeout, or at least
+// detachBelow. A caller's far shorter deadline (a gRPC grpc-timeout below a
+// round trip) must not count against a healthy node and open its breaker,
+// so such calls go through detached.
 func (g *guard) ownDeadline(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return !ok || time.Until(dl) >= min(g.timeout-g.timeout/8, detachBelow)
@@ -239,15 +226,13 @@ func (g *guard) ownDeadline(ctx context.Context) bool {
 // no goroutine.
 const detachBelow = 10 * time.Millisecond
 
-// detached runs do, a call to rueidis that has its places in flight, under
-// the store's own timeout instead of ctx's shorter deadline, and returns
-// its result, or fail's when ctx ends first: then do finishes alone. So rueidis never sees
-// a caller's deadline shorter than the store's timeout: it neither closes
-// the shared connection for it (its synchronous mode does when a call
-// passes its deadline) nor keeps the command's place in flight taken after
-// the caller has gone (the call gives it back when the reply comes); and a
-// healthy node is never counted as failing for it. The script still
-// carries the caller's deadline and charges nothing if it starts after it.
+// detached runs do (a call holding its places in flight) under the store's
+// own timeout instead of ctx's shorter deadline, and returns its result, or
+// fail's when ctx ends first; do then finishes alone and gives its place
+// back when the reply comes. rueidis never closes the shared connection
+// for a caller's short deadline, and the node is not counted as failing.
+// The script still carries the caller's deadline and charges nothing if it
+// starts after it.
 func detached[T any](g *guard, ctx context.Context, do func(context.Context) T, fail func(error) T) T {
 	ch := make(chan T, 1)
 	go func() {
@@ -403,9 +388,8 @@ func (g *guard) openError(n *node) error {
 
 // leave accounts for a call to n that entered when n had had mark
 // abandoned calls, and returned err. A call that passed its deadline counts
-// as a failure of n (a far shorter deadline of the caller's never reaches
-// here: detached runs such calls under the store's own); one whose caller
-// went away does not.
+// as a failure of n (detached calls carry the store's own); one whose
+// caller went away does not.
 func (g *guard) leave(ctx context.Context, n *node, err error, mark uint64) {
 	if err != nil && ctx.Err() != nil && !isRedisReply(err) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		// The caller gave up; rueidis keeps the command in its ring until

@@ -18,49 +18,38 @@
 // # Failures
 //
 // Every call runs under [Config.Timeout]. A call that times out, cannot
-// reach Redis, or meets an outage reply (CLUSTERDOWN, LOADING, READONLY after
-// a failover, OOM, BUSY, ...) returns an error matching
-// [floodgate.ErrStoreUnavailable], and front ends apply their failure mode.
-// However long a node hangs, a call returns by its deadline: the store
-// bounds the calls in flight to each node ([DefaultMaxInFlight]), and a
-// circuit breaker per node ([Config.BreakerFailures]) fails the calls for
-// a node that stopped answering at once, until it answers a probe. One hung
-// cluster primary affects only the keys of its slots. [Store.Health]
-// reports each node's state. With [Config.LazyConnect], New returns a store
-// that answers ErrStoreUnavailable until Redis can be reached.
+// reach Redis, or meets an outage reply (CLUSTERDOWN, LOADING, READONLY,
+// OOM, BUSY, ...) returns an error matching [floodgate.ErrStoreUnavailable],
+// and front ends apply their failure mode. A call returns by its deadline
+// however long a node hangs: the calls in flight to each node are bounded
+// ([DefaultMaxInFlight]), and a circuit breaker per node
+// ([Config.BreakerFailures]) fails a silent node's calls at once until it
+// answers a probe. [Store.Health] reports each node's state. With
+// [Config.LazyConnect], New returns a store that answers
+// ErrStoreUnavailable until Redis can be reached.
 //
-// Each decision carries its caller's deadline, in the Redis server's clock
-// (the store samples each node's clock every second): a script that starts
-// after it records nothing, so a call that timed out is not charged when
-// Redis runs it later. A charge can still outlive its caller's deadline by
-// the time the reply takes to come back. See docs/RESILIENCE.md.
-//
-// Scripts are never retried: a retried script could charge a request twice,
-// so a call that timed out may still have been counted, if Redis ran it
-// before its deadline. Errors that are not outages — a script that failed
-// ([ErrScript]) or a reply of the wrong shape ([ErrReply]) — do not match
-// ErrStoreUnavailable: they mean a bug or a misconfiguration that retrying
-// or failing open would only hide.
+// Each decision carries its caller's deadline, in the Redis server's clock:
+// a script that starts after it records nothing. Scripts are never retried,
+// since a retry could charge twice, so a call that timed out may still have
+// been counted. Errors that are not outages, a failed script ([ErrScript])
+// or a reply of the wrong shape ([ErrReply]), do not match
+// ErrStoreUnavailable: they mean a bug or a misconfiguration that failing
+// open would hide. See docs/RESILIENCE.md.
 //
 // # Batches
 //
 // [Store.AllowBatch] decides the checks of one request together, all or
-// nothing: the checks whose keys share a hash slot (all of them on a single
-// server or through Sentinel) in one call of the batch script, which leaves
-// nothing recorded when one of them is denied; on a cluster, one call per slot,
-// sent together, and refunds across slots when one slot denies.
+// nothing: in one script call when their keys share a hash slot (always on
+// a single server or through Sentinel), and on a cluster in one call per
+// slot, sent together, with refunds across slots when one slot denies.
 //
 // # Scripts
 //
 // The Lua files are embedded, and [Scripts] returns them so other languages
-// can run the same algorithms on the same keys (see docs/LUA.md). Scripts are
-// sent with EVALSHA and fall back to EVAL when Redis answers NOSCRIPT (after
-// a restart, a failover or SCRIPT FLUSH). They start with a "#!lua"
-// shebang, so Redis refuses them before they run, and write nothing, when it
-// is over maxmemory under noeviction: they need Redis 7.0 or later.
-//
-// It is a store room: it imports the root package, internal/limitcheck and
-// rueidis, never another store or a front end.
+// can run the same algorithms on the same keys (see docs/LUA.md). They are
+// sent with EVALSHA, falling back to EVAL on NOSCRIPT. Their "#!lua"
+// shebang makes Redis refuse them, writing nothing, when it is over
+// maxmemory under noeviction; they need Redis 7.0 or later.
 package redisstore
 
 import (
@@ -129,10 +118,8 @@ func New(cfg Config) (*Store, error) {
 		DisableRetry: true, // a retried script could charge twice
 		DisableCache: true, // the store never reads through the client-side cache
 		ClientName:   "floodgate",
-		// One pipelined connection per node (-1), as rueidis does for a
-		// cluster, rather than up to four for a single server (one per
-		// two cores): concurrent calls share fewer, larger batches, which
-		// costs Redis fewer system calls per decision (docs/PERFORMANCE.md).
+		// One pipelined connection per node: concurrent calls share fewer,
+		// larger batches, so Redis makes fewer system calls per decision.
 		PipelineMultiplex: -1,
 	}
 	switch {
@@ -191,11 +178,10 @@ func New(cfg Config) (*Store, error) {
 
 // NewFromClient returns a Store that runs on an existing rueidis client,
 // which it does not own: Close the store when done, which stops its
-// background checks (probes, clock samples) and leaves the client open.
-// cfg's KeyPrefix, Timeout, Clock, MaxInFlight, BreakerFailures and Logger
-// apply; the connection fields must be left zero. The client
-// should be created with DisableRetry (rueidis never retries scripts sent as
-// this store sends them, but other commands on a shared client would be).
+// background checks and leaves the client open. cfg's KeyPrefix, Timeout,
+// Clock, MaxInFlight, BreakerFailures and Logger apply; the connection
+// fields must be left zero. Create the client with DisableRetry, so that
+// no command on it is sent twice.
 func NewFromClient(client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, &ConfigError{Field: "client", Value: "nil", Reason: "must be a rueidis.Client"}
@@ -394,10 +380,8 @@ const (
 )
 
 // bounded returns ctx bounded by the store's timeout: ctx itself when its
-// own deadline comes first (as Envoy's, gRPC's grpc-timeout, sets one for
-// every call), so that a call sets one deadline, not two (the guard runs a
-// call whose deadline is far shorter under the store's timeout, and stops
-// waiting at ctx's: detached); otherwise a child of ctx with the timeout.
+// own deadline comes first, so that a call sets one deadline, not two;
+// otherwise a child of ctx with the timeout.
 func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Err() != nil {
 		return ctx, func() {} // gone already: nothing is sent
@@ -493,11 +477,10 @@ var outages = []string{
 // failures, outage replies) match floodgate.ErrStoreUnavailable; other
 // Redis error replies match ErrScript.
 //
-// A script that refused to run past ctx's deadline (its DEADLINE reply) is
-// answered when ctx has ended: the deadline in Redis's clock is never
-// later than ctx's, so it may pass there a little earlier, and a caller
-// must see its own deadline passed (the engine then knows the caller chose
-// the time and denies, instead of failing open).
+// A script's DEADLINE reply is returned only once ctx has ended: the
+// deadline may pass a little earlier in Redis's clock, and the caller must
+// see its own deadline passed (the engine then denies instead of following
+// the failure mode).
 func classify(ctx context.Context, what string, err error) error {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
 		msg := rerr.Error()

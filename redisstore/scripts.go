@@ -12,17 +12,12 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 )
 
-// The scripts are assembled from the files under scripts/ when the package
-// loads. prelude.lua reads and checks the arguments that every algorithm
-// takes. Each algorithm's file holds its contract (its leading comment, up
-// to the first blank line), then its code. An algorithm's script is its
-// contract, the prelude and its code: whole and stand-alone, as Redis runs
-// it and as Scripts hands it out.
-//
-// The batch script is batch.lua's contract, then each algorithm's script
-// without its contract as the body of a function of KEYS and ARGV named
-// after the algorithm, then batch.lua's code, which calls them: every item
-// of a batch runs exactly the code of its algorithm's script.
+// The scripts are assembled from scripts/ when the package loads. An
+// algorithm's script is its file's contract (the leading comment, up to the
+// first blank line), prelude.lua (the shared argument checks) and its code.
+// The batch script wraps each algorithm's code in a function of KEYS and
+// ARGV named after it, between batch.lua's contract and code, so every item
+// of a batch runs exactly its algorithm's code.
 //
 //go:embed scripts/*.lua
 var scriptFS embed.FS
@@ -44,12 +39,9 @@ var batch = loadBatch(scripts)
 
 const batchFile = "batch.lua"
 
-// shebang starts every script: Redis 7 then refuses a script under
-// maxmemory (noeviction) before it runs, where it would otherwise refuse
-// only its first write (and let the writes after a trim through), and on
-// a read-only replica before it runs. It also makes Redis check that the
-// keys are declared and share a slot, which the scripts keep to anyway.
-// EVALSHA, EVAL and the NOSCRIPT fallback are unchanged.
+// shebang starts every script: Redis 7 then refuses it before it runs,
+// rather than at its first write, when over maxmemory (noeviction) or on a
+// read-only replica, and checks that its keys are declared and share a slot.
 const shebang = "#!lua\n"
 
 func newScript(file, source, code string) script {

@@ -9,28 +9,25 @@
 //	lim, err := httplimit.New(httplimit.Config{Store: store, Rules: rules})
 //
 // The server must serve the store API (`floodgate serve --store-api`, or
-// server.Options.StoreAPI): it is off by default. Each call is one HTTP
-// request, POST /v1/store/allow, /v1/store/batch, /v1/store/refund or
-// /v1/store/reset, carrying the limit and the key; the server's own rules
-// play no part. The server stores key k as its namespace followed by k
-// ("@store|" by default), apart from its rules' keys; a Config.KeyPrefix of
-// httplimit (or grpclimit) keeps several applications apart within it.
+// server.Options.StoreAPI), which is off by default. Each call is one HTTP
+// request (POST /v1/store/allow, /v1/store/batch, /v1/store/refund or
+// /v1/store/reset) carrying the limit and the key; the server's own rules
+// play no part. The server keeps these keys in a namespace of their own
+// ("@store|" by default); a Config.KeyPrefix of httplimit (or grpclimit)
+// keeps several applications apart within it.
 //
 // # Failures
 //
-// Errors keep the store's kinds, so the engine's failure modes work: a
-// server that cannot be reached, a call that passes Config.Timeout, or an
-// answer of 503 (the server's store is unavailable), 502 or 504 (a proxy in
-// between) is an error matching [floodgate.ErrStoreUnavailable]; 400 is the
-// invalid input it names ([floodgate.ErrInvalidLimit],
-// [floodgate.ErrInvalidCost], [floodgate.ErrCostExceedsLimit]); a 500, a
-// refused token (401, 403), a server without the store API (404) or an
-// answer that cannot be read is a store error that matches none of them,
-// which never admits. Limits and costs are checked before any call, as every
-// store checks them.
+// Errors keep the store's kinds, so the engine's failure modes work:
+//   - a server that cannot be reached, a call past Config.Timeout, or an
+//     answer of 502, 503 or 504 matches [floodgate.ErrStoreUnavailable];
+//   - 400 is the invalid input it names ([floodgate.ErrInvalidLimit],
+//     [floodgate.ErrInvalidCost], [floodgate.ErrCostExceedsLimit]);
+//   - a 500, a refused token (401, 403), a server without the store API
+//     (404) or an unreadable answer is a store error matching none of
+//     them, which never admits.
 //
-// It is a store room: it imports the root package, internal/limitcheck and
-// internal/storewire (the API's wire format, which the server shares).
+// Limits and costs are checked before any call, as every store checks them.
 package remotestore
 
 import (
@@ -234,9 +231,9 @@ func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) er
 // AllowBatch decides items as one request in one call to the server, whose
 // store decides them all or nothing. Items with an invalid limit or cost
 // get their error without a call and are otherwise skipped; when the call
-// fails, every other item gets its error (so does every item of a batch of
-// more than 256 valid items, which the store API does not take). See floodgate.BatchStore. It
-// panics if results is shorter than items.
+// fails, every other item gets its error, as does every item of a batch of
+// more than 256 valid items, which the store API does not take. See
+// floodgate.BatchStore. It panics if results is shorter than items.
 func (s *Store) AllowBatch(ctx context.Context, items []floodgate.BatchItem, results []floodgate.BatchResult) {
 	if len(results) < len(items) {
 		panic("remotestore: AllowBatch with fewer results than items")

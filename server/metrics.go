@@ -114,10 +114,9 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine, storeLatency *
 }
 
 // count records a one-rule request's result: its decision outcome, and a
-// store failure with the failure mode it met. A store failure is the
-// front ends' event (frontend.EventOf), counted
-// whether or not the caller is still there; a request shed at the
-// in-flight cap (ErrOverloaded, the check's Err) never asked the store.
+// store failure with the failure mode it met, counted whether or not the
+// caller is still there. A request shed at the in-flight cap
+// (ErrOverloaded) never asked the store.
 func (m *metrics) count(res *decide.Result) {
 	c, o := &res.Checks[0], &res.Outcomes[0]
 	if o.Cached {

@@ -36,9 +36,9 @@ func (s *Server) Handler() http.Handler { return s.handler(true) }
 // served apart, by OpsHandler on a listener of their own.
 func (s *Server) APIHandler() http.Handler { return s.handler(false) }
 
-// OpsHandler returns the probes and metrics alone — GET /healthz, /readyz,
-// Options.Probes and /metrics — with no authentication, for a listener that only the
-// monitoring network reaches.
+// OpsHandler returns the probes and metrics alone (GET /healthz, /readyz,
+// Options.Probes and /metrics) with no authentication, for a listener that
+// only the monitoring network reaches.
 func (s *Server) OpsHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.probes(mux)
@@ -106,10 +106,9 @@ func (s *Server) metricsHandler() http.Handler {
 // with its Allow header) with problem details instead of plain text.
 func problemsForUnrouted(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A path with empty, "." or ".." segments (or "*") is answered as no
-		// endpoint, with the canonical path, rather than redirected as
-		// ServeMux would (a 307 with no body, which a client re-sends
-		// its POST body to).
+		// A path with empty, "." or ".." segments (or "*") is answered as
+		// no endpoint, naming the canonical path, rather than redirected
+		// as ServeMux would: a client re-sends its POST body to a 307.
 		if p := r.URL.Path; p == "" || p[0] != '/' || canonical(p) != p {
 			problem.Error(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: write the path without empty, '.' or '..' segments (%s)", r.Method, p, canonical(p)))
 			return

@@ -5,10 +5,6 @@
 //
 // The server's rules can be replaced at run time with Reload (the CLI does so
 // on SIGHUP); requests in flight finish under the rules they started with.
-//
-// It is an adapter room: it imports the root package, the decide engine,
-// clientip, httplimit (for HeaderMode only), the internal helpers and
-// Prometheus's client, never a store or config.
 package server
 
 import (
@@ -403,11 +399,10 @@ func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Resu
 	return false
 }
 
-// writeHeaders sets the rate-limit headers of a decided request of checks
-// (its one check, under rl) as the middleware does, as the engine's header
-// view says (frontend.Headers): the rule's RateLimit-Policy and, when
-// it decided, the RateLimit and X-RateLimit-* fields, with Retry-After when
-// it denied. A shadow rule never appears in them.
+// writeHeaders sets the rate-limit headers of a decided one-rule request as
+// the middleware does: the rule's RateLimit-Policy and, when it decided,
+// the RateLimit and X-RateLimit-* fields, with Retry-After when it denied.
+// A shadow rule never appears in them.
 func (p *policy) writeHeaders(h http.Header, rl *rule, res *decide.Result, now time.Time) {
 	policies := [1]*ratelimitheader.Policy{&rl.policy}
 	frontend.WriteHeaders(h, p.headers, now, policies[:], res)

@@ -22,16 +22,14 @@ import (
 const DefaultStoreNamespace = "@store|"
 
 // StoreAPI configures the store API: POST /v1/store/allow, /v1/store/batch,
-// /v1/store/refund and /v1/store/reset, which expose the server's store
-// itself to remote clients (package remotestore), so that a program that
-// cannot reach the store directly can run its own rules (httplimit, the
-// gRPC interceptors, its own engine) against the server's shared state.
+// /v1/store/refund and /v1/store/reset, which expose the server's store to
+// remote clients (package remotestore) that cannot reach it directly.
 //
 // It is a store, not a decision: the client sends the limit and the key,
 // and its own engine applies failure modes, shadow rules and all or
-// nothing. The server's rules play no part. A client's key k is the store
-// key Namespace+k, so it never meets a key of the server's rules (whose
-// names start with a letter or digit) or of Envoy's service ("rls|").
+// nothing; the server's rules play no part. A client's key k is the store
+// key Namespace+k, apart from the keys of the server's rules and of Envoy's
+// service ("rls|").
 //
 // Anyone who can call it can spend or reset any key in its namespace:
 // serve it only behind the API's authentication.

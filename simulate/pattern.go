@@ -62,7 +62,7 @@ const (
 
 // Patterns returns the built-in patterns, in report order:
 //
-//   - boundary-burst: the seed's attack. Every other window edge, one client
+//   - boundary-burst: the window-edge attack. Every other window edge, one client
 //     sends Limit requests evenly spread over the second before the edge and
 //     Limit over the second after it (over Window/4 instead, if that is
 //     shorter than a second). A fixed window admits all 2*Limit.

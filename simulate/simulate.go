@@ -17,23 +17,17 @@
 //   - MaxInWindow: the most requests admitted for one key in any interval of
 //     length Window (found exactly, by two pointers over the admission
 //     times). An exact limit keeps it at or below Limit.
-//   - Disagreements and ErrorRate: the error against an exact sliding
-//     window. The simulation also runs an exact sliding-window log of its
-//     own (admit a request iff fewer than Limit requests of its key were
-//     admitted in the Window ending at it) on the same arrivals, and counts
-//     the requests whose decision differs; ErrorRate is that count over all
-//     requests. ExcessAdmitted is Admitted minus what the exact log admitted:
-//     positive when the algorithm is more permissive. The sliding-window log
-//     algorithm scores zero on both, which checks the store against the
-//     reference.
+//   - Disagreements and ErrorRate: the requests decided otherwise than by
+//     an exact sliding-window log run on the same arrivals, as a count and
+//     over all requests. ExcessAdmitted is Admitted minus what the exact
+//     log admitted: positive when the algorithm is more permissive. The
+//     sliding-window log algorithm scores zero on both.
 //   - RetryAfterMean and RetryAfterP99: over denied requests, the store's
 //     Decision.RetryAfter (p99 by nearest rank).
 //   - MemoryPerKey: the most bytes one key's state took, as the backend
 //     measures it (the memory store's estimate, or Redis's MEMORY USAGE),
 //     sampled after each decision that leaves the key fuller than before
 //     (a new low of Decision.Remaining), which is when state is largest.
-//
-// It is a program room: it may import any package.
 package simulate
 
 import (

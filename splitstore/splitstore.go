@@ -6,15 +6,11 @@
 // floodgate, as `store.per_second` in floodgate's configuration.
 //
 // A [Store] is a [floodgate.BatchStore]: a request whose checks all go to
-// one store is that store's batch, atomic as that store makes it; one whose
-// checks span both is decided in both at once, and when either denies, the
-// items the other admitted are given back with RefundN, so the request
-// consumes nothing (not atomically across the two: other requests may see
-// those items taken meanwhile). It is a [health.Reporter] too:
-// its health holds both stores' nodes, the per-second store's named
-// "per-second ...", so readiness fails while either is down.
-//
-// It is a store room: it imports the root package only.
+// one store is that store's batch; one whose checks span both is decided in
+// both at once, and when either denies, the other gives its admitted items
+// back with RefundN (not atomically across the two). It is a
+// [health.Reporter] too, with both stores' nodes, so readiness fails while
+// either is down.
 package splitstore
 
 import (
@@ -75,12 +71,10 @@ func (s *Store) RefundN(ctx context.Context, key string, limit floodgate.Limit, 
 	return s.route(limit).RefundN(ctx, key, limit, n)
 }
 
-// Reset clears key under limit's algorithm in both stores, at once: the
-// key's state is in the store of limit's window, but a rule whose window
-// changed to or from one second left its earlier state in the other, which
-// a reset must clear too. So a Reset is also a round trip to each store,
-// which is what readiness probes ask of a store. The error names the store
-// that failed.
+// Reset clears key under limit's algorithm in both stores, at once: a rule
+// whose window changed to or from one second left its earlier state in the
+// other store. It is thus a round trip to each, as readiness probes want.
+// The error names the store that failed.
 func (s *Store) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	var perSecondErr error
 	done := make(chan struct{})

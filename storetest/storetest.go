@@ -15,9 +15,6 @@
 // The constructor must return a store that reads time from clock, so the
 // suite can move time by hand. Stores backed by a shared server may return
 // the same backend each time: every case uses keys of its own.
-//
-// It is a test helper room, for the stores' tests: it imports the root
-// package, clocktest, internal/limitcheck and the standard library.
 package storetest
 
 import (

@@ -1,7 +1,5 @@
 // Command floodgate is the floodgate rate limiter's command-line tool: the
 // standalone server and its helpers. Run "floodgate help" for the commands.
-//
-// It is the program room: thin flag parsing over every other package.
 package main
 
 import (
@@ -41,11 +39,9 @@ const peerBinary = "/bin/ratelimit"
 
 // peerArgs returns the arguments to run for a process started as argv0
 // with args: "serve --envoy-env" and the rest when it was started as
-// envoyproxy/ratelimit's binary (the peer's manifests run it bare,
-// configured by the environment), either by that name (Kubernetes'
-// command: [/bin/ratelimit]) or as the image entrypoint's first argument
-// (docker compose's command: /bin/ratelimit, which follows the
-// entrypoint); args otherwise.
+// envoyproxy/ratelimit's binary, which the peer's manifests run bare,
+// either by that name (Kubernetes' command: [/bin/ratelimit]) or as the
+// image entrypoint's first argument (docker compose); args otherwise.
 func peerArgs(argv0 string, args []string) []string {
 	switch {
 	case filepath.Base(argv0) == "ratelimit":

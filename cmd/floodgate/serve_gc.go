@@ -8,13 +8,12 @@ import (
 )
 
 // heapFloor is the least heap goal serve keeps the garbage collector at
-// (unless GOGC is set). A decision allocates a few kilobytes (most of it in
-// gRPC and HTTP), while a server's live heap is often only a few megabytes:
-// at GOGC 100 that makes the collector run many times a second under load,
-// and each run also shrinks the stacks of the idle workers, which the next
-// calls grow again. A floor of tens of megabytes cuts that to about one run
-// a second without letting a large heap (the memory store's keys) double
-// more than GOGC 100 would.
+// (unless GOGC is set). A server's live heap is often small beside what its
+// decisions allocate, so at GOGC 100 the collector would run many times a
+// second under load, shrinking the idle workers' stacks each time; a large
+// heap (the memory store's keys) still grows no more than GOGC 100 allows.
+// docs/PERFORMANCE.md ("Envoy RLS against envoyproxy/ratelimit") has the
+// measurements.
 const heapFloor = 32 << 20
 
 // maxGCPercent bounds the GOGC the floor sets (a live heap of 1.6 MiB).

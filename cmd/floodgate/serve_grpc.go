@@ -49,15 +49,13 @@ type rlsServer struct {
 // readiness.
 const healthInterval = 2 * time.Second
 
-// startRLS starts the Envoy rate-limit service when the plan has it (an
-// envoy_config folder, or an explicit --grpc-listen, which serves with no
-// rules: every answer OK, as for unknown domains, so a gateway can be wired
-// up before its rules are written), with the rules the plan read.
-// Otherwise it returns nil and no error. The rules are read again whenever
-// the folder changes (watched, as envoyproxy/ratelimit does, including a
-// ConfigMap's link swap) and on SIGHUP (serve's reload); a bad folder then
-// keeps the rules in force and counts a config_load_error. compat, when
-// set, is envoyproxy/ratelimit's environment (serve --envoy-env).
+// startRLS starts the Envoy rate-limit service with the rules the plan
+// read, when the plan has it: an envoy_config folder, or an explicit
+// --grpc-listen, which serves with no rules (every answer OK) so a gateway
+// can be wired up first. Otherwise it returns nil and no error. The rules
+// are read again when the folder changes and on SIGHUP; a bad folder keeps
+// the rules in force. compat, when set, is envoyproxy/ratelimit's
+// environment (serve --envoy-env).
 func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *prometheus.Registry, compat *envoyCompat, nw rlsNet) (*rlsServer, error) {
 	if !plan.rls {
 		return nil, nil

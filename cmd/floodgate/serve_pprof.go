@@ -10,12 +10,11 @@ import (
 )
 
 // startPprof serves Go's runtime profiles (net/http/pprof's /debug/pprof/)
-// on a listener of their own, for profiling a running server (`go tool pprof
-// http://ADDR/debug/pprof/profile?seconds=10`). Off unless serve's
-// --pprof-listen names an address, which must be a loopback one: the
-// profiles show the process's internals and cost CPU while taken, so they
-// are never reachable beyond the machine. It returns the listener's address
-// and a function that closes it.
+// on a listener of their own, for `go tool pprof
+// http://ADDR/debug/pprof/profile?seconds=10`, when serve's --pprof-listen
+// names an address. The address must be a loopback one: profiles show the
+// process's internals and cost CPU. It returns the listener's address and
+// a function that closes it.
 func startPprof(addr string, logger *slog.Logger) (string, func(), error) {
 	if !isLoopback(addr) {
 		return "", nil, fmt.Errorf("--pprof-listen %s: the profiling listener takes a loopback address only, such as 127.0.0.1:6060", addr)

@@ -12,9 +12,6 @@
 // Callers validate the limit and the cost first (internal/limitcheck): these
 // methods assume 1 <= n <= limit.Quota and a valid limit; a cost of 0 is
 // Peek.
-//
-// It is the algorithm room: it imports the root package and
-// internal/fixedpoint only, and only the memory store imports it.
 package algorithm
 
 import (

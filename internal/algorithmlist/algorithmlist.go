@@ -4,8 +4,6 @@
 // list is the root package's: an Algorithm is valid exactly when its
 // MarshalText succeeds, and this package asks it, in order, so that the
 // root package's API does not carry the enumeration.
-//
-// It is a helper room: it imports the root package only.
 package algorithmlist
 
 import (

@@ -10,14 +10,12 @@
 //
 // NAME appears in logs (never the token), SCOPES is a comma-separated list
 // of decide, admin and metrics, and TOKEN is the secret itself. Blank lines
-// and lines starting with '#' are ignored; entries may also be separated by
-// ';', for tokens kept in one environment variable.
+// and lines starting with '#' are ignored; ';' also separates entries, for
+// tokens kept in one environment variable.
 //
-// Tokens are compared in constant time: a presented token is hashed with
-// SHA-256 and compared with every token's hash, so neither the time taken
-// nor an early exit tells how much of a token was right, or which one.
-//
-// It is a helper room: it imports the standard library only.
+// A presented token's SHA-256 is compared with every token's in constant
+// time, so the time taken tells neither how much of a token was right nor
+// which one.
 package authtoken
 
 import (

@@ -1,8 +1,6 @@
 // Package chart holds the gonum/plot helpers shared by floodgate's figures
 // (floodgate simulate, and the peer benchmark in the bench module): one look
 // and one way of writing PNG and SVG files.
-//
-// It is a helper room for the programs: it imports gonum/plot only.
 package chart
 
 import (

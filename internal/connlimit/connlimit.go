@@ -5,8 +5,6 @@
 // is closed at once when every connection is busy. Idle connections are
 // known from an http.Server's ConnState hook; without it (a gRPC server),
 // a new connection at the cap is closed.
-//
-// It is a helper room: it imports the standard library only.
 package connlimit
 
 import (

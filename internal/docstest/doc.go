@@ -5,8 +5,6 @@
 // deployment needs; TestRooms holds every package to the rooms table of
 // docs/ARCHITECTURE.md. It has no code of its own.
 //
-// It is a document test room: tests only, importing nothing outside them.
-//
 // nginx and Caddy are Debian packages (nginx-light, caddy); the proxy
 // tests skip when they are not installed, unless FLOODGATE_REQUIRE_PROXIES=1
 // (which `make test` sets, after installing them).

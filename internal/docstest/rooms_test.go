@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go/parser"
-	"go/token"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 )
@@ -46,7 +43,6 @@ type allowance struct {
 type roomPackage struct {
 	path    string   // import path
 	imports []string // of its non-test files
-	doc     string   // its package doc comment(s)
 }
 
 var (
@@ -167,8 +163,7 @@ func standard(path, module string) bool {
 }
 
 // checkRooms returns every way pkgs break rooms: a package in no room (or
-// in two), a table entry naming nothing, an import its room does not allow,
-// a doc comment that does not name its room.
+// in two), a table entry naming nothing, an import its room does not allow.
 func checkRooms(rooms []room, pkgs []roomPackage, module string) []string {
 	var problems []string
 	short := func(p string) string {
@@ -244,13 +239,6 @@ func checkRooms(rooms []room, pkgs []roomPackage, module string) []string {
 		}
 		return false
 	}
-	names := make([]string, 0, len(rooms))
-	for _, r := range rooms {
-		names = append(names, regexp.QuoteMeta(r.name))
-	}
-	// Longest first, so "test helper room" is not read as "helper room".
-	sort.Slice(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
-	mention := regexp.MustCompile(`\b(` + strings.Join(names, "|") + `) room\b`)
 	for _, p := range pkgs {
 		r := roomOf[p.path]
 		if r == nil {
@@ -263,24 +251,12 @@ func checkRooms(rooms []room, pkgs []roomPackage, module string) []string {
 					short(p.path), r.name, short(imp), roomsDoc))
 			}
 		}
-		doc := strings.Join(strings.Fields(strings.ToLower(strings.ReplaceAll(p.doc, "-", " "))), " ")
-		var said []string
-		for _, m := range mention.FindAllStringSubmatch(doc, -1) {
-			if !slices.Contains(said, m[1]) {
-				said = append(said, m[1])
-			}
-		}
-		if !slices.Equal(said, []string{r.name}) {
-			problems = append(problems, fmt.Sprintf("package %s: its doc comment must name its room (%q, as \"... %s room ...\") and no other; it names %q",
-				short(p.path), r.name, r.name, said))
-		}
 	}
 	return problems
 }
 
 // listPackages runs go list on the module at dir and reads each package's
-// non-test imports and its package doc comments (of its files and its
-// internal test files: a package of tests only has its doc there).
+// non-test imports.
 func listPackages(t *testing.T, dir string) (module string, pkgs []roomPackage) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-json", "./...")
@@ -294,11 +270,9 @@ func listPackages(t *testing.T, dir string) (module string, pkgs []roomPackage) 
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p struct {
-			ImportPath, Dir   string
-			Module            struct{ Path string }
-			Imports           []string
-			GoFiles, CgoFiles []string
-			TestGoFiles       []string
+			ImportPath string
+			Module     struct{ Path string }
+			Imports    []string
 		}
 		if err := dec.Decode(&p); err == io.EOF {
 			break
@@ -306,25 +280,14 @@ func listPackages(t *testing.T, dir string) (module string, pkgs []roomPackage) 
 			t.Fatalf("go list: %v", err)
 		}
 		module = p.Module.Path
-		var docs []string
-		fset := token.NewFileSet()
-		for _, name := range slices.Concat(p.GoFiles, p.CgoFiles, p.TestGoFiles) {
-			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.PackageClauseOnly|parser.ParseComments)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if f.Doc != nil {
-				docs = append(docs, f.Doc.Text())
-			}
-		}
-		pkgs = append(pkgs, roomPackage{path: p.ImportPath, imports: p.Imports, doc: strings.Join(docs, "\n")})
+		pkgs = append(pkgs, roomPackage{path: p.ImportPath, imports: p.Imports})
 	}
 	return module, pkgs
 }
 
 // TestRooms: every package of the module is in one room of
-// docs/ARCHITECTURE.md's table, imports (outside its tests) only what its
-// room allows, and names its room in its doc comment.
+// docs/ARCHITECTURE.md's table and imports (outside its tests) only what
+// its room allows.
 func TestRooms(t *testing.T) {
 	top := root(t)
 	module, pkgs := listPackages(t, top)
@@ -355,13 +318,13 @@ func TestCheckRooms(t *testing.T) {
 		"\nAfter the table.\n"
 	good := func() []roomPackage {
 		return []roomPackage{
-			{path: mod, imports: []string{"fmt"}, doc: "It is the core room."},
-			{path: mod + "/mem", imports: []string{mod, "sync"}, doc: "It is a store room."},
-			{path: mod + "/red", imports: []string{mod, "github.com/redis/rueidis", "github.com/redis/rueidis/rueidiscompat"}, doc: "It is a store room."},
-			{path: mod + "/internal/h", imports: []string{"go.yaml.in/yaml/v3"}, doc: "It is a helper room."},
-			{path: mod + "/front", imports: []string{mod, mod + "/internal/h"}, doc: "It is an adapter\nroom."},
-			{path: mod + "/internal/th", imports: []string{mod + "/internal/h"}, doc: "It is a test-helper room."},
-			{path: mod + "/cmd/x", imports: []string{mod + "/mem", mod + "/front", "golang.org/x/sys/unix"}, doc: "It is the program room."},
+			{path: mod, imports: []string{"fmt"}},
+			{path: mod + "/mem", imports: []string{mod, "sync"}},
+			{path: mod + "/red", imports: []string{mod, "github.com/redis/rueidis", "github.com/redis/rueidis/rueidiscompat"}},
+			{path: mod + "/internal/h", imports: []string{"go.yaml.in/yaml/v3"}},
+			{path: mod + "/front", imports: []string{mod, mod + "/internal/h"}},
+			{path: mod + "/internal/th", imports: []string{mod + "/internal/h"}},
+			{path: mod + "/cmd/x", imports: []string{mod + "/mem", mod + "/front", "golang.org/x/sys/unix"}},
 		}
 	}
 	tests := []struct {
@@ -389,20 +352,20 @@ func TestCheckRooms(t *testing.T) {
 			change: func(p []roomPackage) []roomPackage { p[6].imports = append(p[6].imports, mod+"/internal/th"); return p }},
 		{name: "a package in no room", table: table, want: "package newpkg is in no room",
 			change: func(p []roomPackage) []roomPackage {
-				return append(p, roomPackage{path: mod + "/newpkg", doc: "It is a helper room."})
+				return append(p, roomPackage{path: mod + "/newpkg"})
 			}},
 		{name: "a listed package that does not exist", table: table, want: "room \"adapter\" lists front, which is no package",
 			change: func(p []roomPackage) []roomPackage { return slices.Delete(p, 4, 5) }},
-		{name: "a doc naming no room", table: table, want: "package mem: its doc comment must name its room (\"store\"",
-			change: func(p []roomPackage) []roomPackage { p[1].doc = "Package mem stores."; return p }},
-		{name: "a doc naming the wrong room", table: table, want: "package internal/th: its doc comment must name its room (\"test helper\"",
-			change: func(p []roomPackage) []roomPackage { p[5].doc = "It is a helper room."; return p }},
 		{name: "an unknown name in may import", table: strings.Replace(table, "`core`, `internal/h`", "`core`, `internal/nope`", 1),
 			want: "room \"adapter\" may import \"internal/nope\", which is no room and no package"},
 		{name: "an only-clause naming a package of another room", table: strings.Replace(table, "(only `red`)", "(only `front`)", 1),
 			want: "room \"store\": \"github.com/redis/rueidis\" (only front): front is not in the room"},
 		{name: "a package in two rooms", table: strings.Replace(table, "| `front` |", "| `front`, `mem` |", 1),
 			want: "package mem is in two rooms"},
+		{name: "a room listed twice", table: strings.Replace(table, "| test helper |", "| helper |", 1),
+			want: "room \"helper\" is listed twice"},
+		{name: "an exception naming no room", table: strings.Replace(table, "anything but `test helper`", "anything but `tests`", 1),
+			want: "room \"program\": \"tests\" is no room"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

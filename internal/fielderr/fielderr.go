@@ -1,8 +1,6 @@
 // Package fielderr is the error of one named field that cannot be used:
 // the engine's options, a front end's rule, a rule file's share. Front ends
 // and config report it under their own field names.
-//
-// It is a helper room: it imports nothing of floodgate's.
 package fielderr
 
 // Error is one field that cannot be used: the field as the caller's types

@@ -2,9 +2,6 @@
 // adds refill tokens per window of w microseconds counts its level in units
 // of 1/Unit(w, refill) tokens, so that every microsecond adds exactly
 // PerMicro(w, refill) units, however fractional the rate.
-//
-// It is a helper room: it imports nothing, so the root package (to bound a
-// limit's parameters) and the algorithms both use it.
 package fixedpoint
 
 // Unit returns the number of fixed-point units in one token of a bucket

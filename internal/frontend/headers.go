@@ -8,14 +8,13 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
-// WriteHeaders sets on h, in mode, the rate-limit headers of res, whose
-// checks' rules have the header pieces policies (one per check, in order),
-// as the header view says ([Headers]): the RateLimit-Policy of every check but the
-// shadow ones, the other fields for the deciding check, Retry-After when it
-// denied, and Floodgate-Fallback when a check was decided locally. It sets
-// the policies of the shadow checks to nil, and returns the view, for a
-// front end that adds its own fields (gRPC's retry pushback). now is the
-// time the reset fields count from.
+// WriteHeaders sets on h, in mode, the rate-limit headers of res as its
+// header view says ([Headers]), given each check's header pieces in
+// policies: RateLimit-Policy of every non-shadow check, the other fields
+// for the deciding check, Retry-After when it denied, and
+// Floodgate-Fallback when a check was decided locally. It sets the shadow
+// checks' policies to nil and returns the view, for a front end that adds
+// its own fields. The reset fields count from now.
 func WriteHeaders(h http.Header, mode ratelimitheader.Mode, now time.Time, policies []*ratelimitheader.Policy, res *decide.Result) HeaderView {
 	v := Headers(res)
 	for i := range v.Unlisted {
@@ -26,10 +25,9 @@ func WriteHeaders(h http.Header, mode ratelimitheader.Mode, now time.Time, polic
 	return v
 }
 
-// WriteUnavailable sets on h what every HTTP front end's answer to a
-// request that a fail-closed check could not decide (res.Verdict
-// Unavailable) carries: Retry-After of res.RetryAfter, the engine's
-// UnavailableRetryAfter. It sets nothing for another request.
+// WriteUnavailable sets Retry-After (res.RetryAfter) on h for a request a
+// fail-closed check could not decide (res.Verdict Unavailable), and nothing
+// for another request.
 func WriteUnavailable(h http.Header, res *decide.Result) {
 	if res.Verdict == decide.Unavailable {
 		h[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(res.RetryAfter)}

@@ -1,13 +1,8 @@
-// Package frontend is what the front ends share beyond the decision: the
-// library front ends' (httplimit, grpclimit) Config checks and rule checks
-// ([New]), their one request loop ([Front.Decide]), counters and hooks
-// ([Reporter]); and for every front end the header view of a result
-// ([Headers]) written by the one encoder ([WriteHeaders],
-// [WriteUnavailable]) and the events a front end reports ([EventOf]).
-//
-// It is the adapter helper room: it imports the root package, the engine
-// and the helpers, never a store or a front end. Users never call it; the
-// front ends' own types are their public API.
+// Package frontend is what the front ends share beyond the decision: for
+// httplimit and grpclimit, their Config and rule checks ([New]), request
+// loop ([Front.Decide]), counters and hooks ([Reporter]); for every front
+// end, the header view of a result ([Headers], [WriteHeaders],
+// [WriteUnavailable]) and the events to report ([EventOf]).
 package frontend
 
 import (
@@ -42,12 +37,12 @@ type Library struct {
 	Options decide.Options
 }
 
-// Rule is what a library front end's rule holds under the same
-// names in every such front end: what becomes its [decide.Check]. How the rule
-// matches a request and finds its key is the front end's own.
+// Rule is what every library front end's rule holds under the same names:
+// what becomes its [decide.Check]. How the rule matches a request and
+// finds its key is the front end's own.
 type Rule struct {
-	// Name names the rule: required, the one shape of rule names ([rulecheck.RuleName]),
-	// unique within the Config.
+	// Name names the rule: required, of the one shape of rule names
+	// ([rulecheck.RuleName]), unique within the Config.
 	Name string
 	// Limit is the rule's limit; it must be valid.
 	Limit floodgate.Limit
@@ -84,10 +79,8 @@ type RuleCheck struct {
 
 // For returns the rule's check of a request for which the rule's key
 // function returned key and err, and false when the rule does not apply
-// to the request (an empty key and no error). A key function's error,
-// wrapped in errKey (the front end's ErrKey), becomes the check's Err: the
-// store is not asked, and the rule's failure mode applies, as for an
-// outage.
+// (an empty key and no error). A key function's error, wrapped in errKey,
+// becomes the check's Err, so the rule's failure mode applies.
 func (rc *RuleCheck) For(key string, err, errKey error) (decide.Check, bool) {
 	c := rc.Check
 	switch {
@@ -101,14 +94,11 @@ func (rc *RuleCheck) For(key string, err, errKey error) (decide.Check, bool) {
 	return c, true
 }
 
-// New checks l and returns its engine, the time it tells by and
-// its rules' checks. An unusable setting is an error wrapping a
-// *fielderr.Error that names it as the front ends' Configs do: Store, Rules,
-// KeyPrefix, Timeout, UnavailableRetryAfter, LogInterval,
-// OverLimitCache.MaxEntries, OverLimitCache.MaxBytes, or a rule's field
-// under its index, such as "Rules[1].Name" ([rulecheck.RuleName], or a name an
-// earlier rule has) or "Rules[0].Limit" ([rulecheck.Rule]: Limit, Failure,
-// LocalShare). [ErrorFields] gives what a front end's ConfigError reports of it.
+// New checks l and returns its engine, the time it tells by and its rules'
+// checks. An unusable setting is an error wrapping a *fielderr.Error that
+// names it as the front ends' Configs do (Store, KeyPrefix, Timeout, ...,
+// or a rule's field under its index, such as "Rules[1].Name"); [ErrorFields]
+// gives what a front end's ConfigError reports of it.
 func New(l Library) (Front, error) {
 	now := time.Now
 	if l.Clock != nil {
@@ -159,9 +149,8 @@ func New(l Library) (Front, error) {
 
 // ErrorFields returns what a front end's ConfigError reports of err, an
 // error of [New]: the field, value and reason of the *fielderr.Error it
-// wraps (all of them wrap one; for an error that wraps none, the Store,
-// which "cannot be used"), and that *fielderr.Error as its Err. Each
-// front end's ConfigError is a struct literal of the four.
+// wraps (or, failing one, the Store, which "cannot be used"), and that
+// *fielderr.Error as its Err.
 func ErrorFields(err error) (field, value, reason string, fieldErr error) {
 	fe := (*fielderr.Error)(nil)
 	if !errors.As(err, &fe) {

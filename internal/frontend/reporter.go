@@ -48,11 +48,10 @@ func NewReporter[R any](name string, onError func(R, string, error), onShadow fu
 
 // Report counts req, decided as res: its verdict (Denied, Unavailable),
 // whether a check was decided locally, and each check's event ([EventOf])
-// and failed refund. callerGone says that req's
-// context has ended. onError gets, with the rule's name, a key function's
-// error as the check holds it, a store error as "name: rule "r": store:
-// err" and a failed refund as "name: err"; onShadow a shadow check's
-// decision.
+// and failed refund; callerGone says that req's context has ended. onError
+// gets, with the rule's name, a key function's error as the check holds
+// it, a store error as "name: rule "r": store: err" and a failed refund as
+// "name: err"; onShadow a shadow check's decision.
 func (rp *Reporter[R]) Report(req R, callerGone bool, res *decide.Result) {
 	for i := range res.Outcomes {
 		o, rule := &res.Outcomes[i], res.Checks[i].Rule

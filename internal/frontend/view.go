@@ -8,9 +8,7 @@ import (
 // HeaderView is what the rate-limit headers of a decided request describe,
 // the same for every front end: which checks RateLimit-Policy lists, the
 // check whose decision RateLimit, X-RateLimit-* and Retry-After give, and
-// whether the answer says it was decided locally. Front ends write it with
-// their rules' header pieces through internal/ratelimitheader, the one
-// encoder ([WriteHeaders]).
+// whether the answer says it was decided locally.
 type HeaderView struct {
 	// Deciding is the index of the check the RateLimit, X-RateLimit-* and
 	// Retry-After fields describe: the Result's deciding check when the
@@ -22,9 +20,8 @@ type HeaderView struct {
 	Decision floodgate.Decision
 	// Local reports that the request was admitted or denied and an
 	// enforced check of it was decided by the local fallback
-	// ([decide.Result.LocalFallback]): the answer says so. An answer that decided
-	// nothing (a fail-closed check could not decide) does not, whatever a
-	// local check found: the request took nothing.
+	// ([decide.Result.LocalFallback]): the answer says so. An answer that
+	// decided nothing (a fail-closed check could not decide) does not.
 	Local bool
 
 	checks []decide.Check

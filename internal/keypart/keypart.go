@@ -2,8 +2,6 @@
 // key functions: a context value as a key, and several keys joined into one
 // without ambiguity. The net/http middleware (httplimit) and the gRPC
 // interceptors (grpclimit) key requests the same way through it.
-//
-// It is a helper room: it imports the standard library only.
 package keypart
 
 import (

@@ -1,8 +1,6 @@
 // Package limitcheck holds the checks every store and the decision engine
 // make before they touch state: a valid limit, and a cost that can ever fit
 // it; and one instance's share of a limit (Share).
-//
-// It is a helper room: it imports the root package and fixedpoint only.
 package limitcheck
 
 import (
@@ -34,10 +32,10 @@ func Item(limit floodgate.Limit, n int64) (floodgate.Decision, error) {
 }
 
 // MaxLogCost is the largest cost of one request under a SlidingWindowLog
-// limit. The log records one entry per unit of cost, so one request of cost
-// n writes n entries in one atomic step (one Lua script in Redis, which
-// blocks the server meanwhile): 65,536 entries take Redis about 0.1s and
-// 8 MB; the largest quota, 2^20, would take 1.5s and 125 MB.
+// limit. The log records one entry per unit of cost in one atomic step (one
+// Lua script, which blocks Redis meanwhile), so the cost of one request is
+// bounded far below the largest quota (docs/PERFORMANCE.md, "Memory per
+// key").
 const MaxLogCost = 1 << 16
 
 // Cost returns nil if a request of cost n can ever fit limit l (a cost of

@@ -24,11 +24,10 @@ const shareSlack = 1e-9
 //     that is a whole number of tokens, otherwise the whole refill over the
 //     window divided by share, rounded up to the microsecond.
 //
-// Rounding is down (slower), so N instances at 1/N never admit more than
-// the shared limit together, except that a quota or capacity is never
-// below 1: a limit of 2 over 4 instances is 1 each, 4 in all. A share of 1
-// is l itself. The error names the share, or the limit the share would
-// make invalid (a refill period stretched past the longest window).
+// Rounding is down, so N instances at 1/N never admit more than the shared
+// limit together, except that a quota or capacity is never below 1 (a
+// limit of 2 over 4 instances is 1 each). A share of 1 is l itself. The
+// error names the share, or the limit the share would make invalid.
 func Share(l floodgate.Limit, share float64) (floodgate.Limit, error) {
 	if !(share > 0 && share <= 1) { // also rejects NaN
 		return l, fmt.Errorf("local share %v must be above 0 and at most 1", share)

@@ -3,8 +3,6 @@
 // at random, counting admissions, denials, errors and latency in a
 // log-linear histogram ([Hist]). floodgate bench runs it against a store or
 // a running server.
-//
-// It is a helper room: it imports the standard library only.
 package loadgen
 
 import (

@@ -1,8 +1,6 @@
 // Package logthrottle logs a recurring warning at most once per interval, so
 // an outage (a store that cannot be reached) writes a line per interval with
 // a count of what it held back, not a line per request.
-//
-// It is a helper room: it imports the standard library only.
 package logthrottle
 
 import (

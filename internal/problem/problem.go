@@ -1,7 +1,5 @@
 // Package problem writes RFC 9457 problem details (application/problem+json)
 // for floodgate's HTTP front ends.
-//
-// It is a helper room: it imports the standard library only.
 package problem
 
 import (

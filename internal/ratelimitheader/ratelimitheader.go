@@ -5,9 +5,6 @@
 // Retry-After. The middleware and the server write them to their responses,
 // Envoy's service to response_headers_to_add; for the same decisions all of
 // them send byte-identical values.
-//
-// It is a helper room: it imports the root package, internal/fixedpoint
-// and httpsfv only.
 package ratelimitheader
 
 import (
@@ -246,9 +243,8 @@ func Write(h http.Header, mode Mode, policies string, most *Policy, d floodgate.
 }
 
 // Decided is a request the engine decided, as its rate-limit headers
-// describe it, in plain values: the engine says which checks are listed,
-// which one decides and whether one was decided locally
-// (decide.Result.Headers), the front end gives each check's Policy.
+// describe it, in plain values: which checks are listed, which one decides
+// and whether one was decided locally, with each check's Policy.
 type Decided struct {
 	// Policies holds the Policy of each of the request's checks, in order:
 	// nil for a check that is not listed in RateLimit-Policy (a shadow

@@ -9,16 +9,13 @@ import (
 )
 
 // DelayProxy listens on a free loopback port and forwards every connection
-// to addr, holding each chunk of bytes for oneWay before passing it on, in
-// both directions: a client that connects to the returned address sees a
-// network round trip about 2*oneWay longer than loopback's (measure it
-// rather than assume it: a loaded machine adds its own delays). A chunk's
-// last two milliseconds are waited in a spin that yields to other
-// goroutines, because timers may not be finer than a millisecond: the
-// proxy takes CPU while it holds a chunk. Chunks keep their
-// order and pipelined commands stay pipelined, so it models distance, not a
-// slower server. It is for benchmarks where the loopback round trip is
-// shorter than any real network's; the proxy stops with the test.
+// to addr, holding each chunk of bytes for oneWay in both directions, so a
+// client of the returned address sees a round trip about 2*oneWay longer
+// than loopback's (measure it: a loaded machine adds its own delays).
+// Chunks keep their order and pipelines stay pipelined, so it models
+// distance, not a slower server. The last two milliseconds of each wait
+// spin, as timers are coarser, so the proxy takes CPU. It stops with the
+// test.
 func DelayProxy(tb testing.TB, addr string, oneWay time.Duration) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -10,9 +10,6 @@
 //
 // Tests that need to stop, kill or reconfigure a server must not touch the
 // shared ones: Spawn and SpawnCluster start throwaway servers of their own.
-//
-// It is a test-helper room: it imports rueidis, internal/syncbuf and the
-// standard library.
 package redistest
 
 import (

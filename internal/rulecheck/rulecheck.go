@@ -3,9 +3,6 @@
 // limit, failure mode and local share, a file's share or instances, and a
 // key prefix. Each answer names the field as the Go types do, so the
 // callers report it under their own names (a Config's index, a YAML path).
-//
-// It is in the adapter helper room: it imports the root package, the
-// engine (for its failure modes) and the helpers.
 package rulecheck
 
 import (
@@ -46,19 +43,14 @@ func Rule(limit floodgate.Limit, failure decide.FailureMode, localShare float64)
 	return errs
 }
 
-// ShareOf returns the local share of a rule written in a file, where a
-// rule of failure mode local sets either its share of the limit (above 0,
-// at most 1) or the number of instances that share the store (at least 1:
-// a share of 1/instances). share and instances are what the file writes,
-// nil when it does not: a written 0 is a mistake, not "absent". A rule of
-// another mode sets neither, and its share is 0; a local rule with neither
-// is an error (a share of 0 would be the whole limit, which a file means
-// only by local_share: 1). The error is a *fielderr.Error naming
-// LocalShare, Instances, or Failure for a local rule with no share. Both
-// YAML dialects, floodgate's and Envoy's rule files, read a share here.
-//
-// failureBad says that the file writes a failure mode it cannot read (and
-// reports): then only the values are checked, as if the mode were local.
+// ShareOf returns the local share of a rule written in a file: a rule of
+// failure mode local sets either its share (above 0, at most 1) or the
+// instances that share the store (at least 1: a share of 1/instances), and
+// a rule of another mode sets neither (share 0). share and instances are
+// nil when the file does not write them; a written 0 is an error. The
+// error is a *fielderr.Error naming LocalShare, Instances, or Failure for
+// a local rule with no share. With failureBad (a failure mode the file
+// writes but cannot be read), only the values are checked.
 func ShareOf(failure decide.FailureMode, failureBad bool, share *float64, instances *int64) (float64, error) {
 	if failureBad {
 		if share == nil && instances == nil {

@@ -11,9 +11,6 @@
 // each flush, so nothing is counted twice. Send errors are logged (at most
 // one line per interval) and never reach the caller's hot path: flushes run
 // on their own goroutine ([Client.Run]).
-//
-// It is a helper room: it imports the standard library and
-// internal/logthrottle only.
 package statsd
 
 import (

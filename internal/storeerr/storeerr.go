@@ -4,8 +4,6 @@
 // decision engine classifies its outcomes by it, and the store API's wire
 // format its error kinds, so a remote store's client and the server agree
 // with the engine.
-//
-// It is a helper room: it imports the root package only.
 package storeerr
 
 import (

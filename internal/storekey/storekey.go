@@ -2,8 +2,6 @@
 // with: a namespace, the rule's name escaped, and the key (hashed past
 // MaxLen), so that distinct rules never share state and no rule name puts
 // all of its keys on one Redis Cluster node.
-//
-// It is a helper room: it imports the standard library only.
 package storekey
 
 import (
@@ -24,18 +22,15 @@ const MaxLen = 256
 // whatever bytes they hold.
 //
 // The name is escaped with '\': "\\", "\|" and "\#" for '\', '|' and '#',
-// and "\(" and "\)" for '{' and '}', so that no rule name gives all of its
-// keys one Redis Cluster hash tag (which would put them on one node). A key
-// that holds a hash tag of its own keeps it: the Redis store then keeps
-// keys that share a tag in one slot, where a request's checks are decided
-// in one atomic script. ns should hold no braces, for the same reason.
+// and "\(" and "\)" for '{' and '}', so that no rule name puts all of its
+// keys on one Redis Cluster node. A key that holds a hash tag of its own
+// keeps it, so keys sharing a tag share a slot and can be decided in one
+// script. ns should hold no braces, for the same reason.
 //
-// Every front end keys its rules with it: the server and the CLI in the
-// empty namespace, so a key the server wrote is the key `floodgate check`
-// reads; the middleware in its Config.KeyPrefix; Envoy's service in "rls|",
-// with the descriptor's domain as the rule. So that no rule of the empty
-// namespace shares keys with Envoy's, a rule named "rls" is written there
-// as `\rls` (no other name escapes to it).
+// The server and the CLI key in the empty namespace, the middleware in its
+// Config.KeyPrefix, Envoy's service in "rls|" with the domain as the rule.
+// A rule named "rls" in the empty namespace is written `\rls`, so that it
+// never shares keys with Envoy's.
 func Of(ns, rule, key string) string { return NewSpace(ns, rule).Key(key) }
 
 // envoyNamespaceRule is the rule name that, in the empty namespace, would

@@ -4,8 +4,6 @@
 // the API's. The server (package server) answers them; the remote store
 // (package remotestore) sends them. Neither imports the other, so the format
 // lives here once.
-//
-// It is a helper room: it imports the root package only.
 package storewire
 
 import (

@@ -1,8 +1,5 @@
 // Package syncbuf is a bytes.Buffer safe for one writer goroutine (a
 // process's output, a server's log) and readers in another (a test).
-//
-// Package syncbuf is a test helper room: it imports only the standard
-// library, and only tests and the other test helpers import it.
 package syncbuf
 
 import (

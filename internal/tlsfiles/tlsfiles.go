@@ -2,8 +2,6 @@
 // whose certificate and client CA are read again on Reload (and served to
 // the next handshakes without a restart), and a client's, for the Redis
 // store.
-//
-// It is a helper room: it imports the standard library only.
 package tlsfiles
 
 import (

@@ -1,9 +1,6 @@
 // Package tlstest makes throwaway certificates for tests that do real TLS
 // handshakes: a certificate authority, and server and client certificates
 // it signs, written as PEM files to the test's temporary directory.
-//
-// Package tlstest is a test helper room: it imports only the standard
-// library and is imported only by tests.
 package tlstest
 
 import (

@@ -18,22 +18,15 @@ const maxExpanded = 1 << 20
 // Expand resolves the aliases and merge keys of the document or node n in
 // place, as yaml.v2 and yaml.v3 do when they decode into Go values, and
 // reports what it cannot resolve; it returns whether n is free of both.
-// Afterwards every alias is replaced by the value its anchor names (the
-// same *yaml.Node, shared), and every mapping with a merge key ("<<: *a"
-// or "<<: [*a, *b]") holds the merged keys in the merge key's place:
-// the mapping's own keys override merged ones, and a map earlier in a
-// merged list overrides later ones. A key the mapping sets before its
-// "<<" and that a merged map sets too is reported: yaml.v2 (which
-// envoyproxy/ratelimit uses) then takes the merged value and yaml.v3
-// the mapping's own, so either reading would surprise someone. Merged and
-// aliased values keep their own lines, so errors about them point at
-// where they are written.
+// An alias becomes the (shared) node its anchor names; a merge key ("<<")
+// is replaced by the merged keys, the mapping's own winning, then earlier
+// maps of a merged list. Merged and aliased values keep their own lines.
 //
-// Reported are: an alias that refers to the value holding it, a merge key
-// whose value is not a mapping or a list of mappings, a second merge key
-// in one mapping, and a document whose aliases expand it past a bound
-// (about a million values, or twice its written size when larger), which
-// is refused rather than expanded.
+// Reported are: an alias that refers to the value holding it, a merge
+// value that is not a mapping or a list of them, a second merge key in one
+// mapping, a key set before "<<" that a merged map sets too (yaml.v2 and
+// yaml.v3 read it differently), and a document whose aliases expand it
+// past maxExpanded values (or twice its written size when larger).
 func (l *List) Expand(n *yaml.Node) bool {
 	before := len(l.errs)
 	x := &expander{errs: l, done: map[*yaml.Node]int{}, active: map[*yaml.Node]bool{}}

@@ -14,8 +14,6 @@
 // the checks of the typed values that follow report where each is
 // written; they build their errors with [Lines.Error], [TypeError],
 // [Describe] and [DidYouMean], and may collect them in a [List].
-//
-// It is a helper room: it imports yaml only.
 package yamlfield
 
 import (

@@ -1,9 +1,6 @@
 // Package statsdtest is a statsd server on a real UDP socket, for tests: it
 // keeps every datagram it receives and reads each line as a statsd server
 // does (counters summed, the last value of each gauge).
-//
-// It is a test helper room, for the tests of internal/statsd, cmd/floodgate
-// and the side-by-side module; it imports the standard library only.
 package statsdtest
 
 import (
