@@ -222,7 +222,7 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 			continue
 		}
 		if err := checkCost(c); err != nil {
-			if c.OverQuotaDenies && errors.Is(err, floodgate.ErrCostExceedsLimit) {
+			if c.OverQuotaDenies && errors.Is(err, floodgate.ErrCostExceedsLimit) && c.Limit.Validate() == nil {
 				r.Outcomes[i] = Outcome{Verdict: Denied, Decided: true, Decision: floodgate.Decision{Limit: c.Limit.Quota}, Err: err, final: true}
 				continue
 			}
@@ -442,9 +442,12 @@ func anyUnavailable(out []Outcome) bool {
 	return false
 }
 
+// anyDenied reports whether an enforced check was denied: a shadow check
+// decided alone before the store (Blocked, over its quota) may already say
+// Denied, and denies nothing.
 func anyDenied(out []Outcome, checks []Check) bool {
 	for i := range out {
-		if out[i].Verdict == Denied && !checks[i].CheckOnly {
+		if out[i].Verdict == Denied && !checks[i].CheckOnly && !checks[i].Shadow {
 			return true
 		}
 	}

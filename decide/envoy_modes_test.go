@@ -27,6 +27,7 @@ func TestNeverAdmissible(t *testing.T) {
 		{"invalid before blocked", []decide.Check{{Rule: "b", Blocked: true}, {Rule: "a", Key: "a", Limit: l, Cost: -1}}, decide.Invalid, 1},
 		{"shadow blocked", []decide.Check{{Rule: "a", Key: "a", Limit: l}, {Rule: "b", Blocked: true, Shadow: true}}, decide.Admitted, 0},
 		{"shadow over the quota", []decide.Check{{Rule: "a", Key: "a", Limit: l}, {Rule: "b", Key: "b", Limit: l, Cost: 9, Shadow: true, OverQuotaDenies: true}}, decide.Admitted, 0},
+		{"invalid limit under OverQuotaDenies", []decide.Check{{Rule: "a", Key: "a", Limit: l}, {Rule: "b", Key: "b", Limit: floodgate.Limit{Algorithm: floodgate.FixedWindow}, Cost: 2, OverQuotaDenies: true}}, decide.Invalid, 1},
 		{"check-only blocked", []decide.Check{{Rule: "a", Key: "a", Limit: l}, {Rule: "b", Blocked: true, CheckOnly: true}}, decide.Admitted, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,7 +44,7 @@ func TestNeverAdmissible(t *testing.T) {
 			if c := tc.checks[1]; (c.Blocked || c.OverQuotaDenies) && !c.CheckOnly && !o.WouldDeny() {
 				t.Errorf("outcome %+v: would not deny", o)
 			}
-			if tc.checks[1].OverQuotaDenies && !errors.Is(o.Err, floodgate.ErrCostExceedsLimit) {
+			if tc.checks[1].OverQuotaDenies && tc.verdict == decide.Denied && !errors.Is(o.Err, floodgate.ErrCostExceedsLimit) {
 				t.Errorf("outcome Err %v, want ErrCostExceedsLimit", o.Err)
 			}
 			want := int64(4) // the first check took one

@@ -66,14 +66,6 @@ func ParseFailureMode(s string) (FailureMode, error) {
 // Valid reports whether m is one of the modes.
 func (m FailureMode) Valid() bool { return m <= FailError }
 
-// MarshalText implements [encoding.TextMarshaler].
-func (m FailureMode) MarshalText() ([]byte, error) {
-	if !m.Valid() {
-		return nil, fmt.Errorf("decide: %s is not a failure mode", m)
-	}
-	return []byte(m.String()), nil
-}
-
 // UnmarshalText implements [encoding.TextUnmarshaler].
 func (m *FailureMode) UnmarshalText(b []byte) error {
 	v, err := ParseFailureMode(string(b))

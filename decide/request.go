@@ -134,7 +134,9 @@ type Result struct {
 	// Deciding is the index of the check the Verdict comes from: for
 	// Denied, the denying check with the longest retry delay (one no retry
 	// can lift first); for Unavailable, StoreError and Invalid, the failing
-	// check (for Unavailable, a FailError one first); for Admitted, the
+	// check (for Unavailable, a FailError one first, of those asked: a
+	// store without batches is asked no more after a failure); for
+	// Admitted, the
 	// most restrictive decided enforced check (the least remaining, then the
 	// longest reset), or -1 when none was decided.
 	Deciding int

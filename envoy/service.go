@@ -387,7 +387,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 
 	resp, bufs := newResponse(len(ds))
-	if res.Verdict == decide.Denied || res.Verdict == decide.Unavailable {
+	// OVER_LIMIT when the engine denied, or a rule that fails closed could
+	// not decide; not for a fail-open rule left undecided when the caller
+	// went away (the engine's Unavailable then, which answers nobody).
+	if res.Verdict == decide.Denied || res.Verdict == decide.Unavailable && res.Checks[res.Deciding].Mode() != decide.FailOpen {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	now := s.now()

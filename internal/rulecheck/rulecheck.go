@@ -25,7 +25,8 @@ func Rule(limit floodgate.Limit, failure decide.FailureMode, localShare float64)
 	if limitErr != nil {
 		errs = append(errs, fielderr.Error{Field: "Limit", Value: limit.String(), Reason: "is invalid: " + limitErr.Error(), Err: limitErr})
 	}
-	if !failure.Valid() {
+	if !failure.Valid() || failure == decide.FailError {
+		// FailError is Envoy's failure_mode error, which its rule files name.
 		errs = append(errs, fielderr.Error{Field: "Failure", Value: failure.String(), Reason: "must be FailOpen, FailClosed or FailLocal"})
 	}
 	share := strconv.FormatFloat(localShare, 'g', -1, 64)

@@ -27,6 +27,7 @@ func TestRule(t *testing.T) {
 		{"no share", ok, decide.FailClosed, 0, nil},
 		{"bad limit", bad, decide.FailOpen, 0, []string{"Limit: is invalid: "}},
 		{"bad mode", ok, decide.FailureMode(9), 0, []string{"Failure: must be FailOpen, FailClosed or FailLocal"}},
+		{"Envoy's error mode", ok, decide.FailError, 0, []string{"Failure: must be FailOpen, FailClosed or FailLocal"}},
 		{"bad share", ok, decide.FailLocal, 1.5, []string{"LocalShare: is not a usable share of the limit: "}},
 		{"a share is not checked against a bad limit", bad, decide.FailLocal, 1.5, []string{"Limit: is invalid: "}},
 		{"a share without FailLocal", ok, decide.FailOpen, 0.5, []string{"LocalShare: applies to FailLocal only (the failure mode is open)"}},
