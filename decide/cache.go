@@ -138,8 +138,8 @@ type overLimitCache struct {
 	evictions  atomic.Uint64
 }
 
-// Validate reports whether o's bounds are usable, as a *fielderr.Error naming
-// the first bad one (MaxEntries or MaxBytes): neither may be negative. New
+// Validate reports whether o's bounds are usable, as an error naming the
+// first bad one (MaxEntries or MaxBytes): neither may be negative. New
 // calls it; front ends that read the bounds from a file call it to report
 // the error under their own names.
 func (o CacheOptions) Validate() error {

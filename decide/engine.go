@@ -109,7 +109,7 @@ type Engine struct {
 }
 
 // New returns an engine deciding with store. An unusable option is an
-// error wrapping a *fielderr.Error that names it as Options does (such as
+// error that names it as Options does (such as
 // OverLimitCache.MaxBytes; Store for a nil store), so that front ends
 // whose options carry the same names can report it as their own.
 func New(store floodgate.Store, opts Options) (*Engine, error) {

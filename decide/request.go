@@ -13,7 +13,8 @@ import (
 type Check struct {
 	// Rule names the check in results, logs and headers.
 	Rule string
-	// Key is the store key, normally from [StoreKey].
+	// Key is the store key: front ends build it with one scheme, the
+	// namespace, the escaped rule name and the key.
 	Key string
 	// Limit is the rule's limit; front ends validate it when they load
 	// their rules.

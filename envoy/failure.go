@@ -184,7 +184,7 @@ func (b *builder) usableShare(r *Rule, k shareKeys, line int) {
 		if !own {
 			keys, reason = b.shares, fmt.Sprintf("%s (for %s, line %d)", fe.Reason, k.path, line)
 			if fe.Err != nil {
-				reason = fmt.Sprintf("is not a usable share of the limit of %s (line %d): %s", k.path, line, strings.TrimPrefix(fe.Err.Error(), "decide: "))
+				reason = fmt.Sprintf("is not a usable share of the limit of %s (line %d): %s", k.path, line, fe.Err.Error())
 			}
 		}
 		key, text, at, ok := keys.written()

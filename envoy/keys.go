@@ -13,7 +13,7 @@ const keyNamespace = "rls|"
 
 // keySpace is a domain's store keys: storekey.Space in the "rls|"
 // namespace with the domain as the rule, and the prefix of its keys short
-// enough to be kept as they are (KeySpace.Key("")), so that such a key is
+// enough to be kept as they are (Space.Key("")), so that such a key is
 // built in one allocation.
 type keySpace struct {
 	space  storekey.Space

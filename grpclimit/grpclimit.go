@@ -117,8 +117,8 @@ type Rule struct {
 	Failure FailureMode
 	// LocalShare is the share of Limit this process enforces alone under
 	// FailLocal while the store is unavailable: above 0 and at most 1, 1/N
-	// when N processes share the store (see limitcheck.Share). Zero: the
-	// whole limit.
+	// when N processes share the store (docs/RESILIENCE.md says what a
+	// share is for each algorithm). Zero: the whole limit.
 	LocalShare float64
 	// NoCache keeps the rule out of the over-limit cache, which otherwise
 	// answers a key over its limit from memory until the store's retry
@@ -201,8 +201,9 @@ type ConfigError struct {
 	Field  string // such as "Rules[1].Name"
 	Value  string // the bad value, formatted
 	Reason string // why it cannot be used
-	// Err is the underlying error, if any: for a field the engine checks,
-	// its *fielderr.Error (which wraps, for a limit, the limit's error).
+	// Err is the underlying error, if any. For a rule's Limit it wraps the
+	// *floodgate.LimitError: errors.Is(err, floodgate.ErrInvalidLimit)
+	// holds.
 	Err error
 }
 

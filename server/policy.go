@@ -38,7 +38,7 @@ type Rule struct {
 	Failure decide.FailureMode
 	// LocalShare is the share of Limit each instance enforces alone under
 	// decide.FailLocal while the store is unavailable: above 0 and at most
-	// 1, 1/N for N instances (see limitcheck.Share). Zero: the whole
+	// 1, 1/N for N instances (docs/RESILIENCE.md). Zero: the whole
 	// limit.
 	LocalShare float64
 	// NoCache keeps the rule out of the engine's over-limit cache: every
@@ -177,8 +177,8 @@ func newPolicy(p Policy) (*policy, error) {
 }
 
 // Check is the engine's check of a request for key at cost under r, as the
-// server decides it: its store key is storekey.Of("", r.Name, key),
-// and the rule's failure mode, local share, cache and shadow settings come
+// server decides it: its store key is the rule's name, escaped, '|' and
+// key, the scheme of every front end, and the rule's failure mode, local share, cache and shadow settings come
 // with it. `floodgate check` and `floodgate bench --rule` decide with it,
 // so they read and write the keys the server does.
 func (r Rule) Check(key string, cost int64) decide.Check {
