@@ -13,7 +13,7 @@ import (
 )
 
 // TestCacheOptionsValidate: the over-limit cache's bounds are checked by
-// CacheOptions.Validate alone, which New calls; the error is a *FieldError
+// CacheOptions.Validate alone, which New calls; the error is a *fielderr.Error
 // naming the bound and its value, so that config and the Envoy environment
 // report the same check under their own names.
 func TestCacheOptionsValidate(t *testing.T) {
@@ -40,10 +40,10 @@ func TestCacheOptionsValidate(t *testing.T) {
 			}
 			var fe *fielderr.Error
 			if !errors.As(err, &fe) || fe.Field != tc.field || fe.Value != tc.val || fe.Reason != "must not be negative" {
-				t.Fatalf("Validate() = %#v, want a *FieldError for %s %s", err, tc.field, tc.val)
+				t.Fatalf("Validate() = %#v, want a *fielderr.Error for %s %s", err, tc.field, tc.val)
 			}
 			if !errors.As(newErr, &fe) || fe.Field != "OverLimitCache."+tc.field || fe.Value != tc.val {
-				t.Fatalf("New = %v, want a *FieldError for OverLimitCache.%s", newErr, tc.field)
+				t.Fatalf("New = %v, want a *fielderr.Error for OverLimitCache.%s", newErr, tc.field)
 			}
 			if want := "decide: OverLimitCache." + tc.field + " " + tc.val + " must not be negative"; newErr.Error() != want {
 				t.Errorf("New = %q, want %q", newErr, want)
@@ -68,12 +68,12 @@ func TestNewOptionErrors(t *testing.T) {
 			_, err := decide.New(memory.New(), tc.opts)
 			var fe *fielderr.Error
 			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.HasPrefix(fe.Value, "-") || !strings.HasPrefix(fe.Reason, "must not be negative (0: ") {
-				t.Fatalf("New = %v, want a *FieldError for %s", err, tc.field)
+				t.Fatalf("New = %v, want a *fielderr.Error for %s", err, tc.field)
 			}
 		})
 	}
 	var fe *fielderr.Error
 	if _, err := decide.New(nil, decide.Options{}); !errors.As(err, &fe) || fe.Field != "Store" {
-		t.Errorf("New(nil) = %v, want a *FieldError for Store", err)
+		t.Errorf("New(nil) = %v, want a *fielderr.Error for Store", err)
 	}
 }

@@ -704,7 +704,7 @@ func TestEngineOptionErrors(t *testing.T) {
 			}
 			var fe *fielderr.Error
 			if !errors.As(err, &fe) || fe.Field != ce.Field {
-				t.Errorf("New = %v, does not wrap decide's *FieldError for %s", err, ce.Field)
+				t.Errorf("New = %v, does not wrap a *fielderr.Error for %s", err, ce.Field)
 			}
 		})
 	}

@@ -64,7 +64,7 @@ func TestNew(t *testing.T) {
 			t.Errorf("Rules[%d].Check = %+v, want %+v", i, got, want)
 		}
 		if got, want := front.Rules[i].Keys.Key("k"), storekey.Of("app:", r.Name, "k"); got != want {
-			t.Errorf("Rules[%d].Keys.Key(k) = %q, want StoreKey's %q", i, got, want)
+			t.Errorf("Rules[%d].Keys.Key(k) = %q, want storekey.Of's %q", i, got, want)
 		}
 	}
 }
