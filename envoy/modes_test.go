@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-rl/floodgate"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,21 +13,14 @@ import (
 // because the caller went away answers OK overall, as its status says,
 // although the engine refuses to count it as admitted.
 func TestCallerGoneFailOpen(t *testing.T) {
-	rules, err := Parse(Source{Name: "gone.yaml", Data: []byte(`
+	mem, _ := memoryStore()
+	svc := serviceOf(t, &failingStore{Store: mem}, `
 domain: gone
 failure_mode: open
 descriptors:
   - key: down
     rate_limit: {unit: hour, requests_per_unit: 5}
-`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, _ := memoryStore()
-	svc, err := New(&failingStore{Store: mem}, rules, Options{Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	resp, err := svc.ShouldRateLimit(ctx, request("gone", desc("down=x")))
@@ -42,7 +36,8 @@ descriptors:
 // (requests_per_unit 0) beside two enforced rules changes nothing in what
 // the enforced ones report: their limit_remaining is what the store holds.
 func TestShadowBlockedKeepsRemaining(t *testing.T) {
-	rules, err := Parse(Source{Name: "sb.yaml", Data: []byte(`
+	mem, _ := memoryStore()
+	svc := serviceOf(t, mem, `
 domain: sb
 descriptors:
   - key: a
@@ -52,15 +47,7 @@ descriptors:
   - key: c
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 0}
-`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, _ := memoryStore()
-	svc, err := New(mem, rules, Options{Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	for round, want := range []uint32{9, 8} {
 		resp, err := svc.ShouldRateLimit(context.Background(), request("sb", desc("a=x"), desc("b=x"), desc("c=x")))
 		if err != nil {
@@ -71,4 +58,18 @@ descriptors:
 			t.Fatalf("round %d: %v, want OK with %d remaining for a and b", round, resp, want)
 		}
 	}
+}
+
+// serviceOf returns a service over store with the rule file doc.
+func serviceOf(t *testing.T, store floodgate.Store, doc string) *Service {
+	t.Helper()
+	rules, err := Parse(Source{Name: "rules.yaml", Data: []byte(doc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(store, rules, Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
