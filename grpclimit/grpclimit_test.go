@@ -164,7 +164,10 @@ func TestUnary(t *testing.T) {
 // retries is admitted on its first retry, every time; and grpc-go's own
 // retry policy, told by the pushback, does the same.
 func TestRetryInfoHonoured(t *testing.T) {
-	lim := newLimiter(t, grpclimit.Config{Store: memory.New(), Logger: discard,
+	// The client waits the delay on the store's and the limiter's clock,
+	// moved by hand: exactly the delay, in no real time.
+	clock := clocktest.NewManual(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	lim := newLimiter(t, grpclimit.Config{Store: memory.New(memory.WithClock(clock)), Clock: clock, Logger: discard,
 		Rules: []grpclimit.Rule{{Name: "slow", Limit: floodgate.NewLimit(floodgate.SlidingWindowLog, 2, 300*time.Millisecond)}}})
 	var denials, retriesAdmitted atomic.Int64
 	retrying := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -178,7 +181,7 @@ func TestRetryInfoHonoured(t *testing.T) {
 			if delay <= 0 || delay > 300*time.Millisecond {
 				return fmt.Errorf("RetryInfo delay %s, want within the window", delay)
 			}
-			time.Sleep(delay)
+			clock.Advance(delay)
 			if err = invoker(ctx, method, req, reply, cc, opts...); err == nil {
 				retriesAdmitted.Add(1)
 			}
