@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -416,7 +417,11 @@ func (g *gateFirst) AllowN(ctx context.Context, key string, l floodgate.Limit, n
 // remaining; the next denial answers the rest from the cache. 64 callers
 // arriving at the expiry of a fixed window of 10 make exactly 11 store
 // calls (10 admitted, 1 denied), not 64.
-func TestCacheTakesTurns(t *testing.T) {
+func TestCacheTakesTurns(t *testing.T) { synctest.Test(t, testCacheTakesTurns) }
+
+// testCacheTakesTurns runs in a synctest bubble, so that it can wait for
+// every caller to be blocked rather than poll for it.
+func testCacheTakesTurns(t *testing.T) {
 	const callers, quota = 64, 10
 	clock := clocktest.NewManual(epoch)
 	g := &gateFirst{Store: memory.New(memory.WithClock(clock)), release: make(chan struct{})}
@@ -454,12 +459,9 @@ func TestCacheTakesTurns(t *testing.T) {
 		})
 	}
 	// The first caller's store call is held: every other caller waits for it.
-	deadline := time.Now().Add(30 * time.Second)
-	for e.CacheStats().Waits < callers-1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("waits %d, want %d callers waiting for the first one's store call", e.CacheStats().Waits, callers-1)
-		}
-		time.Sleep(time.Millisecond)
+	synctest.Wait()
+	if got := e.CacheStats().Waits; got != callers-1 {
+		t.Fatalf("waits %d, want %d callers waiting for the first one's store call", got, callers-1)
 	}
 	close(g.release)
 	wg.Wait()
