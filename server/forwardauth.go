@@ -26,7 +26,8 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 		problem.Error(w, http.StatusBadRequest, "cannot find the client's address: "+err.Error())
 		return
 	}
-	res := s.decide(r.Context(), rl, key, 1, shed)
+	var q oneCheck
+	res := s.decide(r.Context(), &q, rl, key, 1, shed)
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}

@@ -332,7 +332,8 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 			return
 		}
 	}
-	res := s.decide(r.Context(), rl, *req.Key, cost, shed)
+	var q oneCheck
+	res := s.decide(r.Context(), &q, rl, *req.Key, cost, shed)
 	if !s.answerFailure(w, rl, &res) {
 		return
 	}
@@ -344,15 +345,21 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 // decide decides one request under rl through the engine and counts it.
 // With shed set (ErrOverloaded) the store is not asked: the rule's failure
 // mode decides.
-func (s *Server) decide(ctx context.Context, rl *rule, key string, cost int64, shed error) decide.Result {
-	checks := [1]decide.Check{rl.check(key, cost)}
-	checks[0].Err = shed
-	var outcomes [1]decide.Outcome
+func (s *Server) decide(ctx context.Context, q *oneCheck, rl *rule, key string, cost int64, shed error) decide.Result {
+	q.checks[0] = rl.check(key, cost)
+	q.checks[0].Err = shed
 	start := time.Now()
-	res := s.engine.DecideInto(ctx, checks[:], outcomes[:])
+	res := s.engine.DecideInto(ctx, q.checks[:], q.outcomes[:])
 	s.metrics.decisionDuration.Observe(time.Since(start).Seconds())
 	s.metrics.count(&res)
 	return res
+}
+
+// oneCheck holds a one-rule request's check and outcome where its handler
+// keeps them (on its stack): the Result points at both.
+type oneCheck struct {
+	checks   [1]decide.Check
+	outcomes [1]decide.Outcome
 }
 
 // CheckStatus returns the HTTP status of POST /v1/check's answer to a
