@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"errors"
 	"math"
 	"time"
 
@@ -124,18 +123,18 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 		case r.ShadowMode:
 			return st, outcomeShadowOverLimit
 		}
-		s.over(d, st)
+		d.markOver(st)
 		return st, outcomeBlocked
 	}
 	o := &res.Outcomes[d.check]
 	switch {
-	case o.Verdict == decide.Denied && errors.Is(o.Err, floodgate.ErrCostExceedsLimit):
+	case noRetry(res, d.check):
 		// A cost above the quota can never be admitted.
 		b.alignedReset(r.Unit, now)
 		if r.ShadowMode {
 			return st, outcomeShadowOverLimit
 		}
-		s.over(d, st)
+		d.markOver(st)
 		return st, outcomeOverLimit
 	case o.Decided:
 		st.LimitRemaining = uint32(min(o.Decision.Remaining, math.MaxUint32))
@@ -155,7 +154,7 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 			return st, outcomeShadowOverLimit
 		}
 		b.reset(o.Decision.RetryAfter)
-		s.over(d, st)
+		d.markOver(st)
 		return st, outcomeOverLimit
 	case o.Verdict == decide.Unavailable:
 		s.metrics.storeErrors.Inc()
@@ -180,10 +179,10 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 	return st, outcomeSkipped
 }
 
-// over marks a descriptor's status over its limit: OVER_LIMIT, but for a
+// markOver marks the descriptor's status over its limit: OVER_LIMIT, but for a
 // rule in quota mode (the rule's or global), a shadow check to the engine,
 // whose status over the quota is OK without a reset, as in the reference.
-func (s *Service) over(d *descriptor, st *rlsv3.RateLimitResponse_DescriptorStatus) {
+func (d *descriptor) markOver(st *rlsv3.RateLimitResponse_DescriptorStatus) {
 	d.over = true
 	if d.quota {
 		st.DurationUntilReset = nil

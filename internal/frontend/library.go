@@ -133,9 +133,9 @@ func New(l Library) (Front, error) {
 			return Front{}, bad(fielderr.Error{Field: "Name", Value: strconv.Quote(r.Name), Reason: "is used by an earlier rule"})
 		}
 		seen[r.Name] = true
-		policy, err := policyOf(i, r)
+		policy, err := ratelimitheader.ForLimit(r.Name, r.Limit)
 		if err != nil {
-			return Front{}, err
+			return Front{}, bad(fielderr.Error{Field: "Name", Value: strconv.Quote(r.Name), Reason: "cannot be serialized", Err: err})
 		}
 		front.Rules = append(front.Rules, RuleCheck{
 			Policy: policy,

@@ -2,11 +2,8 @@ package frontend
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 
 	"github.com/floodgate-rl/floodgate/decide"
-	"github.com/floodgate-rl/floodgate/internal/fielderr"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 )
 
@@ -61,13 +58,4 @@ func (f *Front) Decide(ctx context.Context, q *Request, errKey error, applies fu
 		return Decided{Result: decide.Result{Deciding: -1}}
 	}
 	return Decided{Result: f.Engine.DecideInto(ctx, checks, q.outcomes[:]), Rules: rules, Policies: policies}
-}
-
-// policyOf returns the header pieces of rule i, named r.
-func policyOf(i int, r Rule) (ratelimitheader.Policy, error) {
-	p, err := ratelimitheader.ForLimit(r.Name, r.Limit)
-	if err != nil {
-		return p, fmt.Errorf("frontend: %w", &fielderr.Error{Field: fmt.Sprintf("Rules[%d].Name", i), Value: strconv.Quote(r.Name), Reason: "cannot be serialized", Err: err})
-	}
-	return p, nil
 }
