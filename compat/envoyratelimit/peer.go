@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -66,18 +67,58 @@ type Ports struct {
 	Debug int // DEBUG_PORT (the peer's only)
 }
 
-// FreePorts returns three free loopback ports.
+// FreePorts returns three free loopback ports, for a process to bind
+// after they are released. They come from below Linux's ephemeral range
+// (32768 and up by default), which the kernel gives to outgoing
+// connections: a port taken from it can be a client's before the service
+// binds it, when other tests run beside (as make test runs them). Ports
+// are never handed out twice in one process, so parallel sets never share
+// one.
 func FreePorts() (Ports, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	var p [3]int
 	for i := range p {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := freePort()
 		if err != nil {
 			return Ports{}, err
 		}
-		defer ln.Close()
-		p[i] = ln.Addr().(*net.TCPAddr).Port
+		p[i] = port
 	}
 	return Ports{GRPC: p[0], HTTP: p[1], Debug: p[2]}, nil
+}
+
+// The range FreePorts picks from: below the ephemeral range, above the
+// Redis harness's ports (16379-17005 and 26380-27005).
+const portLow, portHigh = 28000, 32700
+
+var (
+	portsMu     sync.Mutex
+	portsGiven  = map[int]bool{}
+	portsCursor = portLow + os.Getpid()%(portHigh-portLow) // processes start apart
+)
+
+// freePort returns a port of the range that nothing listens on and that
+// this process has not handed out. The caller holds portsMu.
+func freePort() (int, error) {
+	for range portHigh - portLow {
+		port := portsCursor
+		portsCursor++
+		if portsCursor >= portHigh {
+			portsCursor = portLow
+		}
+		if portsGiven[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // taken
+		}
+		ln.Close()
+		portsGiven[port] = true
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free loopback port in %d-%d", portLow, portHigh-1)
 }
 
 // Env is the environment of a deployment of envoyproxy/ratelimit on
