@@ -40,6 +40,7 @@ type conn struct {
 	l    *Listener
 	once sync.Once
 	elem *list.Element // in l.idle, or nil; under l.mu
+	gave bool          // its slot went to the connection that evicted it; under l.mu
 }
 
 // Accept returns the next connection, making room at the cap by closing
@@ -66,7 +67,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			continue
 		}
-		l.open++
+		if victim != nil {
+			victim.gave = true // the new connection takes its slot: open stays at the cap
+		} else {
+			l.open++
+		}
 		wrapped := &conn{Conn: c, l: l}
 		l.mu.Unlock()
 		if victim != nil {
@@ -82,7 +87,9 @@ func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
 		c.l.mu.Lock()
-		c.l.open--
+		if !c.gave {
+			c.l.open--
+		}
 		if c.elem != nil {
 			c.l.idle.Remove(c.elem)
 			c.elem = nil
