@@ -27,12 +27,17 @@ const (
 
 // CacheOptions bound the engine's over-limit cache, which remembers each
 // denial until its retry delay has passed and answers further requests of
-// at least that cost for the same key and limit without asking the store.
-// The zero value turns it on with the default bounds (for every store but
-// the memory store, which needs no cache).
+// that cost for the same key and limit without asking the store, exactly
+// as the store would have.
+// The zero value turns it on with the default bounds for a store that
+// decides elsewhere (Redis, a remote floodgate) and off for one that
+// decides in this process (the memory store).
 type CacheOptions struct {
 	// Disabled turns the cache off for every check.
 	Disabled bool
+	// Enabled turns the cache on whatever the store, an in-process one
+	// included. It excludes Disabled.
+	Enabled bool
 	// MaxEntries bounds the number of denials held. Zero:
 	// DefaultCacheEntries.
 	MaxEntries int
@@ -64,8 +69,8 @@ const (
 )
 
 // denial is a cached denial: the store denied cost under limit when the
-// engine's clock read at (before the call), so every cost of at least cost
-// stays denied until expires = at + the decision's RetryAfter, if nothing
+// engine's clock read at (before the call), so cost (and every larger
+// one) stays denied until expires = at + the decision's RetryAfter, if nothing
 // is given back meanwhile.
 //
 // After expires the entry stays for a window of its limit, so that the
@@ -139,7 +144,8 @@ type overLimitCache struct {
 }
 
 // Validate reports whether o's bounds are usable, as an error naming the
-// first bad one (MaxEntries or MaxBytes): neither may be negative. New
+// first bad one (MaxEntries, MaxBytes, Enabled): neither bound may be
+// negative, and Enabled and Disabled exclude each other. New
 // calls it; front ends that read the bounds from a file call it to report
 // the error under their own names.
 func (o CacheOptions) Validate() error {
@@ -148,6 +154,9 @@ func (o CacheOptions) Validate() error {
 	}
 	if o.MaxBytes < 0 {
 		return &fielderr.Error{Field: "MaxBytes", Value: strconv.FormatInt(o.MaxBytes, 10), Reason: "must not be negative"}
+	}
+	if o.Enabled && o.Disabled {
+		return &fielderr.Error{Field: "Enabled", Value: "true", Reason: "excludes Disabled: set one of them"}
 	}
 	return nil
 }
@@ -177,7 +186,8 @@ func (c *overLimitCache) shard(key string) *cacheShard {
 }
 
 // lookup returns the cached answer to cost under limit for key at now, if
-// a denial of at most that cost is held and its retry delay has not passed.
+// a denial that answers it (denial.answers) is held and its retry delay
+// has not passed.
 // Otherwise the caller asks the store, noting the key's shard epoch. With
 // gate and an expired denial, the caller either joins the key's next
 // flight (and must call finish) or is told to wait for the flight under
@@ -192,7 +202,7 @@ func (c *overLimitCache) lookup(key string, limit floodgate.Limit, cost, now int
 		switch {
 		case e == nil || e.limit != limit:
 			return lookupResult{epoch: epoch}
-		case now < e.expires && cost < e.cost:
+		case now < e.expires && !e.answers(cost):
 			return lookupResult{epoch: epoch}
 		case now < e.expires:
 			c.hits.Add(1)
@@ -262,6 +272,14 @@ func (c *overLimitCache) finish(key string, e *denial, f *flight, o *Outcome) {
 		}
 		f.wake()
 	}
+}
+
+// answers reports whether the denial answers cost exactly: the same cost;
+// or, in a fixed window, any larger one, whose retry is the window's end
+// too. A larger cost under the other algorithms is denied as well, but
+// with a later retry than the cache knows, so the store is asked.
+func (e *denial) answers(cost int64) bool {
+	return cost == e.cost || cost > e.cost && e.limit.Algorithm == floodgate.FixedWindow
 }
 
 // answer is the denial as the store would give it at now if nothing were

@@ -145,34 +145,57 @@ func TestCacheExactExpiry(t *testing.T) {
 // TestCacheCosts: a denial of cost n answers costs of n and more, never a
 // smaller cost or another limit.
 func TestCacheCosts(t *testing.T) {
-	_, cs, e, _ := clocked(t, decide.Options{})
-	ctx := context.Background()
-	l := floodgate.PerMinute(5)
-	ask := func(cost int64, l floodgate.Limit) decide.Outcome {
-		return e.Decide(ctx, []decide.Check{{Rule: "r", Key: "k", Limit: l, Cost: cost}}).Outcomes[0]
-	}
-	if o := ask(4, l); o.Verdict != decide.Admitted {
-		t.Fatal(o.Verdict)
-	}
-	if o := ask(2, l); o.Verdict != decide.Denied || o.Cached {
-		t.Fatalf("cost 2 after 4 of 5: %v cached %v, want denied by the store", o.Verdict, o.Cached)
-	}
 	for _, tc := range []struct {
-		cost   int64
-		limit  floodgate.Limit
-		cached bool
-		want   decide.Verdict
+		name        string
+		limit       floodgate.Limit
+		largerCache bool // a larger cost is answered from the cache too
 	}{
-		{2, l, true, decide.Denied},
-		{5, l, true, decide.Denied},
-		{1, l, false, decide.Admitted},                      // a smaller cost: the store's answer
-		{1, floodgate.PerMinute(6), false, decide.Admitted}, // another limit: the store's answer
+		{"sliding_window_log", floodgate.PerMinute(5), false},
+		{"token_bucket", floodgate.NewTokenBucket(5, 1, time.Minute), false},
+		{"sliding_window_counter", floodgate.NewLimit(floodgate.SlidingWindowCounter, 5, time.Minute), false},
+		{"fixed_window", floodgate.NewLimit(floodgate.FixedWindow, 5, time.Minute), true},
 	} {
-		calls := cs.calls.Load()
-		o := ask(tc.cost, tc.limit)
-		if o.Verdict != tc.want || o.Cached != tc.cached || (cs.calls.Load() == calls) != tc.cached {
-			t.Errorf("cost %d under %s: %v cached %v, want %v cached %v", tc.cost, tc.limit, o.Verdict, o.Cached, tc.want, tc.cached)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			mem, cs, e, clock := clocked(t, decide.Options{})
+			ctx := context.Background()
+			l := tc.limit
+			ask := func(cost int64, l floodgate.Limit) decide.Outcome {
+				return e.Decide(ctx, []decide.Check{{Rule: "r", Key: "k", Limit: l, Cost: cost}}).Outcomes[0]
+			}
+			if o := ask(4, l); o.Verdict != decide.Admitted {
+				t.Fatal(o.Verdict)
+			}
+			clock.Advance(time.Second)
+			if o := ask(2, l); o.Verdict != decide.Denied || o.Cached {
+				t.Fatalf("cost 2 after 4 of 5: %v cached %v, want denied by the store", o.Verdict, o.Cached)
+			}
+			clock.Advance(time.Second)
+			for _, c := range []struct {
+				cost   int64
+				limit  floodgate.Limit
+				cached bool
+				want   decide.Verdict
+			}{
+				{2, l, true, decide.Denied},
+				{5, l, tc.largerCache, decide.Denied}, // a larger cost: cached only where its retry is the same
+				{2, l, tc.largerCache, decide.Denied}, // else the cost 5 denial replaced the cost 2 one
+				{1, l, false, decide.Admitted},        // a smaller cost: the store's answer
+				{1, floodgate.PerMinute(6), false, decide.Admitted},
+			} {
+				var want floodgate.Decision
+				if c.want == decide.Denied {
+					want, _ = mem.AllowN(ctx, "k", c.limit, c.cost) // a denial changes nothing
+				}
+				calls := cs.calls.Load()
+				o := ask(c.cost, c.limit)
+				if o.Verdict != c.want || o.Cached != c.cached || (cs.calls.Load() == calls) != c.cached {
+					t.Errorf("cost %d under %s: %v cached %v, want %v cached %v", c.cost, c.limit, o.Verdict, o.Cached, c.want, c.cached)
+				}
+				if c.want == decide.Denied && o.Decision.RetryAfter != want.RetryAfter {
+					t.Errorf("cost %d under %s: retry %s, the store says %s", c.cost, c.limit, o.Decision.RetryAfter, want.RetryAfter)
+				}
+			}
+		})
 	}
 }
 

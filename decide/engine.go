@@ -70,10 +70,10 @@ type Options struct {
 	// local fallback's memory store: the application's clock, which need
 	// not agree with the store's. Nil: time.Now.
 	Now func() time.Time
-	// OverLimitCache bounds the over-limit cache, or turns it off. The
-	// zero value: on, with the default bounds, unless the store is a
-	// *memory.Store, which decides a denial as fast as the cache answers
-	// it: then the cache is always off.
+	// OverLimitCache bounds the over-limit cache, or turns it on or off. The
+	// zero value: on, with the default bounds, unless the store says it
+	// decides in this process (an InProcess method reporting true, as the
+	// memory store's does): it answers a denial as fast as the cache would.
 	OverLimitCache CacheOptions
 	// LocalMaxKeys bounds the keys the local fallback's memory store holds
 	// (FailLocal checks during an outage), as memory.WithMaxKeys does, so a
@@ -145,7 +145,7 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decide: %w", err)
 	}
-	if _, ok := store.(*memory.Store); ok {
+	if l, ok := store.(inProcess); ok && l.InProcess() && !opts.OverLimitCache.Enabled {
 		cache = nil // it decides a denial as fast as the cache would answer it
 	}
 	e := &Engine{
@@ -170,6 +170,10 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 	e.batch, _ = store.(floodgate.BatchStore)
 	return e, nil
 }
+
+// inProcess is implemented by stores that decide in this process, for which
+// the over-limit cache would only repeat the store at the same speed.
+type inProcess interface{ InProcess() bool }
 
 // UnavailableRetryAfter returns the retry delay of a request that a
 // fail-closed check could not decide (Options.UnavailableRetryAfter).

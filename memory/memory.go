@@ -287,6 +287,10 @@ func (s *Store) RefundN(_ context.Context, key string, l floodgate.Limit, n int6
 	return nil
 }
 
+// InProcess reports true: the store decides in this process, so an engine
+// in front of it (httplimit, grpclimit, serve) needs no over-limit cache.
+func (s *Store) InProcess() bool { return true }
+
 // Reset clears key's state under limit's algorithm: the key reads as never
 // seen.
 func (s *Store) Reset(_ context.Context, key string, limit floodgate.Limit) error {

@@ -34,6 +34,10 @@ type outageStore struct {
 	calls atomic.Int64
 }
 
+// InProcess reports false: the store stands for one that can fail, which
+// decides elsewhere, so the engine keeps its over-limit cache in front.
+func (s *outageStore) InProcess() bool { return false }
+
 func (s *outageStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
 	s.calls.Add(1)
 	if s.down.Load() {

@@ -201,6 +201,16 @@ func (s *Store) Health() health.Report {
 	return h
 }
 
+// InProcess reports whether both stores decide in this process (each has
+// an InProcess method that says so), as two memory stores do: an engine in
+// front of them then needs no over-limit cache.
+func (s *Store) InProcess() bool { return inProcess(s.main) && inProcess(s.perSecond) }
+
+func inProcess(s floodgate.Store) bool {
+	l, ok := s.(interface{ InProcess() bool })
+	return ok && l.InProcess()
+}
+
 func reportOf(s floodgate.Store) health.Report {
 	if hr, ok := s.(health.Reporter); ok {
 		return hr.Health()
