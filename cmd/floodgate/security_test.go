@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,24 @@ type process struct {
 	cmd    *exec.Cmd
 	stderr *syncbuf.Buffer
 	lines  chan string // stdout, line by line
+
+	stopOnce sync.Once
+}
+
+// stop ends the process with SIGTERM (SIGKILL after 20s) and waits for
+// it, and for its stderr to be copied whole. It may be called again.
+func (p *process) stop() {
+	p.stopOnce.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+	})
 }
 
 // startBinary runs `floodgate serve args...` and waits for its banner's
@@ -52,17 +71,7 @@ func startBinary(t *testing.T, env []string, args ...string) (*process, string) 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	t.Cleanup(p.stop)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -350,7 +359,7 @@ func TestBinaryWarnsWithoutAuthBeyondLoopback(t *testing.T) {
 	if !strings.Contains(banner, "authentication on: 2 tokens") {
 		t.Fatalf("the banner does not say authentication is on:\n%s", banner)
 	}
-	time.Sleep(500 * time.Millisecond) // as above
+	q.stop() // every line it wrote to stderr is copied once it has exited
 	if strings.Contains(q.stderr.String(), "WARNING") {
 		t.Fatalf("warned with tokens set:\n%s", q.stderr)
 	}
