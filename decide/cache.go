@@ -460,7 +460,7 @@ func (e *Engine) cached(ctx context.Context, checks []Check, out []Outcome, now 
 	hit, flying := false, false
 	for i := range checks {
 		c, o := &checks[i], &out[i]
-		if c.Shadow || c.CheckOnly || o.Err != nil || c.NoCache {
+		if c.Shadow || c.CheckOnly || o.Err != nil || c.NoCache || e.leased(c) {
 			continue
 		}
 		for {
@@ -523,7 +523,7 @@ func (e *Engine) cachedOne(c *Check, o *Outcome, now int64) bool {
 func (e *Engine) remember(checks []Check, out []Outcome, now int64, shadow bool) {
 	for i := range checks {
 		c, o := &checks[i], &out[i]
-		if c.Shadow != shadow || c.CheckOnly || c.NoCache || o.Verdict != Denied || !o.Decided || o.Cached || o.Local || o.final {
+		if c.Shadow != shadow || c.CheckOnly || c.NoCache || o.Verdict != Denied || !o.Decided || o.Cached || o.Local || o.final || o.Leased {
 			continue
 		}
 		twice := false

@@ -10,16 +10,19 @@ import (
 )
 
 // Reset clears key's state under limit in the store, and everything the
-// engine holds about it: the over-limit cache's denial and the local
-// fallback's state. Front ends reset through the engine, never the store,
+// engine holds about it: the over-limit cache's denial, its leases (their
+// units are not given back: the reset cleared what they were taken from)
+// and the local fallback's state. Front ends reset through the engine, never the store,
 // so that a cached denial cannot outlive a reset. The error is the
 // store's; the engine's own state is cleared either way.
 func (e *Engine) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	e.invalidate(key)
+	e.dropLeases(key)
 	start := e.callStart()
 	err := e.store.Reset(ctx, key, limit)
 	e.called("reset", start)
 	e.invalidate(key)
+	e.dropLeases(key)
 	// The fallback state is kept under the local limit's algorithm, which
 	// is limit's: resetting under limit clears it. A fallback that never
 	// decided holds nothing.
@@ -39,6 +42,12 @@ func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
 	for i := range out {
 		o := &out[i]
 		if !o.taken {
+			continue
+		}
+		if o.lease != nil {
+			e.unspend(o.lease, checks[i].cost(), e.micros())
+			o.lease = nil
+			o.giveBack(checks[i].cost())
 			continue
 		}
 		if cancel == nil {

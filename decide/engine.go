@@ -100,9 +100,11 @@ type Engine struct {
 	unavailable time.Duration
 	warn        *logthrottle.Logger
 	now         func() time.Time
-	start       time.Time            // the engine's creation, the origin of its microseconds
-	system      bool                 // now is time.Now
-	cache       *overLimitCache      // nil: off
+	start       time.Time       // the engine's creation, the origin of its microseconds
+	system      bool            // now is time.Now
+	cache       *overLimitCache // nil: off
+	leases      leaseTable
+	inProcess   bool                 // the store decides in this process: no cache, no leases
 	local       func() *memory.Store // the FailLocal store, made on first use
 	localMade   atomic.Bool          // local has been made
 	onCall      func(op string, took time.Duration)
@@ -145,7 +147,9 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decide: %w", err)
 	}
-	if l, ok := store.(inProcess); ok && l.InProcess() && !opts.OverLimitCache.Enabled {
+	l, ok := store.(inProcess)
+	local := ok && l.InProcess()
+	if local && !opts.OverLimitCache.Enabled {
 		cache = nil // it decides a denial as fast as the cache would answer it
 	}
 	e := &Engine{
@@ -157,8 +161,10 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 		start:       opts.Now(),
 		system:      systemClock,
 		cache:       cache,
+		inProcess:   local,
 		onCall:      opts.OnStoreCall,
 	}
+	e.leases.ctx, e.leases.cancel = context.WithCancel(context.Background())
 	localKeys := opts.LocalMaxKeys
 	if localKeys == 0 {
 		localKeys = DefaultLocalMaxKeys
@@ -262,6 +268,13 @@ func (e *Engine) decide(ctx context.Context, checks []Check, r *Result) {
 		// panics, so that no key's callers are left waiting.
 		defer e.finishFlights(checks, r.Outcomes)
 	}
+	if enforced > 0 && e.anyLeased(checks) {
+		if e.decideLeased(ctx, checks, r.Outcomes) {
+			enforced = 0 // denied from a lease: the others are not asked
+		} else {
+			enforced = unsettled(checks, r.Outcomes)
+		}
+	}
 	// Check-only checks (a cost of 0) read the store: they take nothing,
 	// so nothing about them is cached or given back.
 	for i := range checks {
@@ -346,8 +359,29 @@ func blocked(c *Check) Outcome {
 }
 
 // settled reports whether the check needs no store call: it failed before
-// one, or decided alone.
-func (o *Outcome) settled() bool { return o.Err != nil || o.final }
+// one, decided alone, or was decided through its lease.
+func (o *Outcome) settled() bool { return o.Err != nil || o.final || o.Leased }
+
+// unsettled counts the enforced checks still to ask the store about.
+func unsettled(checks []Check, out []Outcome) int {
+	n := 0
+	for i := range checks {
+		if c := &checks[i]; !c.Shadow && !c.CheckOnly && !out[i].settled() {
+			n++
+		}
+	}
+	return n
+}
+
+// anyLeased reports whether a check is decided from a lease.
+func (e *Engine) anyLeased(checks []Check) bool {
+	for i := range checks {
+		if e.leased(&checks[i]) {
+			return true
+		}
+	}
+	return false
+}
 
 func checkCost(c *Check) error {
 	if c.CheckOnly {

@@ -46,6 +46,11 @@ type Check struct {
 	// NoCache keeps the check out of the over-limit cache: every request
 	// asks the store.
 	NoCache bool
+	// Lease, if set, decides the check from quota this instance leases
+	// from the store in blocks (LeaseOptions), not with a store call per
+	// request. It applies to enforced checks that take something; over a
+	// store that decides in this process, the store is asked directly.
+	Lease *LeaseOptions
 	// Shadow checks are decided and reported but never deny, never fail
 	// closed, and are never the deciding check. They are decided only for
 	// requests the enforced checks admit, and consume quota only then.
@@ -110,6 +115,11 @@ type Outcome struct {
 	// Cached reports that Decision is a denial from the over-limit cache:
 	// the store was not asked.
 	Cached bool
+	// Leased reports that the check was decided through its lease: an
+	// admission spent from units this instance holds (Decision's Remaining
+	// and ResetAfter are then estimates), a denial from the store's last
+	// refusal or from the fetch of a block, or a fetch's failure.
+	Leased bool
 	// Limit is the limit Decision counted against, the one a denial
 	// names: the check's Limit, or its local share of it when Local.
 	Limit floodgate.Limit
@@ -119,6 +129,7 @@ type Outcome struct {
 	epoch uint64  // the key's cache shard epoch before the store was asked
 	entry *denial // the expired cache entry in whose flight this check asks the store, if any
 	in    *flight // that flight
+	lease *lease  // the lease an admitted check spent from, to give back to
 }
 
 // WouldDeny reports whether the check did not admit its cost: the store
