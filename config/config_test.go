@@ -215,6 +215,11 @@ func TestParseErrors(t *testing.T) {
 		{"per-second bad timeout", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    addrs: [127.0.0.1:6380]\n    timeout: 2h\n", []string{"line 7", "store.per_second.timeout", "2h0m0s"}},
 		{"per-second unknown key", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    adrs: [127.0.0.1:6380]\n", []string{"line 6", "store.per_second.adrs", `did you mean "addrs"?`}},
 		{"per-second over-limit cache", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    addrs: [127.0.0.1:6380]\n    over_limit_cache:\n      disabled: true\n", []string{"line 7", "store.per_second.over_limit_cache", "store.over_limit_cache instead"}},
+		{"lease on a sliding log", "rules:\n  - name: a\n    algorithm: sliding_window_log\n    limit: 3\n    window: 1m\n    lease: {}\n", []string{"line 6", "rules[0].lease", "sliding_window_log cannot be leased", "set algorithm: token_bucket or fixed_window"}},
+		{"lease ttl below refresh", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 3\n    window: 1m\n    lease:\n      refresh: 1s\n      ttl: 10ms\n", []string{"line 8", "rules[0].lease.ttl", "10ms", "at least the refresh (1s)", "leave ttl out"}},
+		{"lease share above 1", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: 3\n    refill: 1/s\n    lease:\n      max_share: 1.5\n", []string{"line 7", "rules[0].lease.max_share", "1.5", "at most 1"}},
+		{"lease negative idle", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: 3\n    refill: 1/s\n    lease:\n      idle: -1s\n", []string{"line 7", "rules[0].lease.idle", "-1s"}},
+		{"lease unknown key", "rules:\n  - name: a\n    algorithm: token_bucket\n    capacity: 3\n    refill: 1/s\n    lease:\n      refesh: 1s\n", []string{"line 7", `unknown key "refesh"`, `did you mean "refresh"?`}},
 		{"per-second tls key without tls", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  per_second:\n    type: redis\n    addrs: [127.0.0.1:6380]\n    tls_server_name: x\n", []string{"line 7", "store.per_second.tls_server_name", "store.per_second.tls: true"}},
 	}
 	for _, c := range cases {
@@ -465,5 +470,43 @@ func TestOverLimitCacheCheckedByDecide(t *testing.T) {
 	}
 	for path := range want {
 		t.Errorf("Parse = %v, reports nothing about %s", err, path)
+	}
+}
+
+// TestLeaseKeys: `lease: {}` turns a rule's lease on with the defaults, its
+// keys tune it, and a rule without the key has none.
+func TestLeaseKeys(t *testing.T) {
+	c, err := Parse([]byte(`rules:
+  - name: defaults
+    algorithm: token_bucket
+    capacity: 100
+    refill: 10/s
+    lease: {}
+  - name: tuned
+    algorithm: fixed_window
+    limit: 1000
+    window: 1m
+    lease: {refresh: 50ms, ttl: 2s, idle: 1s, max_share: 0.25}
+  - name: none
+    algorithm: token_bucket
+    capacity: 100
+    refill: 10/s
+`), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*decide.LeaseOptions{{}, {Refresh: 50 * time.Millisecond, TTL: 2 * time.Second, Idle: time.Second, MaxShare: 0.25}, nil}
+	for i, w := range want {
+		got := p.Rules[i].Lease
+		if (got == nil) != (w == nil) || got != nil && *got != *w {
+			t.Errorf("rule %s: lease %+v, want %+v", p.Rules[i].Name, got, w)
+		}
+		if chk := p.Rules[i].Check("k", 1); chk.Lease != got {
+			t.Errorf("rule %s: the check's lease %p is not the rule's %p", p.Rules[i].Name, chk.Lease, got)
+		}
 	}
 }

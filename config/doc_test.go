@@ -11,8 +11,9 @@ import (
 )
 
 // docKeys walks t's yaml keys as docs/CONFIG.md writes them: "store.addrs",
-// "rules[].name"; a struct is walked into, a list of structs too, and
-// anything else (durations, text-unmarshalled types) is a key.
+// "rules[].name"; a struct is walked into, a list of structs too, a
+// pointer to a struct (an optional section) is a key and walked into (but
+// store.per_second, a Store within the Store, is one key), and anything else (durations, text-unmarshalled types) is a key.
 func docKeys(t reflect.Type, prefix string) map[string]reflect.Type {
 	keys := map[string]reflect.Type{}
 	for i := range t.NumField() {
@@ -29,6 +30,12 @@ func docKeys(t reflect.Type, prefix string) map[string]reflect.Type {
 		switch {
 		case ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Duration]() && !textual(ft):
 			for k, v := range docKeys(ft, path+".") {
+				keys[k] = v
+			}
+		case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct && ft.Elem() != t && !textual(ft.Elem()):
+			// An optional section (rules[].lease): the key, and its keys.
+			keys[path] = ft
+			for k, v := range docKeys(ft.Elem(), path+".") {
 				keys[k] = v
 			}
 		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct && !textual(ft.Elem()):

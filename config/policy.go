@@ -50,6 +50,34 @@ type Rule struct {
 	LocalCache *bool `yaml:"local_cache"`
 	// Shadow decides and reports but never denies.
 	Shadow bool `yaml:"shadow"`
+	// Lease turns on leased quota (`lease: {}` for the defaults): each
+	// instance takes blocks of the limit from the store and decides from
+	// them in memory. A token_bucket or fixed_window only.
+	Lease *Lease `yaml:"lease"`
+}
+
+// Lease tunes a rule's leased quota (decide.LeaseOptions); every key may be
+// left out for its default.
+type Lease struct {
+	// Refresh is about how long a block lasts at the instance's rate
+	// (absent: 100ms).
+	Refresh time.Duration `yaml:"refresh"`
+	// TTL is how long leased units may be spent after they were taken
+	// (absent: ten times refresh).
+	TTL time.Duration `yaml:"ttl"`
+	// Idle gives back a lease unused this long (absent: five times
+	// refresh).
+	Idle time.Duration `yaml:"idle"`
+	// MaxShare bounds a block as a fraction of the limit (absent: 0.1).
+	MaxShare float64 `yaml:"max_share"`
+}
+
+// options returns the engine's lease options; nil for no lease.
+func (l *Lease) options() *decide.LeaseOptions {
+	if l == nil {
+		return nil
+	}
+	return &decide.LeaseOptions{Refresh: l.Refresh, TTL: l.TTL, Idle: l.Idle, MaxShare: l.MaxShare}
 }
 
 // localShare returns the rule's local share, from local_share or
@@ -154,7 +182,7 @@ func (c *Config) Policy() (server.Policy, error) {
 			errs = append(errs, lines.Error(yamlfield.Index("rules", i)+"."+bad.key, bad.value, bad.reason))
 		}
 		p.Rules = append(p.Rules, server.Rule{Name: r.Name, Limit: l, Failure: r.FailureMode, LocalShare: share,
-			NoCache: r.LocalCache != nil && !*r.LocalCache, Shadow: r.Shadow})
+			NoCache: r.LocalCache != nil && !*r.LocalCache, Shadow: r.Shadow, Lease: r.Lease.options()})
 	}
 	if err := p.Validate(); err != nil {
 		for _, e := range leaves(err) {
@@ -214,9 +242,24 @@ func (c *Config) policyField(ce *server.ConfigError, unmapped map[int]bool) *Fie
 		}
 		key, value := limitKey(le.Field, &r)
 		return c.lines.Error(rule+"."+key, value, le.Reason)
+	case "Lease":
+		if unmapped[i] {
+			return nil
+		}
+		e := c.lines.Error(rule+".lease", "", "on "+ce.Value+" "+ce.Reason)
+		e.Fix = "set algorithm: token_bucket or fixed_window, or remove lease"
+		return e
+	}
+	if key, ok := leaseKeys[field]; ok {
+		e := c.lines.Error(rule+".lease."+key, ce.Value, ce.Reason)
+		e.Fix = "leave " + key + " out for its default (docs/CONFIG.md)"
+		return e
 	}
 	return c.lines.Error(rule, ce.Value, ce.Reason)
 }
+
+// leaseKeys are the YAML keys of decide.LeaseOptions's fields.
+var leaseKeys = map[string]string{"Lease.Refresh": "refresh", "Lease.TTL": "ttl", "Lease.Idle": "idle", "Lease.MaxShare": "max_share"}
 
 // limitKey maps a floodgate.Limit field to the rule's key the user wrote,
 // and its value.

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/fielderr"
+	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 )
 
 // Defaults of LeaseOptions.
@@ -67,7 +70,7 @@ func (o LeaseOptions) Validate(l floodgate.Limit) error {
 	}
 	r := o.resolve()
 	if r.TTL < r.Refresh {
-		return &fielderr.Error{Field: "TTL", Value: r.TTL.String(), Reason: "must be at least Refresh (" + r.Refresh.String() + "): a block must outlive the time it is meant to last"}
+		return &fielderr.Error{Field: "TTL", Value: r.TTL.String(), Reason: "must be at least the refresh (" + r.Refresh.String() + "): a block must outlive the time it is meant to last"}
 	}
 	if !(o.MaxShare >= 0 && o.MaxShare <= 1) {
 		return &fielderr.Error{Field: "MaxShare", Value: strconv.FormatFloat(o.MaxShare, 'g', -1, 64), Reason: "must be above 0 and at most 1 (0: the default " + strconv.FormatFloat(DefaultLeaseMaxShare, 'g', -1, 64) + ")"}
@@ -77,7 +80,7 @@ func (o LeaseOptions) Validate(l floodgate.Limit) error {
 		return nil
 	}
 	return &fielderr.Error{Field: "Algorithm", Value: l.Algorithm.String(),
-		Reason: "cannot be leased: a sliding window promises its limit in every window ending at each request, and a unit taken before the request it admits would count in the wrong windows; lease a token_bucket or a fixed_window"}
+		Reason: "cannot be leased (only a token bucket or a fixed window can): a sliding window promises its limit in every window ending at a request, and a leased unit is taken before the request it admits"}
 }
 
 // resolve fills o's defaults.
@@ -148,7 +151,7 @@ type leaseTable struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the sweeper, fetches and give-backs
 	closeMu sync.RWMutex   // held for reading by whoever starts work on wg
-	closed  bool
+	closed  atomic.Bool    // set under closeMu: no leases from then on
 }
 
 // leaseFor returns c's lease, making it (and starting the sweeper) on
@@ -244,9 +247,31 @@ func (l *lease) held() int64 {
 // passed (estimates: other instances spend meanwhile).
 func (l *lease) answer(held, now int64) floodgate.Decision {
 	d := floodgate.Decision{Allowed: true, Limit: l.key.limit.Quota}
-	d.Remaining = min(l.key.limit.Quota, l.last.Remaining+held)
-	d.ResetAfter = max(0, l.last.ResetAfter-time.Duration(now-l.lastAt)*time.Microsecond)
+	l.estimate(&d, l.last.Remaining+held, now)
 	return d
+}
+
+// estimate sets d's Remaining and ResetAfter from remaining, what the
+// store had left at its last answer plus what this instance holds: for a
+// bucket refilled since, and full again when that much has refilled; for a
+// window, its end.
+func (l *lease) estimate(d *floodgate.Decision, remaining, now int64) {
+	lim := l.key.limit
+	elapsed := max(0, now-l.lastAt)
+	if lim.Algorithm != floodgate.TokenBucket {
+		d.Remaining = min(lim.Quota, remaining)
+		d.ResetAfter = max(0, l.last.ResetAfter-time.Duration(elapsed)*time.Microsecond)
+		return
+	}
+	w, refill := lim.Window.Microseconds(), fixedpoint.Refill(lim.Quota, lim.Refill)
+	unit, perMicro := fixedpoint.Unit(w, refill), fixedpoint.PerMicro(w, refill)
+	full := lim.Quota * unit
+	level := full
+	if gap := (full - min(full, remaining*unit)) / perMicro; elapsed < gap {
+		level = min(full, remaining*unit+elapsed*perMicro)
+	}
+	d.Remaining = level / unit
+	d.ResetAfter = time.Duration((full-level+perMicro-1)/perMicro) * time.Microsecond
 }
 
 // lastErr returns the last fetch's error.
@@ -259,9 +284,9 @@ func (l *lease) lastErr() error {
 // refusal is the denial of a request the units held cannot pay while the
 // instance holds off the store: retry when it asks again.
 func (l *lease) refusal(held, now int64) floodgate.Decision {
-	d := floodgate.Decision{Limit: l.key.limit.Quota, Remaining: held}
+	d := floodgate.Decision{Limit: l.key.limit.Quota}
+	l.estimate(&d, l.last.Remaining+held, now)
 	d.RetryAfter = time.Duration(l.holdUntil-now) * time.Microsecond
-	d.ResetAfter = max(0, l.last.ResetAfter-time.Duration(now-l.lastAt)*time.Microsecond)
 	return d
 }
 
@@ -273,11 +298,15 @@ func (l *lease) nextWant(cost, now int64) int64 {
 	refresh := l.opts.Refresh.Microseconds()
 	w := cost
 	if l.want > 0 {
-		if elapsed := now - l.since; elapsed > 0 {
-			w = (l.spent*refresh + elapsed - 1) / elapsed
-			if elapsed < refresh && l.spent >= l.want {
-				w = max(w, 2*l.want) // running out before Refresh: grow
-			}
+		elapsed := now - l.since
+		switch {
+		case elapsed <= 0 && l.spent > 0:
+			w = l.maxBlock // all at once
+		case elapsed > 0:
+			w = int64(math.Ceil(float64(l.spent) * float64(refresh) / float64(elapsed)))
+		}
+		if elapsed < refresh && l.spent >= l.want {
+			w = max(w, 2*l.want) // running out before Refresh: grow
 		}
 	}
 	w = max(cost, min(w, l.maxBlock))
@@ -324,15 +353,13 @@ func (e *Engine) fetchLease(ctx context.Context, c *Check, l *lease, cost int64)
 		return fetchGone, d, nil
 	}
 	l.last, l.lastAt, l.failErr, l.failUntil = d, at, nil, 0
+	l.holdUntil = 0
 	if granted < want {
 		// Refused, or given less than asked: the store is short, so the
-		// instance asks again no sooner than half a refresh (or the
-		// store's retry delay), calling it at its refresh rate, not at the
-		// rate units come back.
-		hold := max(l.opts.Refresh.Microseconds()/2, d.RetryAfter.Microseconds()+1)
-		l.holdUntil = at + hold
-	} else {
-		l.holdUntil = 0
+		// instance asks again no sooner than half a refresh, calling it at
+		// its refresh rate, not at the rate units come back; nor before
+		// the store could admit cost again, as far as its answer says.
+		l.holdUntil = at + max(l.opts.Refresh.Microseconds()/2, l.untilFits(d, granted, cost))
 	}
 	if granted == 0 {
 		return fetchRefused, l.refusal(l.held(), e.micros()), nil
@@ -345,6 +372,30 @@ func (e *Engine) fetchLease(ctx context.Context, c *Check, l *lease, cost int64)
 	}
 	l.blocks = append(l.blocks, block{units: granted, expires: expires})
 	return fetchGranted, d, nil
+}
+
+// untilFits returns how long after a fetch's store call a request of cost
+// cannot fit, by the store's answer d: a refusal's retry delay; after a
+// grant that emptied the store, a window's end or a bucket's time to
+// refill cost (from an empty bucket: never early); otherwise 0.
+func (l *lease) untilFits(d floodgate.Decision, granted, cost int64) int64 {
+	switch {
+	case granted == 0:
+		return ceilMicros(d.RetryAfter)
+	case d.Remaining > 0:
+		return 0
+	case l.key.limit.Algorithm == floodgate.FixedWindow:
+		return ceilMicros(d.ResetAfter)
+	}
+	lim := l.key.limit
+	w, refill := lim.Window.Microseconds(), fixedpoint.Refill(lim.Quota, lim.Refill)
+	unit, perMicro := fixedpoint.Unit(w, refill), fixedpoint.PerMicro(w, refill)
+	return (cost*unit + perMicro - 1) / perMicro
+}
+
+// ceilMicros returns d in microseconds, rounded up.
+func ceilMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
 // take takes up to want units (at least cost) for c in the store and
@@ -405,7 +456,7 @@ func (e *Engine) leaseTimeout() time.Duration {
 func (t *leaseTable) startWork() bool {
 	t.closeMu.RLock()
 	defer t.closeMu.RUnlock()
-	if t.closed {
+	if t.closed.Load() {
 		return false
 	}
 	t.wg.Add(1)
@@ -486,7 +537,7 @@ func (e *Engine) decideLeased(ctx context.Context, checks []Check, out []Outcome
 // leased reports whether c is decided from a lease: an enforced check that
 // takes something, with LeaseOptions, over a store that decides elsewhere.
 func (e *Engine) leased(c *Check) bool {
-	return c.Lease != nil && !e.inProcess && !c.Shadow && !c.CheckOnly && !c.Blocked
+	return c.Lease != nil && !e.inProcess && !c.Shadow && !c.CheckOnly && !c.Blocked && !e.leases.closed.Load()
 }
 
 // unspend gives cost back to the lease it was spent from, for a request
@@ -598,12 +649,11 @@ func (e *Engine) dropLeases(key string) {
 
 // Close gives back every lease's unspent units to the store and waits for
 // that (and for fetches under way) until ctx ends. Decisions after Close
-// still work, without leases' background fetches. Safe to call more than
-// once.
+// go on, each asking the store as a check without a lease does. Safe to
+// call more than once, and concurrently with Decide.
 func (e *Engine) Close(ctx context.Context) error {
 	e.leases.closeMu.Lock()
-	already := e.leases.closed
-	e.leases.closed = true
+	already := e.leases.closed.Swap(true)
 	e.leases.closeMu.Unlock()
 	if already {
 		return nil

@@ -10,7 +10,9 @@ import (
 	"strings"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
+	"github.com/floodgate-rl/floodgate/internal/rulecheck"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
@@ -275,8 +277,26 @@ func (b *builder) rateLimit(rl *rateLimitYAML, path, fullKey string, shadow, det
 	}
 	if b.checkRule(r, rl, path, alg) {
 		b.usableShare(r, shares, line)
+		b.lease(r, rl.Lease, yamlfield.Join(path, "lease"))
 	}
 	return r
+}
+
+// lease checks a rate_limit's lease, written at path, and sets r's.
+func (b *builder) lease(r *Rule, l *leaseYAML, path string) {
+	if l == nil {
+		return
+	}
+	r.Lease = &decide.LeaseOptions{Refresh: l.Refresh, TTL: l.TTL, Idle: l.Idle, MaxShare: l.MaxShare}
+	fe := rulecheck.Lease(r.Limit, r.Lease)
+	switch {
+	case fe == nil:
+	case fe.Field == "Lease":
+		b.reportAt(path, "", "on "+fe.Value+" "+fe.Reason+"; set algorithm: token_bucket or fixed_window (the default), or remove lease")
+	default:
+		key := map[string]string{"Lease.Refresh": "refresh", "Lease.TTL": "ttl", "Lease.Idle": "idle", "Lease.MaxShare": "max_share"}[fe.Field]
+		b.reportAt(yamlfield.Join(path, key), fe.Value, fe.Reason)
+	}
 }
 
 // checkRule checks the values of a rate_limit that decoded, written at

@@ -1,10 +1,14 @@
 package envoy
 
-import "github.com/floodgate-rl/floodgate/internal/yamlfield"
+import (
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/yamlfield"
+)
 
 // fileYAML is a rule file as written: envoyproxy/ratelimit's keys, and
 // floodgate's (algorithm, failure_mode, local_share, instances,
-// response_headers). The fields' order is the order error messages list
+// response_headers, lease). The fields' order is the order error messages list
 // the keys in. Booleans are YAML 1.1's, as yaml.v2 reads them for the
 // reference; values that the checks after Decode report on are Scalars,
 // for their text and line.
@@ -51,6 +55,16 @@ type rateLimitYAML struct {
 	FailureMode     yamlfield.Scalar[string]  `yaml:"failure_mode"`
 	LocalShare      yamlfield.Scalar[float64] `yaml:"local_share"`
 	Instances       yamlfield.Scalar[int64]   `yaml:"instances"`
+	Lease           *leaseYAML                `yaml:"lease"`
+}
+
+// leaseYAML is a rate_limit's lease (floodgate's key, as in its own
+// config): `lease: {}` for the defaults.
+type leaseYAML struct {
+	Refresh  time.Duration `yaml:"refresh"`
+	TTL      time.Duration `yaml:"ttl"`
+	Idle     time.Duration `yaml:"idle"`
+	MaxShare float64       `yaml:"max_share"`
 }
 
 // replacesYAML is a replaces list; an item written empty is nil.

@@ -120,6 +120,10 @@ type Rule struct {
 	// while the store is unavailable, under FailureMode FailLocal: the
 	// rule's local_share or 1/instances, or else its domain's.
 	LocalShare float64
+	// Lease, from the rate_limit's lease (a floodgate key), decides the
+	// rule from quota this instance leases from the store in blocks
+	// (decide.LeaseOptions). Nil: a store call per request.
+	Lease *decide.LeaseOptions
 	// Source is where the rule was written: "file:line".
 	Source string
 

@@ -207,6 +207,11 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 	return s, nil
 }
 
+// Close gives back to the store the quota the rules' leases hold, waiting
+// until ctx ends; the service goes on deciding after it, asking the store
+// per request.
+func (s *Service) Close(ctx context.Context) error { return s.engine.Close(ctx) }
+
 // SetRules replaces the rules; calls in flight finish under the rules they
 // started with. Nil means no rules.
 func (s *Service) SetRules(r *Rules) {
@@ -370,7 +375,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			d.check, d.fail = len(checks), s.failureOf(r)
 			checks = append(checks, decide.Check{Rule: r.Key, Key: storeKey(dom.keys, descs[i], r),
 				Limit: r.Limit, Cost: d.cost, CheckOnly: d.peek, Failure: d.fail.mode, LocalShare: d.fail.share,
-				Shadow: d.shadow, OverQuotaDenies: true})
+				Shadow: d.shadow, OverQuotaDenies: true, Lease: r.Lease})
 		}
 	}
 	var outcomes [maxInline]decide.Outcome

@@ -124,6 +124,11 @@ type Rule struct {
 	// answers a key over its limit from memory until the store's retry
 	// delay has passed: every denied call then asks the store.
 	NoCache bool
+	// Lease, if set, decides the rule from quota this instance leases from
+	// the store in blocks, at memory speed, instead of asking the store per
+	// request (decide.LeaseOptions; the zero value is the defaults): a
+	// token bucket or a fixed window only. Close gives the leases back.
+	Lease *decide.LeaseOptions
 	// Shadow makes the rule decide and report (Config.OnShadowDeny,
 	// Stats.ShadowDenied) but never deny. A shadow rule that cannot decide
 	// fails open, and it never appears in the metadata.
@@ -262,7 +267,7 @@ func New(cfg Config) (*Limiter, error) {
 		if r.MessageCost > 0 {
 			cost = r.MessageCost
 		}
-		lib[i] = frontend.Rule{Name: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+		lib[i] = frontend.Rule{Name: r.Name, Limit: r.Limit, Cost: cost, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow, Lease: r.Lease}
 	}
 	front, err := frontend.New(frontend.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
@@ -348,6 +353,12 @@ func (ru *rule) matches(fullMethod string) bool {
 	}
 	return false
 }
+
+// Close gives back to the store the quota the rules' leases hold
+// (Rule.Lease), waiting for that until ctx ends. The Limiter goes on
+// deciding after Close, asking the store per request. Without leases it
+// has nothing to do. Safe for concurrent use.
+func (l *Limiter) Close(ctx context.Context) error { return l.front.Engine.Close(ctx) }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {

@@ -45,6 +45,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -123,6 +124,11 @@ type Rule struct {
 	// answers a key over its limit from memory until the store's retry
 	// delay has passed: every denied request then asks the store.
 	NoCache bool
+	// Lease, if set, decides the rule from quota this instance leases from
+	// the store in blocks, at memory speed, instead of asking the store per
+	// request (decide.LeaseOptions; the zero value is the defaults): a
+	// token bucket or a fixed window only. Close gives the leases back.
+	Lease *decide.LeaseOptions
 	// Shadow makes the rule decide and report (Stats.ShadowDenied,
 	// Config.OnShadowDeny) but never deny: for trying a limit out on real
 	// traffic. A shadow rule that cannot decide always fails open, and it
@@ -281,7 +287,7 @@ type Limiter struct {
 func New(cfg Config) (*Limiter, error) {
 	lib := make([]frontend.Rule, len(cfg.Rules))
 	for i, r := range cfg.Rules {
-		lib[i] = frontend.Rule{Name: r.Name, Limit: r.Limit, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+		lib[i] = frontend.Rule{Name: r.Name, Limit: r.Limit, Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow, Lease: r.Lease}
 	}
 	front, err := frontend.New(frontend.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
@@ -311,6 +317,12 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	return l, nil
 }
+
+// Close gives back to the store the quota the rules' leases hold
+// (Rule.Lease), waiting for that until ctx ends. The Limiter goes on
+// deciding after Close, asking the store per request. Without leases it
+// has nothing to do. Safe for concurrent use.
+func (l *Limiter) Close(ctx context.Context) error { return l.front.Engine.Close(ctx) }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {

@@ -44,6 +44,10 @@ type Rule struct {
 	// NoCache keeps the rule out of the engine's over-limit cache: every
 	// request over the limit asks the store.
 	NoCache bool
+	// Lease, if set, decides the rule from quota each instance leases from
+	// the store in blocks (decide.LeaseOptions): a token bucket or a fixed
+	// window only.
+	Lease *decide.LeaseOptions
 	// Shadow makes the rule decide and report but never deny; a shadow rule
 	// never appears in rate-limit headers or Retry-After.
 	Shadow bool
@@ -110,6 +114,9 @@ func (p *Policy) Validate() error {
 		}
 		for _, e := range rulecheck.Rule(r.Limit, r.Failure, r.LocalShare) {
 			bad(field(e.Field), e.Value, e.Reason, e.Err)
+		}
+		if e := rulecheck.Lease(r.Limit, r.Lease); e != nil {
+			bad(field(e.Field), e.Value, e.Reason, nil)
 		}
 	}
 	if p.Headers > httplimit.HeadersNone {
@@ -188,7 +195,7 @@ func (r Rule) Check(key string, cost int64) decide.Check {
 // checkIn is Check with the rule's key space already made.
 func (r *Rule) checkIn(keys storekey.Space, key string, cost int64) decide.Check {
 	return decide.Check{Rule: r.Name, Key: keys.Key(key), Limit: r.Limit, Cost: cost,
-		Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow}
+		Failure: r.Failure, LocalShare: r.LocalShare, NoCache: r.NoCache, Shadow: r.Shadow, Lease: r.Lease}
 }
 
 // check is Rule.Check, with the key space made once when the rule was

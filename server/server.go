@@ -167,6 +167,12 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 	return s, nil
 }
 
+// Close gives back to the store the quota the rules' leases hold
+// (Rule.Lease), waiting until ctx ends; serve calls it on shutdown, after
+// the last request. The server goes on deciding after Close, asking the
+// store per request.
+func (s *Server) Close(ctx context.Context) error { return s.engine.Close(ctx) }
+
 // Reload replaces the policy with p; requests in flight finish under the
 // one they started with. If p is invalid, the policy in force stays. The
 // caller counts the attempt with CountReload, once, whatever else it

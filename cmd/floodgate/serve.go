@@ -208,6 +208,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
+			if err := srv.Close(sctx); err != nil {
+				logger.Warn("giving back the leases' unspent quota did not finish", "err", err)
+			}
 			logger.Info("stopped")
 			return nil
 		}

@@ -245,5 +245,8 @@ func (r *rlsServer) stop() {
 		if r.statsd != nil {
 			r.statsd() // after the last call, so that it is counted
 		}
+		lctx, lcancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer lcancel()
+		_ = r.svc.Close(lctx) // the leases' unspent quota goes back
 	})
 }

@@ -48,11 +48,13 @@ type Rule struct {
 	Limit floodgate.Limit
 	// Cost is the cost of each request under the rule; 0 means 1.
 	Cost int64
-	// Failure, LocalShare, NoCache and Shadow are the Check's (decide.Check).
+	// Failure, LocalShare, NoCache, Shadow and Lease are the Check's
+	// (decide.Check).
 	Failure    decide.FailureMode
 	LocalShare float64
 	NoCache    bool
 	Shadow     bool
+	Lease      *decide.LeaseOptions
 }
 
 // Front is a [Library] checked by [New]: its engine, the
@@ -129,6 +131,9 @@ func New(l Library) (Front, error) {
 		if errs := rulecheck.Rule(r.Limit, r.Failure, r.LocalShare); len(errs) > 0 {
 			return Front{}, bad(errs[0])
 		}
+		if fe := rulecheck.Lease(r.Limit, r.Lease); fe != nil {
+			return Front{}, bad(*fe)
+		}
 		if seen[r.Name] {
 			return Front{}, bad(fielderr.Error{Field: "Name", Value: strconv.Quote(r.Name), Reason: "is used by an earlier rule"})
 		}
@@ -140,7 +145,7 @@ func New(l Library) (Front, error) {
 		front.Rules = append(front.Rules, RuleCheck{
 			Policy: policy,
 			Check: decide.Check{Rule: r.Name, Limit: r.Limit, Cost: r.Cost, Failure: r.Failure, LocalShare: r.LocalShare,
-				NoCache: r.NoCache, Shadow: r.Shadow},
+				NoCache: r.NoCache, Shadow: r.Shadow, Lease: r.Lease},
 			Keys: storekey.NewSpace(l.KeyPrefix, r.Name),
 		})
 	}

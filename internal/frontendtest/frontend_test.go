@@ -58,6 +58,7 @@ type rule struct {
 	shadow  bool
 	failure decide.FailureMode // what an outage of the store means
 	share   float64            // the local share, under decide.FailLocal
+	lease   *decide.LeaseOptions
 }
 
 // The rules, as each front end is configured with them.
@@ -205,24 +206,27 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 	var srvRules []server.Rule
 	for _, r := range rules {
 		mwRules = append(mwRules, httplimit.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Failure: r.failure, LocalShare: r.share,
-			Key: httplimit.Header("X-" + r.name)})
-		srvRules = append(srvRules, server.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Failure: r.failure, LocalShare: r.share})
+			Lease: r.lease, Key: httplimit.Header("X-" + r.name)})
+		srvRules = append(srvRules, server.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Failure: r.failure, LocalShare: r.share, Lease: r.lease})
 	}
 	lim, err := httplimit.New(httplimit.Config{Store: newStore("mw"), Rules: mwRules, Clock: clock, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = lim.Close(context.Background()) })
 	mw := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 
 	srv, err := server.New(newStore("api"), server.Policy{Rules: srvRules}, server.Options{Clock: clock, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = srv.Close(context.Background()) })
 	api := srv.Handler()
 	fa, err := server.New(newStore("fa"), server.Policy{Rules: srvRules}, server.Options{Clock: clock, Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = fa.Close(context.Background()) })
 	faHandler := fa.Handler()
 
 	// Envoy's service keeps the over-limit cache off unless asked, as the
@@ -244,6 +248,7 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 		if e.svc, err = envoy.New(newStore(e.name), envRules, opts); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = e.svc.Close(context.Background()) })
 	}
 
 	grpcClient := grpcFrontEnd(t, newStore("grpc"), clock, rules)
@@ -266,6 +271,7 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = remoteLim.Close(context.Background()) })
 	remoteMW := remoteLim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 
 	fes := []frontEnd{
@@ -406,12 +412,13 @@ func grpcFrontEnd(t *testing.T, store floodgate.Store, clock floodgate.Clock, ru
 	var gRules []grpclimit.Rule
 	for _, r := range rules {
 		gRules = append(gRules, grpclimit.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Failure: r.failure, LocalShare: r.share,
-			Key: grpclimit.Metadata("x-" + r.name)})
+			Lease: r.lease, Key: grpclimit.Metadata("x-" + r.name)})
 	}
 	lim, err := grpclimit.New(grpclimit.Config{Store: store, Rules: gRules, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = lim.Close(context.Background()) })
 	srv := grpc.NewServer(grpc.UnaryInterceptor(lim.Unary))
 	testpb.RegisterTestServiceServer(srv, emptyService{})
 	ln := bufconn.Listen(1 << 20)

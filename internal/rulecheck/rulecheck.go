@@ -44,6 +44,28 @@ func Rule(limit floodgate.Limit, failure decide.FailureMode, localShare float64)
 	return errs
 }
 
+// Lease reports what is wrong with a rule's lease under its limit (nil
+// lease: none), as a field error naming Lease.Refresh, Lease.TTL,
+// Lease.Idle, Lease.MaxShare, or Lease for an algorithm a lease cannot
+// keep exact. It returns nil for a usable lease, or when limit is invalid
+// (Rule reports that).
+func Lease(limit floodgate.Limit, lease *decide.LeaseOptions) *fielderr.Error {
+	if lease == nil || limit.Validate() != nil {
+		return nil
+	}
+	fe, ok := lease.Validate(limit).(*fielderr.Error)
+	if !ok || fe == nil {
+		return nil
+	}
+	out := *fe
+	if fe.Field == "Algorithm" {
+		out.Field = "Lease"
+	} else {
+		out.Field = "Lease." + fe.Field
+	}
+	return &out
+}
+
 // ShareOf returns the local share of a rule written in a file: a rule of
 // failure mode local sets either its share (above 0, at most 1) or the
 // instances that share the store (at least 1: a share of 1/instances), and
