@@ -22,6 +22,7 @@ type metrics struct {
 	shed             *prometheus.CounterVec
 	authFailures     *prometheus.CounterVec
 	cacheHits        *prometheus.CounterVec
+	leased           *prometheus.CounterVec
 }
 
 // Decision outcomes, the "outcome" label of floodgate_decisions_total.
@@ -42,7 +43,7 @@ var storeBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .0
 func newStoreLatency() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "floodgate_store_latency_seconds",
-		Help:    "Time spent in calls to the store, by operation (allow, refund, reset, ready, and the store API's); cache hits and the local fallback make none.",
+		Help:    "Time spent in calls to the store, by operation (allow, lease, refund, reset, ready, and the store API's); cache hits, leased decisions and the local fallback make none.",
 		Buckets: storeBuckets,
 	}, []string{"op"})
 }
@@ -87,6 +88,10 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine, storeLatency *
 			Name: "floodgate_overlimit_cache_hits_total",
 			Help: "Requests denied from the over-limit cache, without asking the store, by rule.",
 		}, []string{"rule"}),
+		leased: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_leased_decisions_total",
+			Help: "Requests of a rule with a lease decided through it (from the units this instance holds, or by the fetch of a block), by rule.",
+		}, []string{"rule"}),
 	}
 	cacheEntries := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "floodgate_overlimit_cache_entries",
@@ -105,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine, storeLatency *
 		Help: "Checks that waited for another request's store call for the same key, its cached denial having expired, before looking again.",
 	}, func() float64 { return float64(engine.CacheStats().Waits) })
 	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.decisionDuration, m.storeErrors, m.failureMode, m.reloads,
-		m.inFlight, m.shed, m.authFailures, m.cacheHits, cacheEntries, cacheBytes, cacheEvictions, cacheWaits} {
+		m.inFlight, m.shed, m.authFailures, m.cacheHits, m.leased, cacheEntries, cacheBytes, cacheEvictions, cacheWaits} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -121,6 +126,9 @@ func (m *metrics) count(res *decide.Result) {
 	c, o := &res.Checks[0], &res.Outcomes[0]
 	if o.Cached {
 		m.cacheHits.WithLabelValues(c.Rule).Inc()
+	}
+	if o.Leased {
+		m.leased.WithLabelValues(c.Rule).Inc()
 	}
 	if frontend.EventOf(res, 0, false) == frontend.StoreFailed {
 		m.storeErrors.WithLabelValues(c.Rule).Inc()

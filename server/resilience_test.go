@@ -148,3 +148,41 @@ func TestOverLimitCacheAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasedRuleMetrics: a rule with a lease decides through it (a store
+// call per block, not per request) and counts those decisions in
+// floodgate_leased_decisions_total; its fetches are the store latency's
+// "lease" operation.
+func TestLeasedRuleMetrics(t *testing.T) {
+	var s *outageStore
+	f := newFixture(t, `
+rules:
+  - name: tenant
+    algorithm: fixed_window
+    limit: 100
+    window: 1m
+    lease: {max_share: 0.5}
+`, func(c floodgate.Clock) floodgate.Store {
+		s = &outageStore{Store: memory.New(memory.WithClock(c))}
+		return s
+	})
+	t.Cleanup(func() { _ = f.srv.Close(context.Background()) })
+	admitted := 0
+	for range 120 {
+		if rec := f.do("POST", "/v1/check", `{"rule":"tenant","key":"acme"}`); rec.Code == 200 {
+			admitted++
+		}
+	}
+	if admitted != 100 {
+		t.Errorf("admitted %d of 120 under a limit of 100", admitted)
+	}
+	if calls := s.calls.Load(); calls > 20 {
+		t.Errorf("%d store calls for 120 requests, want a block per many", calls)
+	}
+	metrics := f.do("GET", "/metrics", "").Body.String()
+	for _, want := range []string{`floodgate_leased_decisions_total{rule="tenant"} 120`, `floodgate_store_latency_seconds_count{op="lease"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
