@@ -314,16 +314,9 @@ func New(cfg Config) (*Limiter, error) {
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	c := l.report.Counts()
-	return Stats{
-		Denied:        c.Denied,
-		ShadowDenied:  c.ShadowDenied,
-		Unavailable:   c.Unavailable,
-		StoreErrors:   c.StoreErrors,
-		KeyErrors:     c.KeyErrors,
-		LocalFallback: c.LocalFallback,
-		CacheHits:     l.front.Engine.CacheStats().Hits,
-	}
+	// Stats has Counts' fields, in its order: a conversion, checked by
+	// the compiler.
+	return Stats(frontend.CountsOf(&l.front, l.report))
 }
 
 // Handler returns next behind the Limiter's rules. Its method value,
