@@ -750,3 +750,48 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("bad limit error %v does not match ErrInvalidLimit", err)
 	}
 }
+
+// TestPathsHostMistakes: a Paths entry that ServeMux would read as a host
+// that never matches (a path missing its '/', a host with a port) is an
+// error of New naming the entry, its value and the pattern meant; path
+// patterns and host names with a dot, localhost or an IPv6 literal are
+// accepted.
+func TestPathsHostMistakes(t *testing.T) {
+	for _, tt := range []struct {
+		pattern string
+		want    string // the error; "" accepted
+	}{
+		{"api/", `httplimit: Rules[0].Paths[0] "api/" is a host pattern (host "api"), so it never matches a path: a path pattern starts with '/' ("/api/"); a host pattern names a host with a dot, such as "api.example.com/"`},
+		{"GET api/users", `httplimit: Rules[0].Paths[0] "GET api/users" is a host pattern (host "api"), so it never matches a path: a path pattern starts with '/' ("GET /api/users"); a host pattern names a host with a dot, such as "GET api.example.com/users"`},
+		{"login/", `httplimit: Rules[0].Paths[0] "login/" is a host pattern (host "login"), so it never matches a path: a path pattern starts with '/' ("/login/"); a host pattern names a host with a dot, such as "login.example.com/"`},
+		{"api.example.com:8080/", `httplimit: Rules[0].Paths[0] "api.example.com:8080/" has a host with a port ("api.example.com:8080"), which never matches: ServeMux matches the request's host without its port; drop the port`},
+		{"/api/", ""},
+		{"GET /users/{id}", ""},
+		{"POST\t/login", ""},
+		{"api.example.com/", ""},
+		{"GET api.example.com/v1/", ""},
+		{"localhost/", ""},
+		{"[::1]/", ""},
+	} {
+		t.Run(tt.pattern, func(t *testing.T) {
+			_, err := httplimit.New(httplimit.Config{Store: memory.New(), Rules: []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(1), Paths: []string{tt.pattern}}}})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("New refused %q: %v", tt.pattern, err)
+				}
+				return
+			}
+			var ce *httplimit.ConfigError
+			if !errors.As(err, &ce) || ce.Field != "Rules[0].Paths[0]" || err.Error() != tt.want {
+				t.Fatalf("New = %v\nwant the *ConfigError %s", err, tt.want)
+			}
+		})
+	}
+	// What the error guards against: ServeMux takes "api/" and routes no
+	// request for /api/ to it.
+	mux := http.NewServeMux()
+	mux.Handle("api/", http.NotFoundHandler())
+	if _, p := mux.Handler(httptest.NewRequest(http.MethodGet, "/api/x", nil)); p != "" {
+		t.Fatalf("ServeMux routed /api/x to %q", p)
+	}
+}
