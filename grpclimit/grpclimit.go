@@ -161,7 +161,8 @@ type Config struct {
 	OverLimitCache decide.CacheOptions
 	// Timeout, if positive, bounds each call's decision; passing it is an
 	// outage. Zero: the store's own per-call timeout is the one budget.
-	// Negative is an error.
+	// Negative is an error, and so is one at or above the store's own
+	// per-call timeout, as httplimit.Config.Timeout says.
 	Timeout time.Duration
 	// UnavailableRetryAfter is the RetryInfo delay of a call that a
 	// fail-closed rule could not decide. Zero:

@@ -603,3 +603,22 @@ func TestFailLocal(t *testing.T) {
 		t.Errorf("Stats.LocalFallback %d, want 10", got)
 	}
 }
+
+// TestTimeoutBelowStore: a Timeout at or above the store's own per-call
+// timeout is an error of New naming both, as httplimit's is.
+func TestTimeoutBelowStore(t *testing.T) {
+	store, err := remotestore.New(remotestore.Config{URL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := []grpclimit.Rule{{Name: "r", Limit: floodgate.PerMinute(1)}}
+	_, err = grpclimit.New(grpclimit.Config{Store: store, Rules: rules, Timeout: 100 * time.Millisecond})
+	const want = "grpclimit: Timeout 100ms must be below the store's own per-call timeout, 100ms (the Timeout of its *remotestore.Store), which would end every call first: set it below 100ms, or to 0 to let the store bound each call"
+	var ce *grpclimit.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Timeout" || err.Error() != want {
+		t.Fatalf("New = %v\nwant the *ConfigError %s", err, want)
+	}
+	if _, err := grpclimit.New(grpclimit.Config{Store: store, Rules: rules, Timeout: 80 * time.Millisecond}); err != nil {
+		t.Fatalf("a Timeout below the store's: %v", err)
+	}
+}

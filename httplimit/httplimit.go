@@ -177,9 +177,12 @@ type Config struct {
 	// Timeout, if positive, bounds each request's whole decision: its rules'
 	// store calls share this one deadline, and passing it counts as the
 	// store being unavailable. Zero: no deadline beyond the request's own
-	// and the store's. Negative is an error. Set it only below the store's
-	// own timeout. A call that times out may still have been counted by the
-	// store; it is not refunded.
+	// and the store's. Negative is an error, and so is one at or above the
+	// store's own per-call timeout when the store says it (a method
+	// Timeout() time.Duration: redisstore's, 50ms by default, and
+	// remotestore's, 100ms), which would end every call first. A call that
+	// times out may still have been counted by the store; it is not
+	// refunded.
 	Timeout time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 from a fail-closed
 	// rule. Zero: DefaultUnavailableRetryAfter. Rounded up to whole seconds.

@@ -23,6 +23,7 @@ import (
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 func TestSpoofedXFFFromUntrustedPeer(t *testing.T) {
@@ -400,11 +401,11 @@ func testRefundConcurrent(t *testing.T, newStore func(t *testing.T, c floodgate.
 			var store floodgate.Store
 			if newStore != nil {
 				store = newStore(t, clock)
-				cfg.Store, cfg.Clock = store, clock
-				// A call that times out may have counted the request in
-				// the store without the middleware knowing; this test is
+				// No Timeout: the store's own (a minute) is the one
+				// budget. A call that times out may have counted the
+				// request without the middleware knowing; this test is
 				// about refunds, not timeouts.
-				cfg.Timeout = time.Minute
+				cfg.Store, cfg.Clock = store, clock
 			}
 			cfg.OnStoreError = func(r *http.Request, rule string, err error) {
 				t.Errorf("rule %s: %v", rule, err)
@@ -793,5 +794,25 @@ func TestPathsHostMistakes(t *testing.T) {
 	mux.Handle("api/", http.NotFoundHandler())
 	if _, p := mux.Handler(httptest.NewRequest(http.MethodGet, "/api/x", nil)); p != "" {
 		t.Fatalf("ServeMux routed /api/x to %q", p)
+	}
+}
+
+// TestTimeoutBelowStore: a Timeout at or above the store's own per-call
+// timeout is an error of New naming both, with the fix.
+func TestTimeoutBelowStore(t *testing.T) {
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{"127.0.0.1:1"}, Mode: redisstore.ModeStandalone, LazyConnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	rules := []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(1)}}
+	_, err = httplimit.New(httplimit.Config{Store: store, Rules: rules, Timeout: time.Second})
+	const want = "httplimit: Timeout 1s must be below the store's own per-call timeout, 50ms (the Timeout of its *redisstore.Store), which would end every call first: set it below 50ms, or to 0 to let the store bound each call"
+	var ce *httplimit.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Timeout" || err.Error() != want {
+		t.Fatalf("New = %v\nwant the *ConfigError %s", err, want)
+	}
+	if _, err := httplimit.New(httplimit.Config{Store: store, Rules: rules, Timeout: 40 * time.Millisecond}); err != nil {
+		t.Fatalf("a Timeout below the store's: %v", err)
 	}
 }
