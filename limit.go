@@ -10,7 +10,18 @@
 // in-process), redisstore (shared by every app instance, decided atomically
 // in Redis) and remotestore (through a floodgate server). The front ends
 // (httplimit, grpclimit, the standalone server, Envoy's service) accept any
-// Store.
+// Store. Beside the Store, [Wait] blocks until a request is admitted, and
+// [AllowAll] and [WaitAll] decide several limits all or nothing.
+//
+// # Keys
+//
+// A key holds one limit's state. Two limits of the same algorithm on one
+// key count the same requests: after 3 requests under PerMinute(10) on
+// "user-42", PerHour(1000) on "user-42" has 996 remaining, and PerSecond(2)
+// denies. Give each limit its own key, such as "per-minute|user-42" and
+// "per-hour|user-42" (the front ends do it for you: their store keys begin
+// with the rule's name). Limits of different algorithms on one key are kept
+// apart.
 //
 // # Shared semantics
 //

@@ -28,10 +28,11 @@ type Decision struct {
 // Store decides rate limits for keys. Implementations: the memory store
 // (in-process) and the Redis store (shared between instances).
 //
-// Keys are arbitrary byte strings (an IP, an API key, a user id); the same
-// key under limits of different algorithms is kept apart. Limits with the
-// same algorithm and key share state, so a changed Quota applies to the
-// existing history.
+// Keys are arbitrary byte strings (an IP, an API key, a user id). A key
+// holds one limit's state: limits with the same algorithm and key share
+// it, so a changed Quota applies to the existing history, and two limits
+// meant to count apart need keys of their own ("per-minute|user-42"). The
+// same key under limits of different algorithms is kept apart.
 //
 // That history lasts until the key is fully replenished under the limit of
 // its last write (an admitted request or a refund; a denied request writes

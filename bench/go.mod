@@ -1,6 +1,6 @@
 module github.com/floodgate-rl/floodgate/bench
 
-go 1.26.8
+go 1.26.0
 
 require github.com/floodgate-rl/floodgate v0.0.0
 

@@ -25,7 +25,8 @@
 // together, all or nothing. A stream is checked when it starts, and a rule
 // with a MessageCost counts the messages the server receives on it
 // instead, each checked as it arrives. The health and reflection services
-// are skipped unless Config.Skip says otherwise.
+// are skipped unless Config.Skip says otherwise ([SkipNone] limits them
+// too).
 //
 // # Answers
 //
@@ -84,12 +85,19 @@ const (
 // retry-after whatever the mode.
 type HeaderMode = ratelimitheader.Mode
 
-// The header modes.
 const (
-	HeadersBoth   = ratelimitheader.Both
-	HeadersIETF   = ratelimitheader.IETF
+	// HeadersBoth sends the IETF and the x-ratelimit-* metadata (the zero
+	// value).
+	HeadersBoth = ratelimitheader.Both
+	// HeadersIETF sends ratelimit-policy and ratelimit, with the values of
+	// httplimit.HeadersIETF's RateLimit-Policy and RateLimit headers.
+	HeadersIETF = ratelimitheader.IETF
+	// HeadersLegacy sends x-ratelimit-limit, x-ratelimit-remaining and
+	// x-ratelimit-reset (Unix epoch seconds), for the most restrictive rule.
 	HeadersLegacy = ratelimitheader.Legacy
-	HeadersNone   = ratelimitheader.None
+	// HeadersNone sends no rate-limit metadata but a denial's retry-after
+	// and grpc-retry-pushback-ms.
+	HeadersNone = ratelimitheader.None
 )
 
 // Rule is one rate limit and the calls it applies to.
@@ -158,15 +166,17 @@ type Config struct {
 	OverLimitCache decide.CacheOptions
 	// Timeout, if positive, bounds each call's decision; passing it is an
 	// outage. Zero: the store's own per-call timeout is the one budget.
-	// Negative is an error.
+	// Negative is an error, and so is one at or above the store's own
+	// per-call timeout, as httplimit.Config.Timeout says.
 	Timeout time.Duration
 	// UnavailableRetryAfter is the RetryInfo delay of a call that a
 	// fail-closed rule could not decide. Zero:
 	// decide.DefaultUnavailableRetryAfter.
 	UnavailableRetryAfter time.Duration
 	// Skip, if set, exempts the calls for which it returns true: they pass
-	// with no rule checked and no metadata added.
-	// Nil: [SkipHealthAndReflection].
+	// with no rule checked and no metadata added. Nil:
+	// [SkipHealthAndReflection]; [SkipNone] limits every call, the health
+	// service's too.
 	Skip func(ctx context.Context, fullMethod string) bool
 	// OnStoreError, if set, is called for every failure: a store call that
 	// failed or timed out, a refund that failed, or a key function's error
@@ -195,6 +205,11 @@ func SkipHealthAndReflection(_ context.Context, fullMethod string) bool {
 		strings.HasPrefix(fullMethod, "/grpc.reflection.v1.ServerReflection/") ||
 		strings.HasPrefix(fullMethod, "/grpc.reflection.v1alpha.ServerReflection/")
 }
+
+// SkipNone skips no call: as Config.Skip, it puts the health service and
+// server reflection under the rules like every other call (to try a limit
+// with grpc/health/v1, or to limit health checks).
+func SkipNone(context.Context, string) bool { return false }
 
 // ErrKey marks a key function's failure, as passed to OnStoreError.
 var ErrKey = errors.New("grpclimit: no key for the call")
@@ -234,6 +249,9 @@ type Stats struct {
 	// LocalFallback counts calls this instance decided alone, at a FailLocal
 	// rule's share, while the store was unavailable.
 	LocalFallback uint64
+	// CacheHits counts rule checks denied from the over-limit cache,
+	// without asking the store.
+	CacheHits uint64
 }
 
 // Limiter holds the interceptors. Create it with New; it is safe for
@@ -364,7 +382,7 @@ func (l *Limiter) Close(ctx context.Context) error { return l.front.Engine.Close
 func (l *Limiter) Stats() Stats {
 	// Stats has Counts' fields, in its order: a conversion, checked by
 	// the compiler.
-	return Stats(l.report.Counts())
+	return Stats(frontend.CountsOf(&l.front, l.report))
 }
 
 // Unary is the unary server interceptor: pass it to

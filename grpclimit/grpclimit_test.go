@@ -34,7 +34,9 @@ import (
 	"github.com/floodgate-rl/floodgate/clocktest"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/grpclimit"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/remotestore"
 )
 
@@ -365,15 +367,21 @@ func TestFailureModes(t *testing.T) {
 	}
 }
 
-// TestSkip: the health and reflection services are skipped by default, and
-// limited when Skip says so.
+// TestSkip: the health and reflection services are skipped by default
+// (and by SkipHealthAndReflection), and limited under SkipNone, as every
+// other call is.
 func TestSkip(t *testing.T) {
-	for _, skipNone := range []bool{false, true} {
-		t.Run(fmt.Sprint("skipNone=", skipNone), func(t *testing.T) {
-			cfg := grpclimit.Config{Store: memory.New(), Logger: discard, Rules: []grpclimit.Rule{{Name: "all", Limit: floodgate.PerHour(1)}}}
-			if skipNone {
-				cfg.Skip = func(context.Context, string) bool { return false }
-			}
+	for _, tc := range []struct {
+		name       string
+		skip       func(context.Context, string) bool
+		wantDenied int
+	}{
+		{"nil", nil, 0},
+		{"SkipHealthAndReflection", grpclimit.SkipHealthAndReflection, 0},
+		{"SkipNone", grpclimit.SkipNone, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := grpclimit.Config{Store: memory.New(), Logger: discard, Skip: tc.skip, Rules: []grpclimit.Rule{{Name: "all", Limit: floodgate.PerHour(1)}}}
 			lim := newLimiter(t, cfg)
 			cc := serve(t, lim, serveOpts{register: func(s *grpc.Server) {
 				healthpb.RegisterHealthServer(s, healthgrpc.NewServer())
@@ -398,8 +406,41 @@ func TestSkip(t *testing.T) {
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			if want := map[bool]int{false: 0, true: 3}[skipNone]; denied != want {
-				t.Fatalf("%d health and reflection calls denied, want %d", denied, want)
+			if denied != tc.wantDenied || lim.Stats().Denied != uint64(tc.wantDenied) {
+				t.Fatalf("%d health and reflection calls denied (stats %+v), want %d", denied, lim.Stats(), tc.wantDenied)
+			}
+		})
+	}
+}
+
+// TestCacheHits: a key over its limit is denied from the over-limit cache
+// until its retry delay, and Stats counts those denials apart, as
+// httplimit's do. The store is a real Redis: the cache stays off over the
+// memory store, which denies as fast.
+func TestCacheHits(t *testing.T) {
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{redistest.StandaloneAddr(t)},
+		KeyPrefix: fmt.Sprintf("grpclimit-cache-test:%d:", time.Now().UnixNano()), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	for _, tc := range []struct {
+		name          string
+		noCache       bool
+		wantCacheHits uint64
+	}{{"cached", false, 2}, {"NoCache", true, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := newLimiter(t, grpclimit.Config{Store: store, Logger: discard,
+				Rules: []grpclimit.Rule{{Name: tc.name, Limit: floodgate.PerHour(1), NoCache: tc.noCache}}})
+			client := testpb.NewTestServiceClient(serve(t, lim, serveOpts{}))
+			for i := range 4 {
+				_, err := client.UnaryCall(t.Context(), &testpb.SimpleRequest{})
+				if (i == 0) != (err == nil) || i > 0 && status.Code(err) != codes.ResourceExhausted {
+					t.Fatalf("call %d: %v", i+1, err)
+				}
+			}
+			if st := lim.Stats(); st.Denied != 3 || st.CacheHits != tc.wantCacheHits {
+				t.Fatalf("stats %+v, want 3 denied, %d of them from the cache", st, tc.wantCacheHits)
 			}
 		})
 	}
@@ -560,5 +601,24 @@ func TestFailLocal(t *testing.T) {
 	}
 	if got := lim.Stats().LocalFallback; got != 10 {
 		t.Errorf("Stats.LocalFallback %d, want 10", got)
+	}
+}
+
+// TestTimeoutBelowStore: a Timeout at or above the store's own per-call
+// timeout is an error of New naming both, as httplimit's is.
+func TestTimeoutBelowStore(t *testing.T) {
+	store, err := remotestore.New(remotestore.Config{URL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := []grpclimit.Rule{{Name: "r", Limit: floodgate.PerMinute(1)}}
+	_, err = grpclimit.New(grpclimit.Config{Store: store, Rules: rules, Timeout: 100 * time.Millisecond})
+	const want = "grpclimit: Timeout 100ms must be below the store's own per-call timeout, 100ms (the Timeout of its *remotestore.Store), which would end every call first: set it below 100ms, or to 0 to let the store bound each call"
+	var ce *grpclimit.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Timeout" || err.Error() != want {
+		t.Fatalf("New = %v\nwant the *ConfigError %s", err, want)
+	}
+	if _, err := grpclimit.New(grpclimit.Config{Store: store, Rules: rules, Timeout: 80 * time.Millisecond}); err != nil {
+		t.Fatalf("a Timeout below the store's: %v", err)
 	}
 }

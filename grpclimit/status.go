@@ -24,11 +24,20 @@ import (
 // The rate-limit metadata keys: the HTTP header names in lower case, as
 // gRPC metadata keys are.
 const (
-	MetadataPolicy     = "ratelimit-policy"
-	MetadataRateLimit  = "ratelimit"
-	MetadataLimit      = "x-ratelimit-limit"
-	MetadataRemaining  = "x-ratelimit-remaining"
-	MetadataReset      = "x-ratelimit-reset"
+	// MetadataPolicy lists every enforced rule of the call: its quota and
+	// window (HTTP's RateLimit-Policy).
+	MetadataPolicy = "ratelimit-policy"
+	// MetadataRateLimit is what remains of the most restrictive rule, and
+	// when (HTTP's RateLimit).
+	MetadataRateLimit = "ratelimit"
+	// MetadataLimit is the most restrictive rule's quota.
+	MetadataLimit = "x-ratelimit-limit"
+	// MetadataRemaining is what remains of it.
+	MetadataRemaining = "x-ratelimit-remaining"
+	// MetadataReset is when it is whole again, in Unix epoch seconds.
+	MetadataReset = "x-ratelimit-reset"
+	// MetadataRetryAfter is a denial's retry delay in whole seconds,
+	// rounded up.
 	MetadataRetryAfter = "retry-after"
 	// MetadataPushback is grpc-go's retry pushback: a client whose retry
 	// policy retries the status waits this many milliseconds, the retry

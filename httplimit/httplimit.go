@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -108,7 +109,9 @@ type Rule struct {
 	// that any of them would route, with ServeMux's rules for trailing
 	// slashes, wildcards, methods and hosts. Paths are matched after
 	// ServeMux's cleaning, so "/api/../login" matches "/login". Empty: every
-	// path.
+	// path. A path pattern starts with '/': ServeMux reads "api/" as the
+	// host "api", so New refuses a host without a dot (but localhost) or
+	// with a port, which would never match.
 	Paths []string
 	// Key returns the key the rule counts the request under. Nil: the
 	// client's address, from Config.ClientIP. See [KeyFunc].
@@ -180,9 +183,12 @@ type Config struct {
 	// Timeout, if positive, bounds each request's whole decision: its rules'
 	// store calls share this one deadline, and passing it counts as the
 	// store being unavailable. Zero: no deadline beyond the request's own
-	// and the store's. Negative is an error. Set it only below the store's
-	// own timeout. A call that times out may still have been counted by the
-	// store; it is not refunded.
+	// and the store's. Negative is an error, and so is one at or above the
+	// store's own per-call timeout when the store says it (a method
+	// Timeout() time.Duration: redisstore's, 50ms by default, and
+	// remotestore's, 100ms), which would end every call first. A call that
+	// times out may still have been counted by the store; it is not
+	// refunded.
 	Timeout time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 from a fail-closed
 	// rule. Zero: DefaultUnavailableRetryAfter. Rounded up to whole seconds.
@@ -326,16 +332,9 @@ func (l *Limiter) Close(ctx context.Context) error { return l.front.Engine.Close
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	c := l.report.Counts()
-	return Stats{
-		Denied:        c.Denied,
-		ShadowDenied:  c.ShadowDenied,
-		Unavailable:   c.Unavailable,
-		StoreErrors:   c.StoreErrors,
-		KeyErrors:     c.KeyErrors,
-		LocalFallback: c.LocalFallback,
-		CacheHits:     l.front.Engine.CacheStats().Hits,
-	}
+	// Stats has Counts' fields, in its order: a conversion, checked by
+	// the compiler.
+	return Stats(frontend.CountsOf(&l.front, l.report))
 }
 
 // Handler returns next behind the Limiter's rules. Its method value,
@@ -420,6 +419,9 @@ func compileRule(i int, r Rule, clientKey KeyFunc) (rule, error) {
 	if len(r.Paths) > 0 {
 		cr.mux = http.NewServeMux()
 		for j, p := range r.Paths {
+			if reason := hostMistake(p); reason != "" {
+				return rule{}, &ConfigError{Field: field(fmt.Sprintf("Paths[%d]", j)), Value: fmt.Sprintf("%q", p), Reason: reason}
+			}
 			if err := register(cr.mux, p); err != nil {
 				return rule{}, &ConfigError{Field: field(fmt.Sprintf("Paths[%d]", j)), Value: fmt.Sprintf("%q", p), Reason: "is not a valid ServeMux pattern: " + err.Error()}
 			}
@@ -430,6 +432,30 @@ func compileRule(i int, r Rule, clientKey KeyFunc) (rule, error) {
 	}
 	cr.problem = quotaProblem(r.Name, r.Limit)
 	return cr, nil
+}
+
+// hostMistake reports why pattern, which ServeMux reads as
+// "[METHOD ][HOST]/[PATH]", has a host part that would never match as
+// meant: a path without its leading '/' ("api/" is host "api"), or a host
+// with a port (ServeMux matches the request's host without it). "" for a
+// pattern without a host, or with a host name that has a dot, localhost
+// or an IPv6 literal.
+func hostMistake(pattern string) string {
+	method, rest := "", pattern
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		method, rest = pattern[:i+1], strings.TrimLeft(pattern[i+1:], " \t")
+	}
+	host, _, ok := strings.Cut(rest, "/")
+	switch {
+	case !ok || host == "" || strings.HasPrefix(host, "["):
+		return "" // no host (ServeMux refuses a pattern without '/')
+	case strings.Contains(host, ":"):
+		return fmt.Sprintf("has a host with a port (%q), which never matches: ServeMux matches the request's host without its port; drop the port", host)
+	case !strings.Contains(host, ".") && host != "localhost":
+		return fmt.Sprintf("is a host pattern (host %q), so it never matches a path: a path pattern starts with '/' (%q); a host pattern names a host with a dot, such as %q",
+			host, method+"/"+rest, method+host+".example.com/"+strings.TrimPrefix(rest, host+"/"))
+	}
+	return ""
 }
 
 // register adds pattern to mux, turning ServeMux's panic on a bad or

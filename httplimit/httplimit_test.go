@@ -23,6 +23,7 @@ import (
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
 	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 func TestSpoofedXFFFromUntrustedPeer(t *testing.T) {
@@ -400,11 +401,11 @@ func testRefundConcurrent(t *testing.T, newStore func(t *testing.T, c floodgate.
 			var store floodgate.Store
 			if newStore != nil {
 				store = newStore(t, clock)
-				cfg.Store, cfg.Clock = store, clock
-				// A call that times out may have counted the request in
-				// the store without the middleware knowing; this test is
+				// No Timeout: the store's own (a minute) is the one
+				// budget. A call that times out may have counted the
+				// request without the middleware knowing; this test is
 				// about refunds, not timeouts.
-				cfg.Timeout = time.Minute
+				cfg.Store, cfg.Clock = store, clock
 			}
 			cfg.OnStoreError = func(r *http.Request, rule string, err error) {
 				t.Errorf("rule %s: %v", rule, err)
@@ -748,5 +749,70 @@ func TestConfigErrors(t *testing.T) {
 	_, err := httplimit.New(httplimit.Config{Store: store, Rules: []httplimit.Rule{{Name: "x", Limit: floodgate.PerMinute(0)}}})
 	if !errors.Is(err, floodgate.ErrInvalidLimit) {
 		t.Errorf("bad limit error %v does not match ErrInvalidLimit", err)
+	}
+}
+
+// TestPathsHostMistakes: a Paths entry that ServeMux would read as a host
+// that never matches (a path missing its '/', a host with a port) is an
+// error of New naming the entry, its value and the pattern meant; path
+// patterns and host names with a dot, localhost or an IPv6 literal are
+// accepted.
+func TestPathsHostMistakes(t *testing.T) {
+	for _, tt := range []struct {
+		pattern string
+		want    string // the error; "" accepted
+	}{
+		{"api/", `httplimit: Rules[0].Paths[0] "api/" is a host pattern (host "api"), so it never matches a path: a path pattern starts with '/' ("/api/"); a host pattern names a host with a dot, such as "api.example.com/"`},
+		{"GET api/users", `httplimit: Rules[0].Paths[0] "GET api/users" is a host pattern (host "api"), so it never matches a path: a path pattern starts with '/' ("GET /api/users"); a host pattern names a host with a dot, such as "GET api.example.com/users"`},
+		{"login/", `httplimit: Rules[0].Paths[0] "login/" is a host pattern (host "login"), so it never matches a path: a path pattern starts with '/' ("/login/"); a host pattern names a host with a dot, such as "login.example.com/"`},
+		{"api.example.com:8080/", `httplimit: Rules[0].Paths[0] "api.example.com:8080/" has a host with a port ("api.example.com:8080"), which never matches: ServeMux matches the request's host without its port; drop the port`},
+		{"/api/", ""},
+		{"GET /users/{id}", ""},
+		{"POST\t/login", ""},
+		{"api.example.com/", ""},
+		{"GET api.example.com/v1/", ""},
+		{"localhost/", ""},
+		{"[::1]/", ""},
+	} {
+		t.Run(tt.pattern, func(t *testing.T) {
+			_, err := httplimit.New(httplimit.Config{Store: memory.New(), Rules: []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(1), Paths: []string{tt.pattern}}}})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("New refused %q: %v", tt.pattern, err)
+				}
+				return
+			}
+			var ce *httplimit.ConfigError
+			if !errors.As(err, &ce) || ce.Field != "Rules[0].Paths[0]" || err.Error() != tt.want {
+				t.Fatalf("New = %v\nwant the *ConfigError %s", err, tt.want)
+			}
+		})
+	}
+	// What the error guards against: ServeMux takes "api/" and routes no
+	// request for /api/ to it.
+	mux := http.NewServeMux()
+	mux.Handle("api/", http.NotFoundHandler())
+	if _, p := mux.Handler(httptest.NewRequest(http.MethodGet, "/api/x", nil)); p != "" {
+		t.Fatalf("ServeMux routed /api/x to %q", p)
+	}
+}
+
+// TestTimeoutBelowStore: a Timeout at or above the store's own per-call
+// timeout is an error of New naming both, with the fix.
+func TestTimeoutBelowStore(t *testing.T) {
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{"127.0.0.1:1"}, Mode: redisstore.ModeStandalone, LazyConnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	rules := []httplimit.Rule{{Name: "r", Limit: floodgate.PerMinute(1)}}
+	_, err = httplimit.New(httplimit.Config{Store: store, Rules: rules, Timeout: time.Second})
+	const want = "httplimit: Timeout 1s must be below the store's own per-call timeout, 50ms (the Timeout of its *redisstore.Store), which would end every call first: set it below 50ms, or to 0 to let the store bound each call"
+	var ce *httplimit.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Timeout" || err.Error() != want {
+		t.Fatalf("New = %v\nwant the *ConfigError %s", err, want)
+	}
+	if _, err := httplimit.New(httplimit.Config{Store: store, Rules: rules, Timeout: 40 * time.Millisecond}); err != nil {
+		t.Fatalf("a Timeout below the store's: %v", err)
 	}
 }

@@ -42,8 +42,9 @@ const (
 )
 
 // Store is the in-process store. Create it with New; it is safe for
-// concurrent use. It needs no Close: eviction runs inline, amortised over
-// inserts, with no background goroutine.
+// concurrent use. It holds no goroutine or connection: eviction runs
+// inline, amortised over inserts. [Store.Close] is there only so that
+// switching to another store changes one line.
 type Store struct {
 	// The keys' states, one keyspace per algorithm, indexed by it.
 	keyspaces [len(algorithms)]keyspace
@@ -301,6 +302,11 @@ func (s *Store) Reset(_ context.Context, key string, limit floodgate.Limit) erro
 	s.keyspaces[limit.Algorithm].reset(h, i, key)
 	return nil
 }
+
+// Close does nothing and the store stays usable: there is nothing to
+// release. It makes a memory store a drop-in for redisstore.Store and
+// remotestore.Store, whose Close a program defers.
+func (s *Store) Close() {}
 
 // Len returns the number of keys the store holds state for, expired or not
 // yet swept. It is meant for tests and metrics.

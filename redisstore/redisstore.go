@@ -247,6 +247,11 @@ func (s *Store) Close() {
 	}
 }
 
+// Timeout returns the bound of every store call: Config.Timeout, or
+// DefaultTimeout. The library front ends (httplimit, grpclimit) refuse a
+// Timeout of their own at or above it, which would never end a call first.
+func (s *Store) Timeout() time.Duration { return s.timeout }
+
 // connected returns an error matching floodgate.ErrStoreUnavailable while
 // a store made with Config.LazyConnect has not connected yet.
 func (s *Store) connected() error {

@@ -171,6 +171,11 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Timeout returns the bound of every call: Config.Timeout, or
+// DefaultTimeout. The library front ends (httplimit, grpclimit) refuse a
+// Timeout of their own at or above it, which would never end a call first.
+func (s *Store) Timeout() time.Duration { return s.timeout }
+
 // Close closes the Store's idle connections. Calls after Close open new
 // ones.
 func (s *Store) Close() { s.client.CloseIdleConnections() }

@@ -48,6 +48,22 @@ func New(main, perSecond floodgate.BatchStore) (*Store, error) {
 	return &Store{main: main, perSecond: perSecond}, nil
 }
 
+// Timeout returns the shorter of the two stores' per-call timeouts, as
+// their Timeout methods report them (redisstore's, remotestore's), or 0
+// when neither has one: the bound the library front ends hold their own
+// Timeout below.
+func (s *Store) Timeout() time.Duration {
+	var least time.Duration
+	for _, st := range []floodgate.Store{s.main, s.perSecond} {
+		if ts, ok := st.(interface{ Timeout() time.Duration }); ok {
+			if d := ts.Timeout(); d > 0 && (least == 0 || d < least) {
+				least = d
+			}
+		}
+	}
+	return least
+}
+
 // route returns the store of limit l's calls.
 func (s *Store) route(l floodgate.Limit) floodgate.BatchStore {
 	if l.Window == Window {

@@ -1,6 +1,6 @@
 module github.com/floodgate-rl/floodgate/compat/envoyratelimit
 
-go 1.26.8
+go 1.26.0
 
 require github.com/envoyproxy/ratelimit v1.4.1-0.20260122083618-3fb702589d36
 

@@ -1,6 +1,6 @@
 module github.com/floodgate-rl/floodgate/httplimit/routertest
 
-go 1.26.8
+go 1.26.0
 
 replace github.com/floodgate-rl/floodgate => ../..
 

@@ -19,6 +19,21 @@ func TestReadmeLibraryExample(t *testing.T) {
 	readme := readDoc(t, "README.md")
 	src := taggedBlock(t, readme, "README.md", "library example")
 	want := taggedBlock(t, readme, "README.md", "library output")
+	out, err := exec.Command(buildProgram(t, src)).Output()
+	if err != nil {
+		t.Fatalf("the README's example does not run: %v\n%s", err, stderrOf(err))
+	}
+	if string(out) != want {
+		t.Fatalf("the README's example prints\n%s\nthe README says\n%s", out, want)
+	}
+}
+
+// buildProgram builds src, a document's main package, as a module of its
+// own that requires floodgate from this checkout, and returns the
+// binary's path. Everything comes from the checkout and the module cache:
+// no network.
+func buildProgram(t *testing.T, src string) string {
+	t.Helper()
 	repo, err := filepath.Abs(root(t))
 	if err != nil {
 		t.Fatal(err)
@@ -28,25 +43,27 @@ func TestReadmeLibraryExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mod := "module readmeexample\n\ngo 1.26\n\nrequire github.com/floodgate-rl/floodgate v0.0.0\n\nreplace github.com/floodgate-rl/floodgate => " + repo + "\n"
+	mod := "module docexample\n\ngo 1.26\n\nrequire github.com/floodgate-rl/floodgate v0.0.0\n\nreplace github.com/floodgate-rl/floodgate => " + repo + "\n"
 	for name, data := range map[string]string{"go.mod": mod, "go.sum": string(sum), "main.go": src} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "run", ".")
+	bin := filepath.Join(dir, "example")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
 	cmd.Dir = dir
-	// Everything comes from this checkout and the module cache: no network.
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("the README's example does not run: %v\n%s", err, stderr)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the document's program does not build: %v\n%s", err, out)
 	}
-	if string(out) != want {
-		t.Fatalf("the README's example prints\n%s\nthe README says\n%s", out, want)
+	return bin
+}
+
+// stderrOf returns what a program that err ended wrote to its standard
+// error, when cmd.Output kept it.
+func stderrOf(err error) []byte {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.Stderr
 	}
+	return nil
 }

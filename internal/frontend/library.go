@@ -115,6 +115,9 @@ func New(l Library) (Front, error) {
 	case len(l.Rules) == 0:
 		return Front{}, fmt.Errorf("frontend: %w", &fielderr.Error{Field: "Rules", Value: "[]", Reason: "must hold at least one rule"})
 	}
+	if err := checkTimeout(l.Store, l.Options.Timeout); err != nil {
+		return Front{}, err
+	}
 	if reason := rulecheck.KeyPrefix(l.KeyPrefix); reason != "" {
 		return Front{}, fmt.Errorf("frontend: %w", &fielderr.Error{Field: "KeyPrefix", Value: strconv.Quote(l.KeyPrefix), Reason: reason})
 	}
@@ -150,6 +153,28 @@ func New(l Library) (Front, error) {
 		})
 	}
 	return front, nil
+}
+
+// timeoutStore is a store that bounds each call by a timeout of its own
+// and says which: redisstore's, remotestore's and splitstore's.
+type timeoutStore interface {
+	Timeout() time.Duration
+}
+
+// checkTimeout refuses a front end's Timeout at or above its store's own
+// per-call timeout: the store would end every call first, so the front
+// end's would never apply. A store that does not say its timeout is not
+// checked.
+func checkTimeout(store floodgate.Store, timeout time.Duration) error {
+	ts, ok := store.(timeoutStore)
+	if !ok || timeout <= 0 {
+		return nil
+	}
+	if own := ts.Timeout(); own > 0 && timeout >= own {
+		return fmt.Errorf("frontend: %w", &fielderr.Error{Field: "Timeout", Value: timeout.String(),
+			Reason: fmt.Sprintf("must be below the store's own per-call timeout, %s (the Timeout of its %T), which would end every call first: set it below %s, or to 0 to let the store bound each call", own, store, own)})
+	}
+	return nil
 }
 
 // ErrorFields returns what a front end's ConfigError reports of err, an

@@ -14,6 +14,9 @@ import (
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/remotestore"
+	"github.com/floodgate-rl/floodgate/splitstore"
 )
 
 // TestNew: the settings the middleware and the gRPC interceptors
@@ -118,5 +121,59 @@ func TestErrorFields(t *testing.T) {
 	other := errors.New("boom")
 	if field, _, reason, fieldErr := frontend.ErrorFields(other); field != "Store" || reason != "cannot be used" || !errors.Is(fieldErr, other) {
 		t.Errorf("ErrorFields(%v) = %q, %q, %v; want the Store, wrapping it", other, field, reason, fieldErr)
+	}
+}
+
+// TestTimeoutBelowStore: a front end's Timeout at or above its store's own
+// per-call timeout is an error naming both, for every store that says its
+// timeout; a store that does not (the memory store) is not checked.
+func TestTimeoutBelowStore(t *testing.T) {
+	redis := func(timeout time.Duration) floodgate.BatchStore {
+		// LazyConnect: a real store that needs no server to be made.
+		s, err := redisstore.New(redisstore.Config{Addrs: []string{"127.0.0.1:1"}, Mode: redisstore.ModeStandalone, LazyConnect: true, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	remote, err := remotestore.New(remotestore.Config{URL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	split, err := splitstore.New(remote, redis(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		store   floodgate.Store
+		timeout time.Duration
+		want    string // the reason; "" accepted
+	}{
+		{"redis default, equal", redis(0), 50 * time.Millisecond, "must be below the store's own per-call timeout, 50ms (the Timeout of its *redisstore.Store), which would end every call first: set it below 50ms, or to 0 to let the store bound each call"},
+		{"redis default, above", redis(0), time.Second, "must be below the store's own per-call timeout, 50ms (the Timeout of its *redisstore.Store), which would end every call first: set it below 50ms, or to 0 to let the store bound each call"},
+		{"redis default, below", redis(0), 49 * time.Millisecond, ""},
+		{"redis default, none", redis(0), 0, ""},
+		{"redis 2s, below", redis(2 * time.Second), time.Second, ""},
+		{"remote default, equal", remote, 100 * time.Millisecond, "must be below the store's own per-call timeout, 100ms (the Timeout of its *remotestore.Store), which would end every call first: set it below 100ms, or to 0 to let the store bound each call"},
+		{"remote default, below", remote, 99 * time.Millisecond, ""},
+		{"split, above the shorter", split, 60 * time.Millisecond, "must be below the store's own per-call timeout, 50ms (the Timeout of its *splitstore.Store), which would end every call first: set it below 50ms, or to 0 to let the store bound each call"},
+		{"memory: no timeout of its own", memory.New(), time.Hour, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := frontend.New(frontend.Library{Store: tc.store, Rules: []frontend.Rule{{Name: "a", Limit: floodgate.PerMinute(1)}},
+				Options: decide.Options{Timeout: tc.timeout}})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("New = %v, want no error", err)
+				}
+				return
+			}
+			var fe *fielderr.Error
+			if !errors.As(err, &fe) || fe.Field != "Timeout" || fe.Value != tc.timeout.String() || fe.Reason != tc.want {
+				t.Fatalf("New = %v\nwant Timeout %s %s", err, tc.timeout, tc.want)
+			}
+		})
 	}
 }

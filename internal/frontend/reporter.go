@@ -37,6 +37,17 @@ type Counts struct {
 	// LocalFallback counts requests of which a check was decided by the
 	// local fallback.
 	LocalFallback uint64
+	// CacheHits counts checks denied from the engine's over-limit cache:
+	// [CountsOf] fills it, a Reporter's own Counts leave it zero.
+	CacheHits uint64
+}
+
+// CountsOf returns what rp has counted of f's requests, with the cache
+// hits of f's engine: a front end's Stats.
+func CountsOf[R any](f *Front, rp *Reporter[R]) Counts {
+	c := rp.Counts()
+	c.CacheHits = f.Engine.CacheStats().Hits
+	return c
 }
 
 // NewReporter returns a Reporter for the front end called name (its
