@@ -362,27 +362,6 @@ func blocked(c *Check) Outcome {
 // one, decided alone, or was decided through its lease.
 func (o *Outcome) settled() bool { return o.Err != nil || o.final || o.Leased }
 
-// unsettled counts the enforced checks still to ask the store about.
-func unsettled(checks []Check, out []Outcome) int {
-	n := 0
-	for i := range checks {
-		if c := &checks[i]; !c.Shadow && !c.CheckOnly && !out[i].settled() {
-			n++
-		}
-	}
-	return n
-}
-
-// anyLeased reports whether a check is decided from a lease.
-func (e *Engine) anyLeased(checks []Check) bool {
-	for i := range checks {
-		if e.leased(&checks[i]) {
-			return true
-		}
-	}
-	return false
-}
-
 func checkCost(c *Check) error {
 	if c.CheckOnly {
 		return nil // the store validates the limit
@@ -505,23 +484,6 @@ func setOutcome(o *Outcome, d floodgate.Decision, err error) {
 		o.set(Outcome{Verdict: Unavailable, Err: err})
 	default:
 		o.set(Outcome{Verdict: StoreError, Err: err})
-	}
-}
-
-// set makes o n, keeping the over-limit cache's notes on o (the key's
-// epoch, a flight to finish).
-func (o *Outcome) set(n Outcome) {
-	n.epoch, n.entry, n.in = o.epoch, o.entry, o.in
-	*o = n
-}
-
-// giveBack notes that o's cost is no longer taken: Remaining is what it was
-// before the check (exact for every algorithm, as the cost was taken at the
-// same moment).
-func (o *Outcome) giveBack(cost int64) {
-	if o.taken {
-		o.taken = false
-		o.Decision.Remaining = min(o.Decision.Remaining+cost, o.Decision.Limit)
 	}
 }
 

@@ -3,7 +3,6 @@ package decide
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"strconv"
 	"sync"
@@ -314,155 +313,6 @@ func (l *lease) nextWant(cost, now int64) int64 {
 	return w
 }
 
-// fetchResult is what a fetch brought: units, the store's refusal of the
-// cost, or nothing because the lease was dropped meanwhile.
-type fetchResult int
-
-const (
-	fetchGranted fetchResult = iota
-	fetchRefused
-	fetchGone
-)
-
-// fetchLease takes a block for c's lease l from the store for a request of
-// cost and ends l's fetch. On a refusal d is the store's for cost; on an
-// error nothing changed but the lease's note of the failure.
-func (e *Engine) fetchLease(ctx context.Context, c *Check, l *lease, cost int64) (fetchResult, floodgate.Decision, error) {
-	at := e.micros()
-	want := l.nextWant(cost, at)
-	granted, d, err := e.take(ctx, c, want, cost)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	close(l.fetch)
-	l.fetch = nil
-	switch {
-	case err != nil:
-		// Until half a refresh has passed, requests the units held cannot
-		// pay fail with this error at once: one call per lease asks an
-		// unavailable store, not every request, each waiting its timeout.
-		l.failErr, l.failUntil = err, e.micros()+l.opts.Refresh.Microseconds()/2
-		return fetchRefused, d, err
-	case l.gone:
-		// Dropped meanwhile. Idle or closed: give the units back. Reset:
-		// the store may have taken them before its reset, when they are
-		// no longer counted, so giving them back would add to the quota.
-		if granted > 0 && !l.reset {
-			l.expired += granted
-			e.giveBackLease(l)
-		}
-		return fetchGone, d, nil
-	}
-	l.last, l.lastAt, l.failErr, l.failUntil = d, at, nil, 0
-	l.holdUntil = 0
-	if granted < want {
-		// Refused, or given less than asked: the store is short, so the
-		// instance asks again no sooner than half a refresh, calling it at
-		// its refresh rate, not at the rate units come back; nor before
-		// the store could admit cost again, as far as its answer says.
-		l.holdUntil = at + max(l.opts.Refresh.Microseconds()/2, l.untilFits(d, granted, cost))
-	}
-	if granted == 0 {
-		return fetchRefused, l.refusal(l.held(), e.micros()), nil
-	}
-	expires := at + l.opts.TTL.Microseconds()
-	if c.Limit.Algorithm == floodgate.FixedWindow {
-		// at + ResetAfter is no later than the window's end: the store
-		// decided after at.
-		expires = min(expires, at+d.ResetAfter.Microseconds())
-	}
-	l.blocks = append(l.blocks, block{units: granted, expires: expires})
-	return fetchGranted, d, nil
-}
-
-// untilFits returns how long after a fetch's store call a request of cost
-// cannot fit, by the store's answer d: a refusal's retry delay; after a
-// grant that emptied the store, a window's end or a bucket's time to
-// refill cost (from an empty bucket: never early); otherwise 0.
-func (l *lease) untilFits(d floodgate.Decision, granted, cost int64) int64 {
-	switch {
-	case granted == 0:
-		return ceilMicros(d.RetryAfter)
-	case d.Remaining > 0:
-		return 0
-	case l.key.limit.Algorithm == floodgate.FixedWindow:
-		return ceilMicros(d.ResetAfter)
-	}
-	lim := l.key.limit
-	w, refill := lim.Window.Microseconds(), fixedpoint.Refill(lim.Quota, lim.Refill)
-	unit, perMicro := fixedpoint.Unit(w, refill), fixedpoint.PerMicro(w, refill)
-	return (cost*unit + perMicro - 1) / perMicro
-}
-
-// ceilMicros returns d in microseconds, rounded up.
-func ceilMicros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
-
-// take takes up to want units (at least cost) for c in the store and
-// returns how many it took with the store's decision: the grant, or with
-// 0 the refusal of cost. When want does not fit, it takes what the store
-// said remains, and asks for cost alone when even that is short, so a
-// refusal's retry delay is cost's own.
-func (e *Engine) take(ctx context.Context, c *Check, want, cost int64) (int64, floodgate.Decision, error) {
-	n := want
-	for {
-		start := e.callStart()
-		d, err := e.store.AllowN(ctx, c.Key, c.Limit, n)
-		e.called("lease", start)
-		switch {
-		case err != nil:
-			return 0, d, err
-		case d.Allowed:
-			return n, d, nil
-		case n == cost:
-			return 0, d, nil
-		case d.Remaining >= cost && d.Remaining < n:
-			n = d.Remaining
-		default:
-			n = cost
-		}
-	}
-}
-
-// prefetch fetches l's next block in the background.
-func (e *Engine) prefetch(c Check, l *lease) {
-	if !e.leases.startWork() {
-		l.mu.Lock()
-		close(l.fetch)
-		l.fetch = nil
-		l.mu.Unlock()
-		return
-	}
-	go func() {
-		defer e.leases.wg.Done()
-		ctx, cancel := context.WithTimeout(e.leases.ctx, e.leaseTimeout())
-		defer cancel()
-		if _, _, err := e.fetchLease(ctx, &c, l, c.cost()); err != nil && e.leases.ctx.Err() == nil {
-			e.warn.Warn(ctx, "floodgate: fetching a lease failed; the units held are spent first, then the rule's failure mode applies",
-				slog.String("rule", c.Rule), slog.String("error", err.Error()))
-		}
-	}()
-}
-
-// leaseTimeout bounds a background fetch or give-back.
-func (e *Engine) leaseTimeout() time.Duration {
-	if e.timeout > 0 {
-		return e.timeout
-	}
-	return time.Second
-}
-
-// startWork adds one to wg unless the table is closed.
-func (t *leaseTable) startWork() bool {
-	t.closeMu.RLock()
-	defer t.closeMu.RUnlock()
-	if t.closed.Load() {
-		return false
-	}
-	t.wg.Add(1)
-	return true
-}
-
 // decideLeased decides the enforced leased checks from their leases,
 // fetching a block where one is needed, and reports whether one was
 // denied: then the request is, without asking the store about the others.
@@ -534,161 +384,29 @@ func (e *Engine) decideLeased(ctx context.Context, checks []Check, out []Outcome
 	return denied
 }
 
+// unsettled counts the enforced checks still to ask the store about.
+func unsettled(checks []Check, out []Outcome) int {
+	n := 0
+	for i := range checks {
+		if c := &checks[i]; !c.Shadow && !c.CheckOnly && !out[i].settled() {
+			n++
+		}
+	}
+	return n
+}
+
+// anyLeased reports whether a check is decided from a lease.
+func (e *Engine) anyLeased(checks []Check) bool {
+	for i := range checks {
+		if e.leased(&checks[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // leased reports whether c is decided from a lease: an enforced check that
 // takes something, with LeaseOptions, over a store that decides elsewhere.
 func (e *Engine) leased(c *Check) bool {
 	return c.Lease != nil && !e.inProcess && !c.Shadow && !c.CheckOnly && !c.Blocked && !e.leases.closed.Load()
-}
-
-// unspend gives cost back to the lease it was spent from, for a request
-// that was not admitted.
-func (e *Engine) unspend(l *lease, cost, now int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.gone {
-		if !l.reset {
-			l.expired += cost
-			e.giveBackLease(l)
-		}
-		return
-	}
-	l.spent -= min(cost, l.spent)
-	for i := len(l.blocks) - 1; i >= 0; i-- {
-		if now < l.blocks[i].expires {
-			l.blocks[i].units += cost
-			return
-		}
-	}
-	l.expired += cost // every block's time ran out: back to the store
-}
-
-// startSweeper starts the goroutine that gives back idle leases and units
-// whose time ran out.
-func (e *Engine) startSweeper() {
-	if !e.leases.startWork() {
-		return
-	}
-	go func() {
-		defer e.leases.wg.Done()
-		t := time.NewTicker(leaseSweep)
-		defer t.Stop()
-		for {
-			select {
-			case <-e.leases.ctx.Done():
-				return
-			case <-t.C:
-				e.sweepLeases()
-			}
-		}
-	}()
-}
-
-// sweepLeases drops the idle leases and gives back what each has to give.
-func (e *Engine) sweepLeases() {
-	now := e.micros()
-	e.leases.m.Range(func(k, v any) bool {
-		l := v.(*lease)
-		l.mu.Lock()
-		l.prune(now)
-		if now-l.used >= l.opts.Idle.Microseconds() && l.fetch == nil {
-			e.leases.m.Delete(k)
-			l.gone = true
-			l.expired += l.held()
-			l.blocks = nil
-		}
-		if l.expired > 0 {
-			e.giveBackLease(l)
-		}
-		l.mu.Unlock()
-		return true
-	})
-}
-
-// giveBackLease gives l's expired units back to the store in the
-// background; l.mu is held. A fixed window's units go back only while
-// their window lasts: the store counts a refund in the window containing
-// its own now, so one after the end changes nothing or the wrong window.
-func (e *Engine) giveBackLease(l *lease) {
-	n := l.expired
-	l.expired = 0
-	if n == 0 || l.key.limit.Algorithm == floodgate.FixedWindow {
-		return // a fixed window's expired units ended with their window
-	}
-	if !e.leases.startWork() {
-		return
-	}
-	go func() {
-		defer e.leases.wg.Done()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.leases.ctx), e.leaseTimeout())
-		defer cancel()
-		start := e.callStart()
-		err := e.store.RefundN(ctx, l.key.key, l.key.limit, n)
-		e.called("refund", start)
-		if err != nil {
-			e.warn.Warn(ctx, "floodgate: giving back a lease's unspent units failed: they stay taken until the bucket refills",
-				slog.Int64("units", n), slog.String("error", err.Error()))
-		}
-	}()
-}
-
-// dropLeases forgets every lease of key, without giving anything back: a
-// reset cleared the store's state they were taken from.
-func (e *Engine) dropLeases(key string) {
-	e.leases.m.Range(func(k, v any) bool {
-		if k.(leaseKey).key == key {
-			l := v.(*lease)
-			l.mu.Lock()
-			e.leases.m.Delete(k)
-			l.gone, l.reset = true, true
-			l.blocks, l.expired = nil, 0
-			l.mu.Unlock()
-		}
-		return true
-	})
-}
-
-// Close gives back every lease's unspent units to the store and waits for
-// that (and for fetches under way) until ctx ends. Decisions after Close
-// go on, each asking the store as a check without a lease does. Safe to
-// call more than once, and concurrently with Decide.
-func (e *Engine) Close(ctx context.Context) error {
-	e.leases.closeMu.Lock()
-	already := e.leases.closed.Swap(true)
-	e.leases.closeMu.Unlock()
-	if already {
-		return nil
-	}
-	e.leases.cancel() // stops the sweeper; fetches under way fail
-	var wg sync.WaitGroup
-	e.leases.m.Range(func(k, v any) bool {
-		l := v.(*lease)
-		l.mu.Lock()
-		e.leases.m.Delete(k)
-		l.gone = true
-		l.prune(e.micros())
-		n := l.expired + l.held()
-		l.blocks, l.expired = nil, 0
-		l.mu.Unlock()
-		if n > 0 && l.key.limit.Algorithm != floodgate.FixedWindow {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				start := e.callStart()
-				if err := e.store.RefundN(ctx, l.key.key, l.key.limit, n); err != nil {
-					e.warn.Warn(ctx, "floodgate: giving back a lease's unspent units at close failed",
-						slog.Int64("units", n), slog.String("error", err.Error()))
-				}
-				e.called("refund", start)
-			}()
-		}
-		return true
-	})
-	done := make(chan struct{})
-	go func() { wg.Wait(); e.leases.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -188,3 +188,20 @@ func (r *Result) Err() error {
 	}
 	return r.Outcomes[r.Deciding].Err
 }
+
+// set makes o n, keeping the over-limit cache's notes on o (the key's
+// epoch, a flight to finish).
+func (o *Outcome) set(n Outcome) {
+	n.epoch, n.entry, n.in = o.epoch, o.entry, o.in
+	*o = n
+}
+
+// giveBack notes that o's cost is no longer taken: Remaining is what it was
+// before the check (exact for every algorithm, as the cost was taken at the
+// same moment).
+func (o *Outcome) giveBack(cost int64) {
+	if o.taken {
+		o.taken = false
+		o.Decision.Remaining = min(o.Decision.Remaining+cost, o.Decision.Limit)
+	}
+}
