@@ -103,17 +103,21 @@ type OverLimitCache struct {
 	MaxEntries int `yaml:"max_entries"`
 	// MaxBytes bounds the memory held, in bytes (0 or absent: 16 MiB).
 	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxAge is the longest a denial is answered (and a leased unit spent)
+	// while the instance does not hear Redis's change channel (0 or
+	// absent: 1s).
+	MaxAge time.Duration `yaml:"max_age"`
 }
 
 // OverLimitCache returns the engine's cache options for the store section.
 func (c *Config) OverLimitCache() decide.CacheOptions { return c.Store.OverLimitCache.options() }
 
 func (o OverLimitCache) options() decide.CacheOptions {
-	return decide.CacheOptions{Disabled: o.Disabled, MaxEntries: o.MaxEntries, MaxBytes: o.MaxBytes}
+	return decide.CacheOptions{Disabled: o.Disabled, MaxEntries: o.MaxEntries, MaxBytes: o.MaxBytes, MaxAge: o.MaxAge}
 }
 
 // cacheKeys are the YAML keys of decide.CacheOptions's fields.
-var cacheKeys = map[string]string{"MaxEntries": "max_entries", "MaxBytes": "max_bytes"}
+var cacheKeys = map[string]string{"MaxEntries": "max_entries", "MaxBytes": "max_bytes", "MaxAge": "max_age"}
 
 // Store types.
 const (
@@ -378,7 +382,7 @@ func (s *Store) checkAt(lines yamlfield.Lines, p string) []error {
 func (s *Store) checkCache(lines yamlfield.Lines, p string) []error {
 	o := s.OverLimitCache.options()
 	var errs []error
-	for _, one := range []decide.CacheOptions{{MaxEntries: o.MaxEntries}, {MaxBytes: o.MaxBytes}} {
+	for _, one := range []decide.CacheOptions{{MaxEntries: o.MaxEntries}, {MaxBytes: o.MaxBytes}, {MaxAge: o.MaxAge}} {
 		err := one.Validate()
 		var fe *fielderr.Error
 		switch {

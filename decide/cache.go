@@ -23,6 +23,8 @@ const (
 	// CacheEntryOverhead is the bytes the over-limit cache counts for an
 	// entry besides its key's: the entry and its map slot.
 	CacheEntryOverhead = 160
+	// DefaultMaxAge is CacheOptions.MaxAge's default.
+	DefaultMaxAge = time.Second
 )
 
 // CacheOptions bound the engine's over-limit cache, which remembers each
@@ -44,6 +46,14 @@ type CacheOptions struct {
 	// MaxBytes bounds the memory held, as estimated: each entry's key
 	// length plus CacheEntryOverhead. Zero: DefaultCacheBytes.
 	MaxBytes int64
+	// MaxAge is the longest a denial is answered, and a leased unit
+	// spent, after the store gave it, while the engine does not hear the
+	// store's change channel (the Redis store's pub/sub, on which every
+	// instance announces its resets; a store without one is never heard):
+	// a reset made elsewhere then reaches this instance within MaxAge.
+	// While it hears the channel, resets arrive as messages and a denial
+	// lasts its retry delay. Zero: DefaultMaxAge.
+	MaxAge time.Duration
 }
 
 // CacheStats are the over-limit cache's counters and size.
@@ -84,6 +94,7 @@ type denial struct {
 	at      int64 // microseconds on the engine's clock
 	expires int64
 	d       floodgate.Decision
+	until   int64 // the entry answers no later than this (Options.LocalMaxAge, out of sync)
 	flight  *flight
 	tickets int64
 }
@@ -144,7 +155,7 @@ type overLimitCache struct {
 }
 
 // Validate reports whether o's bounds are usable, as an error naming the
-// first bad one (MaxEntries, MaxBytes, Enabled): neither bound may be
+// first bad one (MaxEntries, MaxBytes, MaxAge, Enabled): none may be
 // negative, and Enabled and Disabled exclude each other. New
 // calls it; front ends that read the bounds from a file call it to report
 // the error under their own names.
@@ -154,6 +165,9 @@ func (o CacheOptions) Validate() error {
 	}
 	if o.MaxBytes < 0 {
 		return &fielderr.Error{Field: "MaxBytes", Value: strconv.FormatInt(o.MaxBytes, 10), Reason: "must not be negative"}
+	}
+	if o.MaxAge < 0 {
+		return &fielderr.Error{Field: "MaxAge", Value: o.MaxAge.String(), Reason: "must not be negative (0: the default " + DefaultMaxAge.String() + ")"}
 	}
 	if o.Enabled && o.Disabled {
 		return &fielderr.Error{Field: "Enabled", Value: "true", Reason: "excludes Disabled: set one of them"}
@@ -202,7 +216,7 @@ func (c *overLimitCache) lookup(key string, limit floodgate.Limit, cost, now int
 		switch {
 		case e == nil || e.limit != limit:
 			return lookupResult{epoch: epoch}
-		case now < e.expires && !e.answers(cost):
+		case now < e.expires && (!e.answers(cost) || now >= e.until):
 			return lookupResult{epoch: epoch}
 		case now < e.expires:
 			c.hits.Add(1)
@@ -306,8 +320,8 @@ func (e *denial) answer(now int64) floodgate.Decision {
 
 // store remembers that the store denied cost under limit for key with d,
 // asked when the engine's clock read at and the key's shard epoch was
-// epoch.
-func (c *overLimitCache) store(key string, limit floodgate.Limit, cost int64, d floodgate.Decision, at int64, epoch uint64) {
+// epoch, to answer until at most until.
+func (c *overLimitCache) store(key string, limit floodgate.Limit, cost int64, d floodgate.Decision, at int64, epoch uint64, until int64) {
 	r := d.RetryAfter.Microseconds()
 	if d.RetryAfter%time.Microsecond != 0 {
 		r++ // the stores' delays are whole microseconds; never be early
@@ -315,7 +329,7 @@ func (c *overLimitCache) store(key string, limit floodgate.Limit, cost int64, d 
 	if r <= 0 {
 		return
 	}
-	e := &denial{limit: limit, cost: cost, at: at, expires: at + r, d: d}
+	e := &denial{limit: limit, cost: cost, at: at, expires: at + r, d: d, until: until}
 	i := maphash.String(c.seed, key) % cacheShards
 	sh := &c.shards[i]
 	size := int64(len(key)) + CacheEntryOverhead
@@ -446,6 +460,18 @@ func (c *overLimitCache) invalidateOwn(key string, checks []Check, out []Outcome
 	}
 }
 
+// capExpiry makes every entry answer no later than by.
+func (c *overLimitCache) capExpiry(by int64) {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			e.until = min(e.until, by)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 func (c *overLimitCache) stats() CacheStats {
 	return CacheStats{Hits: c.hits.Load(), Waits: c.waits.Load(), Evictions: c.evictions.Load(), Entries: c.entries.Load(), Bytes: c.bytes.Load()}
 }
@@ -534,7 +560,8 @@ func (e *Engine) remember(checks []Check, out []Outcome, now int64, shadow bool)
 			}
 		}
 		if !twice {
-			e.cache.store(c.Key, c.Limit, c.cost(), o.Decision, now, o.epoch)
+			e.listen()
+			e.cache.store(c.Key, c.Limit, c.cost(), o.Decision, now, o.epoch, e.expiresBy(now))
 		}
 	}
 }

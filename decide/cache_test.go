@@ -44,6 +44,9 @@ func clocked(t *testing.T, opts decide.Options) (*memory.Store, *counting, *deci
 	cs := &counting{Store: mem}
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.Now = clock.Now
+	if opts.OverLimitCache.MaxAge == 0 {
+		opts.OverLimitCache.MaxAge = 24 * time.Hour // the store has no change channel: keep entries to their retry
+	}
 	e, err := decide.New(cs, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,9 @@ func (e *Engine) Reset(ctx context.Context, key string, limit floodgate.Limit) e
 	e.called("reset", start)
 	e.invalidate(key)
 	e.dropLeases(key)
+	if err == nil {
+		e.announce(ctx, msgReset, key, limit.Algorithm)
+	}
 	// The fallback state is kept under the local limit's algorithm, which
 	// is limit's: resetting under limit clears it. A fallback that never
 	// decided holds nothing.
@@ -76,7 +79,15 @@ func (e *Engine) refund(ctx context.Context, checks []Check, out []Outcome) {
 // it, which the refund may have made stale. Front ends refund through the
 // engine, never the store (Envoy's negative hits, for one).
 func (e *Engine) Refund(ctx context.Context, key string, limit floodgate.Limit, n int64) error {
-	return e.refundTo(ctx, e.store, key, limit, n)
+	err := e.refundTo(ctx, e.store, key, limit, n)
+	if err == nil && e.changes.store != nil && e.leases.startWork() {
+		// The other instances' cached denials of key may be stale now.
+		go func() {
+			defer e.leases.wg.Done()
+			e.announce(ctx, msgStale, key, 0)
+		}()
+	}
+	return err
 }
 
 // refundTo refunds n under limit for key in store, keeping the over-limit

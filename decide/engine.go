@@ -104,6 +104,7 @@ type Engine struct {
 	system      bool            // now is time.Now
 	cache       *overLimitCache // nil: off
 	leases      leaseTable
+	changes     changes
 	inProcess   bool                 // the store decides in this process: no cache, no leases
 	local       func() *memory.Store // the FailLocal store, made on first use
 	localMade   atomic.Bool          // local has been made
@@ -164,6 +165,11 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 		inProcess:   local,
 		onCall:      opts.OnStoreCall,
 	}
+	maxAge := opts.OverLimitCache.MaxAge
+	if maxAge == 0 {
+		maxAge = DefaultMaxAge
+	}
+	e.changes.init(store, maxAge)
 	e.leases.ctx, e.leases.cancel = context.WithCancel(context.Background())
 	localKeys := opts.LocalMaxKeys
 	if localKeys == 0 {

@@ -165,6 +165,7 @@ func (e *Engine) leaseFor(c *Check, now int64) *lease {
 	v, loaded := e.leases.m.LoadOrStore(k, &lease{key: k, opts: o, maxBlock: maxBlock, used: now, since: now})
 	if !loaded {
 		e.leases.once.Do(func() { e.startSweeper() })
+		e.listen()
 	}
 	return v.(*lease)
 }

@@ -59,7 +59,7 @@ func (e *Engine) fetchLease(ctx context.Context, c *Check, l *lease, cost int64)
 	if granted == 0 {
 		return fetchRefused, l.refusal(l.held(), e.micros()), nil
 	}
-	expires := at + l.opts.TTL.Microseconds()
+	expires := min(at+l.opts.TTL.Microseconds(), e.expiresBy(at))
 	if c.Limit.Algorithm == floodgate.FixedWindow {
 		// at + ResetAfter is no later than the window's end: the store
 		// decided after at.

@@ -60,6 +60,8 @@ type Store struct {
 	shardKeys []shardKeys
 	perShard  int64
 	evictions atomic.Int64
+
+	listeners listeners // Listen's callers, for Broadcast
 }
 
 // shardKeys counts one shard's keys; each counter has its cache line, so

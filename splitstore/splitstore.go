@@ -222,6 +222,31 @@ func (s *Store) Health() health.Report {
 // front of them then needs no over-limit cache.
 func (s *Store) InProcess() bool { return inProcess(s.main) && inProcess(s.perSecond) }
 
+// Broadcast sends msg on the main store's change channel, if it has one
+// (see redisstore.Store.Broadcast): every instance listens there.
+func (s *Store) Broadcast(ctx context.Context, msg string) error {
+	if b, ok := s.main.(changes); ok {
+		return b.Broadcast(ctx, msg)
+	}
+	return nil
+}
+
+// Listen listens on the main store's change channel until ctx ends; with
+// a main store that has none, it waits for ctx alone.
+func (s *Store) Listen(ctx context.Context, fn func(msg string)) error {
+	if b, ok := s.main.(changes); ok {
+		return b.Listen(ctx, fn)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// changes is a store with a change channel.
+type changes interface {
+	Broadcast(ctx context.Context, msg string) error
+	Listen(ctx context.Context, fn func(msg string)) error
+}
+
 func inProcess(s floodgate.Store) bool {
 	l, ok := s.(interface{ InProcess() bool })
 	return ok && l.InProcess()

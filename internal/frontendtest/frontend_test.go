@@ -99,6 +99,12 @@ func envoyShadowRules(mode string) string {
 		"    rate_limit:", "    "+mode+": true\n    rate_limit:")
 }
 
+// cacheOpts is every front end's over-limit cache: entries last their
+// retry delay, as the sequences expect, whether or not an engine hears its
+// store's change channel (the test's stores have none, or it runs on real
+// time while the sequence's clock jumps).
+var cacheOpts = decide.CacheOptions{MaxAge: 24 * time.Hour}
+
 // compared are the headers (gRPC metadata, by the same names) every front
 // end must send alike: the rate-limit headers, and Floodgate-Fallback, which
 // says a rule was decided locally while the store was unavailable.
@@ -209,20 +215,20 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 			Lease: r.lease, Key: httplimit.Header("X-" + r.name)})
 		srvRules = append(srvRules, server.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Failure: r.failure, LocalShare: r.share, Lease: r.lease})
 	}
-	lim, err := httplimit.New(httplimit.Config{Store: newStore("mw"), Rules: mwRules, Clock: clock, Logger: discard})
+	lim, err := httplimit.New(httplimit.Config{Store: newStore("mw"), Rules: mwRules, Clock: clock, Logger: discard, OverLimitCache: cacheOpts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lim.Close(context.Background()) })
 	mw := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 
-	srv, err := server.New(newStore("api"), server.Policy{Rules: srvRules}, server.Options{Clock: clock, Logger: discard})
+	srv, err := server.New(newStore("api"), server.Policy{Rules: srvRules}, server.Options{Clock: clock, Logger: discard, OverLimitCache: cacheOpts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close(context.Background()) })
 	api := srv.Handler()
-	fa, err := server.New(newStore("fa"), server.Policy{Rules: srvRules}, server.Options{Clock: clock, Logger: discard})
+	fa, err := server.New(newStore("fa"), server.Policy{Rules: srvRules}, server.Options{Clock: clock, Logger: discard, OverLimitCache: cacheOpts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +250,7 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 		}
 		opts := e.opts
 		opts.Clock, opts.Logger, opts.PeerHeaders = clock, discard, &envoy.PeerHeaders{}
-		opts.OverLimitCache = decide.CacheOptions{MaxEntries: decide.DefaultCacheEntries}
+		opts.OverLimitCache = decide.CacheOptions{MaxEntries: decide.DefaultCacheEntries, MaxAge: cacheOpts.MaxAge}
 		if e.svc, err = envoy.New(newStore(e.name), envRules, opts); err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +273,7 @@ func frontEnds(t *testing.T, newStore func(name string) floodgate.Store, clock f
 		t.Fatal(err)
 	}
 	t.Cleanup(remote.Close)
-	remoteLim, err := httplimit.New(httplimit.Config{Store: remote, Rules: mwRules, Clock: clock, Logger: discard})
+	remoteLim, err := httplimit.New(httplimit.Config{Store: remote, Rules: mwRules, Clock: clock, Logger: discard, OverLimitCache: cacheOpts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +420,7 @@ func grpcFrontEnd(t *testing.T, store floodgate.Store, clock floodgate.Clock, ru
 		gRules = append(gRules, grpclimit.Rule{Name: r.name, Limit: r.limit, Shadow: r.shadow, Failure: r.failure, LocalShare: r.share,
 			Lease: r.lease, Key: grpclimit.Metadata("x-" + r.name)})
 	}
-	lim, err := grpclimit.New(grpclimit.Config{Store: store, Rules: gRules, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	lim, err := grpclimit.New(grpclimit.Config{Store: store, Rules: gRules, Clock: clock, Logger: slog.New(slog.DiscardHandler), OverLimitCache: cacheOpts})
 	if err != nil {
 		t.Fatal(err)
 	}
