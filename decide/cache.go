@@ -108,6 +108,8 @@ type flight struct {
 	open      int   // calls not finished
 	admitted  bool  // one of them was admitted
 	remaining int64 // the least remaining an admitted one reported
+	failed    bool  // one failed: the waiters keep the cached answer
+	entry     *denial
 }
 
 // wake closes done once.
@@ -250,7 +252,7 @@ func (c *overLimitCache) expired(sh *cacheShard, key string, e *denial, cost, no
 		return lookupResult{wait: e.flight}, true
 	}
 	if e.flight == nil {
-		e.flight = &flight{done: make(chan struct{})}
+		e.flight = &flight{done: make(chan struct{}), entry: e}
 	}
 	e.flight.open++
 	return lookupResult{epoch: epoch, entry: e, in: e.flight}, true
@@ -258,9 +260,10 @@ func (c *overLimitCache) expired(sh *cacheShard, key string, e *denial, cost, no
 
 // finish ends one call of flight f of the expired entry e of key, whose
 // check came out as o. A new denial wakes the waiters to be answered from
-// it; an error forgets e, so an outage never makes callers wait on each
-// other. When the flight's last call is in, its least remaining becomes
-// the tickets and the waiters look again.
+// it; an error (an outage, most likely) ends the flight and wakes them to
+// keep the cached answer, so they do not all ask a failing store at once,
+// and the key's next caller asks again. When the flight's last call is
+// in, its least remaining becomes the tickets and the waiters look again.
 func (c *overLimitCache) finish(key string, e *denial, f *flight, o *Outcome) {
 	sh := c.shard(key)
 	sh.mu.Lock()
@@ -278,7 +281,9 @@ func (c *overLimitCache) finish(key string, e *denial, f *flight, o *Outcome) {
 	case sh.m[key] != e || e.flight != f:
 		f.wake() // a new denial, a Reset or an eviction: look again
 	case o.Err != nil: // an outage (decided locally or not) or an error
-		c.remove(sh, key)
+		f.failed = true
+		e.flight = nil
+		f.wake()
 	case f.open == 0:
 		e.flight = nil
 		if f.admitted {
@@ -504,6 +509,17 @@ func (e *Engine) cached(ctx context.Context, checks []Check, out []Outcome, now 
 			select {
 			case <-r.wait.done:
 				now = e.micros()
+				if r.wait.failed {
+					// The call this check waited for failed: the cached
+					// answer stands, retry at once.
+					d := r.wait.entry.answer(now)
+					d.RetryAfter = max(d.RetryAfter, time.Microsecond)
+					d.ResetAfter = max(d.ResetAfter, 0)
+					e.cache.hits.Add(1)
+					*o = Outcome{Decision: d, Verdict: Denied, Decided: true, Cached: true}
+					hit = true
+					break
+				}
 				continue
 			case <-ctx.Done():
 				// The deadline passed waiting: the store call fails with

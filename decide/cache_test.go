@@ -502,54 +502,68 @@ func testCacheTakesTurns(t *testing.T) {
 	}
 }
 
-// TestCacheTurnsOutage: callers waiting for a key's flight are not held
-// by an outage: when the flight's call fails, the entry is forgotten and
-// every caller asks (and follows its failure mode) on its own.
+// TestCacheTurnsOutage: when the one call that a key's expired denial let
+// through fails (an outage), its waiters keep the cached answer rather
+// than all asking the failing store at once; the key's next caller asks
+// again, and follows its failure mode.
 func TestCacheTurnsOutage(t *testing.T) {
-	clock := clocktest.NewManual(epoch)
-	mem := memory.New(memory.WithClock(clock))
-	s := &downable{Store: mem}
-	e, err := decide.New(s, decide.Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	check := []decide.Check{{Rule: "r", Key: "k", Limit: floodgate.PerMinute(1), Failure: decide.FailOpen}}
-	e.Decide(ctx, check)
-	if r := e.Decide(ctx, check); r.Verdict != decide.Denied {
-		t.Fatalf("over the limit: %v", r.Verdict)
-	}
-	clock.Advance(time.Minute)
-	s.down.Store(true)
-	var wg sync.WaitGroup
-	var open atomic.Int64
-	for range 16 {
-		wg.Go(func() {
-			if r := e.Decide(ctx, check); r.Allowed() && r.Outcomes[0].Verdict == decide.Unavailable {
-				open.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if open.Load() != 16 || s.calls.Load() < 1 {
-		t.Fatalf("%d of 16 admitted by the failure mode after %d store calls", open.Load(), s.calls.Load())
-	}
-	if st := e.CacheStats(); st.Entries != 0 {
-		t.Errorf("after the outage: %+v, want the entry forgotten", st)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		clock := clocktest.NewManual(epoch)
+		mem := memory.New(memory.WithClock(clock))
+		s := &downable{Store: mem, hold: make(chan struct{})}
+		e, err := decide.New(s, decide.Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		check := []decide.Check{{Rule: "r", Key: "k", Limit: floodgate.PerMinute(1), Failure: decide.FailOpen}}
+		e.Decide(ctx, check)
+		if r := e.Decide(ctx, check); r.Verdict != decide.Denied {
+			t.Fatalf("over the limit: %v", r.Verdict)
+		}
+		clock.Advance(time.Minute)
+		s.down.Store(true)
+		var wg sync.WaitGroup
+		var open, cached atomic.Int64
+		for range 16 {
+			wg.Go(func() {
+				r := e.Decide(ctx, check)
+				switch {
+				case r.Allowed() && r.Outcomes[0].Verdict == decide.Unavailable:
+					open.Add(1)
+				case r.Verdict == decide.Denied && r.Outcomes[0].Cached && r.RetryAfter > 0:
+					cached.Add(1)
+				default:
+					t.Errorf("%v %+v", r.Verdict, r.Outcomes[0])
+				}
+			})
+		}
+		synctest.Wait() // one call is held in the store, the others wait for it
+		close(s.hold)
+		wg.Wait()
+		if open.Load() != 1 || cached.Load() != 15 || s.calls.Load() != 1 {
+			t.Fatalf("%d admitted by the failure mode, %d cached denials, %d store calls: want 1, 15, 1", open.Load(), cached.Load(), s.calls.Load())
+		}
+		if r := e.Decide(ctx, check); !r.Allowed() || r.Outcomes[0].Verdict != decide.Unavailable || s.calls.Load() != 2 {
+			t.Errorf("the next caller: %v %+v after %d store calls, want it to ask and fail open", r.Verdict, r.Outcomes[0], s.calls.Load())
+		}
+	})
 }
 
 // downable answers ErrStoreUnavailable while down, counting the calls made
-// then.
+// then (holding the first until hold is closed, if set).
 type downable struct {
 	floodgate.Store
 	down  atomic.Bool
 	calls atomic.Int64
+	hold  chan struct{} // if set, the first failing call waits until it is closed
 }
 
 func (d *downable) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
 	if d.down.Load() {
-		d.calls.Add(1)
+		if d.calls.Add(1) == 1 && d.hold != nil {
+			<-d.hold
+		}
 		return floodgate.Decision{}, floodgate.ErrStoreUnavailable
 	}
 	return d.Store.AllowN(ctx, key, l, n)
