@@ -302,3 +302,31 @@ func TestRefusedSetUp(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestFreshStoreDecidesAtOnce: a store made with LazyConnect (as serve
+// makes it) against a healthy Redis, asked by many callers the moment New
+// returns, answers every call from Redis: New connects before it returns
+// when it can, so a starting instance answers nothing by its failure mode.
+func TestFreshStoreDecidesAtOnce(t *testing.T) {
+	addr := redistest.StandaloneAddr(t)
+	for round := range 5 {
+		s, err := New(Config{Mode: ModeStandalone, Addrs: []string{addr}, LazyConnect: true, Timeout: 2 * time.Second,
+			KeyPrefix: "lazy-" + strconv.FormatInt(time.Now().UnixNano(), 10) + ":"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 32)
+		for range 32 {
+			go func() {
+				_, err := s.AllowN(context.Background(), "k", floodgate.PerMinute(100), 1)
+				errs <- err
+			}()
+		}
+		for range 32 {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: a call made while the store connects: %v", round, err)
+			}
+		}
+		s.Close()
+	}
+}
