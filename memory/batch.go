@@ -95,6 +95,9 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 			break
 		}
 	}
+	// The time is read holding every entry, as AllowN reads it holding
+	// its one: never older than a state another caller wrote.
+	now = s.now()
 	for j := range locks {
 		locks[j].snap, locks[j].expires = locks[j].e.save()
 	}

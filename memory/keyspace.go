@@ -12,7 +12,7 @@ import (
 // shard. Its methods are the store's for that algorithm, given the key's
 // hash h and shard i; the limits and costs are valid.
 type keyspace interface {
-	allow(h uint64, i int, key string, l floodgate.Limit, now, n, grace int64) outcome
+	allow(h uint64, i int, key string, l floodgate.Limit, c clock, n, grace int64) outcome
 	// peek decides a request of cost 0: what key holds at now, without
 	// adding it or changing its state.
 	peek(h uint64, i int, key string, l floodgate.Limit, now int64) outcome
@@ -78,6 +78,9 @@ func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) flo
 // differences, so they are right across a wrap.
 func usedAt(now int64) uint32 { return uint32(uint64(now) >> 10) }
 
+// clock is the store's clock, in microseconds.
+type clock interface{ now() int64 }
+
 // outcome is a Decision without its Limit, which the caller fills in: the
 // compiler passes a struct of up to four fields in registers, where it
 // copies a Decision of five through memory at every call.
@@ -92,8 +95,13 @@ func (o outcome) decision(quota int64) floodgate.Decision {
 	return floodgate.Decision{Allowed: o.allowed, Limit: quota, Remaining: o.remaining, RetryAfter: o.retryAfter, ResetAfter: o.resetAfter}
 }
 
-func (k *tables[S, P]) allow(h uint64, i int, key string, l floodgate.Limit, now, n, grace int64) outcome {
-	e := k.shards[i].lockOrInsert(h, key, now, grace)
+func (k *tables[S, P]) allow(h uint64, i int, key string, l floodgate.Limit, c clock, n, grace int64) outcome {
+	e := k.shards[i].lockOrInsert(h, key, c, grace)
+	// The time is read holding the key's lock, as Redis reads TIME inside
+	// the script: a caller that read it before waiting for the lock could
+	// decide at a moment older than the state's, and set an expiry before
+	// the key's true one (a window or bucket replenished early).
+	now := c.now()
 	// decide, written out: the compiler does not inline it.
 	e.used = usedAt(now)
 	st := P(&e.state)

@@ -173,13 +173,12 @@ func (s *Store) AllowN(_ context.Context, key string, l floodgate.Limit, n int64
 	if d, err := limitcheck.Allow(l, n); err != nil {
 		return d, err
 	}
-	now := s.now()
 	h, i := s.hash(key)
 	// Check rejected an algorithm without a keyspace.
 	if n == 0 {
-		return s.keyspaces[l.Algorithm].peek(h, i, key, l, now).decision(l.Quota), nil
+		return s.keyspaces[l.Algorithm].peek(h, i, key, l, s.now()).decision(l.Quota), nil
 	}
-	o := s.keyspaces[l.Algorithm].allow(h, i, key, l, now, n, s.grace)
+	o := s.keyspaces[l.Algorithm].allow(h, i, key, l, s, n, s.grace)
 	if s.shardKeys != nil {
 		s.capShard(i)
 	}

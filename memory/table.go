@@ -145,7 +145,7 @@ func (t *table[S]) lock(h uint64, key string) *entry[S] {
 // so it reads as a key never seen. An insert first sweeps if the table has
 // doubled since the last sweep, and grows the index if it is three quarters
 // full.
-func (t *table[S]) lockOrInsert(h uint64, key string, now, grace int64) *entry[S] {
+func (t *table[S]) lockOrInsert(h uint64, key string, c clock, grace int64) *entry[S] {
 	if ix := t.index.Load(); ix != nil {
 		if e := ix.probe(h, key); e != nil {
 			return e
@@ -160,7 +160,7 @@ func (t *table[S]) lockOrInsert(h uint64, key string, now, grace int64) *entry[S
 		}
 	}
 	if t.live >= max(minSweep, t.sweepAt) {
-		ix = t.sweep(now, grace)
+		ix = t.sweep(c.now(), grace)
 	}
 	if ix == nil || 4*(t.live+1) > 3*len(ix.slots) {
 		ix = t.rebuild(slotsFor(2 * (t.live + 1)))
@@ -185,10 +185,15 @@ func (t *table[S]) entry(h uint64, key string, now, grace int64, slow bool) *ent
 			return e
 		}
 	}
-	e := t.lockOrInsert(h, key, now, grace)
+	e := t.lockOrInsert(h, key, fixedClock(now), grace)
 	e.mu.Unlock()
 	return e
 }
+
+// fixedClock is a clock that always reads the same time.
+type fixedClock int64
+
+func (f fixedClock) now() int64 { return int64(f) }
 
 // slotsFor returns the size of an index for n keys: a power of two, at
 // least minSlots and n.

@@ -124,7 +124,7 @@ func TestTableModel(t *testing.T) {
 			if !present && tb.live >= max(minSweep, tb.sweepAt) {
 				sweepModel() // the insert sweeps first
 			}
-			e := tb.lockOrInsert(hash(i), keys[i], now, 10)
+			e := tb.lockOrInsert(hash(i), keys[i], fixedClock(now), 10)
 			w, ok := model[i]
 			if !ok {
 				w = want{0, math.MinInt64} // new: never seen
@@ -164,7 +164,7 @@ func TestTableModel(t *testing.T) {
 func TestTableShrinks(t *testing.T) {
 	var tb table[int64]
 	for i := range 5000 {
-		e := tb.lockOrInsert(uint64(i)*0x9e3779b97f4a7c15, strconv.Itoa(i), 0, 0)
+		e := tb.lockOrInsert(uint64(i)*0x9e3779b97f4a7c15, strconv.Itoa(i), fixedClock(0), 0)
 		e.expires = 1
 		if i%100 == 0 {
 			e.expires = 1 << 40 // these stay
@@ -192,7 +192,7 @@ func TestTableShrinks(t *testing.T) {
 // entry through the table.
 func TestTableStaleIndex(t *testing.T) {
 	var tb table[int64]
-	e := tb.lockOrInsert(42, "k", 0, 0)
+	e := tb.lockOrInsert(42, "k", fixedClock(0), 0)
 	e.state, e.expires = 7, 1
 	e.mu.Unlock()
 	stale := tb.index.Load()
@@ -202,7 +202,7 @@ func TestTableStaleIndex(t *testing.T) {
 	if got := stale.probe(42, "k"); got != nil {
 		t.Fatalf("the stale index returned the dropped entry (state %d)", got.state)
 	}
-	e = tb.lockOrInsert(42, "k", 5, 0)
+	e = tb.lockOrInsert(42, "k", fixedClock(5), 0)
 	if e.state != 0 || e.expires != math.MinInt64 {
 		t.Fatalf("re-adding the key: state %d, expires %d, want a new entry", e.state, e.expires)
 	}
@@ -256,7 +256,7 @@ func TestTableConcurrentExact(t *testing.T) {
 				for round := range 2 * quota {
 					for j := range keys {
 						i := (j*7 + w*131 + round) % keys
-						e := tb.lockOrInsert(hash(i), strconv.Itoa(i), now, 0)
+						e := tb.lockOrInsert(hash(i), strconv.Itoa(i), fixedClock(now), 0)
 						if e.expires <= now {
 							e.state = 0 // a new phase: replenished
 						}
