@@ -5,7 +5,8 @@
 #                   compat/envoyratelimit: floodgate beside the real envoyproxy/ratelimit
 #                   (built at its pinned version; its own spawned Redis servers)
 #   make bench      floodgate against its peers (bench/cmd/peerbench): rewrites the
-#                   "Peers" block of docs/PERFORMANCE.md and its charts in docs/img
+#                   "Peers" block of docs/PERFORMANCE.md and its charts in docs/img;
+#                   then leased quota on one hot key (bench/cmd/leasebench), its block
 #                   (a few minutes; PEERBENCHFLAGS=-long for steadier figures)
 #   make bench-envoy floodgate's Envoy service against envoyproxy/ratelimit (compat/envoyratelimit)
 #   make bench-go   every package's go test benchmarks, against the Redis harness
@@ -87,7 +88,7 @@ test: vet
 # bench runs in the bench module (peer libraries never enter floodgate's
 # go.mod); -docs and -img are relative to it.
 bench:
-	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) -C bench run ./cmd/peerbench -docs ../docs/PERFORMANCE.md -img ../docs/img $(PEERBENCHFLAGS))
+	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) -C bench run ./cmd/peerbench -docs ../docs/PERFORMANCE.md -img ../docs/img $(PEERBENCHFLAGS) && $(GO) -C bench run ./cmd/leasebench -docs ../docs/PERFORMANCE.md)
 	$(MAKE) bench-envoy
 
 # bench-envoy: floodgate's Envoy service against envoyproxy/ratelimit (its own
