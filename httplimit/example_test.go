@@ -6,11 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // The middleware in front of a ServeMux: two requests a minute per client
@@ -96,4 +99,31 @@ func Example_rules() {
 	// Output:
 	// "per-ip";q=100;w=60, "per-key";q=1000;w=3600, "per-user";q=20;w=20
 	// "per-user";r=19;t=1
+}
+
+// A tenant-wide quota that every instance of the service shares through
+// Redis, decided from leased blocks at memory speed: each instance takes
+// blocks of the limit from Redis and spends them in memory. Close gives
+// back what the leases hold when the service stops. (It needs a Redis, so
+// it is compiled, not run.)
+func Example_lease() {
+	store, err := redisstore.New(redisstore.Config{Addrs: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	lim, err := httplimit.New(httplimit.Config{
+		Store: store,
+		Rules: []httplimit.Rule{{
+			Name:  "tenant",
+			Limit: floodgate.NewLimit(floodgate.FixedWindow, 600_000, time.Minute),
+			Key:   httplimit.Header("X-Tenant"),
+			Lease: &decide.LeaseOptions{}, // the defaults: blocks of up to 10% of the limit
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+	http.Handle("/", lim.Handler(http.NotFoundHandler()))
 }
