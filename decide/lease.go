@@ -137,9 +137,9 @@ type lease struct {
 	lastAt    int64
 	failErr   error // the last fetch's error, answered until failUntil
 	failUntil int64
-	expired   int64 // units whose time ran out unspent, to give back
-	gone      bool  // dropped from the table: a fetch under way keeps nothing
-	reset     bool  // dropped by a reset: what it held or fetches is not given back
+	back      []block // units to give back to the store; a fixed window's only before expires
+	gone      bool    // dropped from the table: a fetch under way keeps nothing
+	reset     bool    // dropped by a reset: what it held or fetches is not given back
 }
 
 // leaseTable holds an engine's leases.
@@ -224,7 +224,7 @@ func (l *lease) prune(now int64) int64 {
 		switch {
 		case b.units == 0:
 		case now >= b.expires:
-			l.expired += b.units
+			l.retire(b, now)
 		default:
 			keep = append(keep, b)
 		}

@@ -345,6 +345,71 @@ func TestLeaseGivesBack(t *testing.T) {
 	})
 }
 
+// TestLeaseGivesBackFixedWindow: a fixed window's unspent leased units go
+// back to the store while their window lasts (idle, Close), and a block
+// whose window has ended gives nothing to the next window.
+func TestLeaseGivesBackFixedWindow(t *testing.T) {
+	window := floodgate.NewLimit(floodgate.FixedWindow, 1000, time.Minute)
+	ctx := context.Background()
+	spend := func(t *testing.T, e *decide.Engine, c decide.Check, n int) {
+		t.Helper()
+		for range n {
+			if r := e.Decide(ctx, []decide.Check{c}); !r.Allowed() || !r.Outcomes[0].Leased {
+				t.Fatalf("%v %+v", r.Verdict, r.Outcomes[0])
+			}
+			synctest.Wait()
+		}
+	}
+	t.Run("within the window", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := &sharedStore{Store: memory.New()}
+			e := instance(t, s)
+			remaining := func() int64 { d, _ := s.Store.AllowN(ctx, "k", window, 0); return d.Remaining }
+			c := decide.Check{Rule: "fw", Key: "k", Limit: window,
+				Lease: &decide.LeaseOptions{Refresh: 10 * time.Millisecond, Idle: 100 * time.Millisecond, TTL: time.Minute}}
+			spend(t, e, c, 50)
+			if got := remaining(); got >= 950 {
+				t.Fatalf("while leased the store has %d: want the block taken beyond the 50 spent", got)
+			}
+			time.Sleep(200 * time.Millisecond)
+			synctest.Wait()
+			if got := remaining(); got != 950 {
+				t.Errorf("after the idle timeout the store has %d, want 1000 - 50 admitted", got)
+			}
+			spend(t, e, c, 10)
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := remaining(); got != 940 {
+				t.Errorf("after Close the store has %d, want 1000 - 60 admitted", got)
+			}
+		})
+	})
+	t.Run("after the window", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := &sharedStore{Store: memory.New()}
+			e := instance(t, s)
+			remaining := func() int64 { d, _ := s.Store.AllowN(ctx, "k", window, 0); return d.Remaining }
+			c := decide.Check{Rule: "fw", Key: "k", Limit: window,
+				Lease: &decide.LeaseOptions{Refresh: 10 * time.Millisecond, Idle: 70 * time.Second, TTL: 5 * time.Minute}}
+			// synctest's clock starts on a minute: the window ends at 60 s.
+			spend(t, e, c, 50)
+			time.Sleep(61 * time.Second)
+			if _, err := s.Store.AllowN(ctx, "k", window, 10); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(39 * time.Second) // idle at 70 s: the sweeper drops the lease
+			synctest.Wait()
+			if err := e.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := remaining(); got != 990 || s.refunds.Load() != 0 {
+				t.Errorf("the next window has %d remaining, want 1000 - 10 and no refund (%d): the ended window's block gives it nothing", got, s.refunds.Load())
+			}
+		})
+	})
+}
+
 // TestLeaseReset: a reset through the engine drops the key's lease, and the
 // next request leases afresh from the reset state.
 func TestLeaseReset(t *testing.T) {

@@ -14,21 +14,44 @@ import (
 func (e *Engine) unspend(l *lease, cost, now int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.gone {
-		if !l.reset {
-			l.expired += cost
-			e.giveBackLease(l)
-		}
-		return
-	}
 	l.spent -= min(cost, l.spent)
 	for i := len(l.blocks) - 1; i >= 0; i-- {
 		if now < l.blocks[i].expires {
 			l.blocks[i].units += cost
+			if l.gone {
+				e.retireAll(l, now) // dropped meanwhile: the cost goes back to the store
+			}
 			return
 		}
 	}
-	l.expired += cost // every block's time ran out: back to the store
+	// Every block ran out, or the lease is gone with its blocks: a bucket's
+	// cost goes back to the store; a fixed window's block, whose end is no
+	// longer known, keeps it until its window ends.
+	if !l.reset && l.key.limit.Algorithm != floodgate.FixedWindow {
+		l.back = append(l.back, block{units: cost})
+		e.giveBackLease(l)
+	}
+}
+
+// retire moves b's units to those to give back at now: a bucket's at any
+// time, a fixed window's only while its window lasts (b.expires).
+func (l *lease) retire(b block, now int64) {
+	switch {
+	case b.units == 0:
+	case l.key.limit.Algorithm != floodgate.FixedWindow:
+		l.back = append(l.back, block{units: b.units})
+	case now < b.expires:
+		l.back = append(l.back, b)
+	}
+}
+
+// retireAll retires every block of l at now; l.mu is held.
+func (e *Engine) retireAll(l *lease, now int64) {
+	for _, b := range l.blocks {
+		l.retire(b, now)
+	}
+	l.blocks = nil
+	e.giveBackLease(l)
 }
 
 // startSweeper starts the goroutine that gives back idle leases and units
@@ -62,10 +85,8 @@ func (e *Engine) sweepLeases() {
 		if now-l.used >= l.opts.Idle.Microseconds() && l.fetch == nil {
 			e.leases.m.Delete(k)
 			l.gone = true
-			l.expired += l.held()
-			l.blocks = nil
-		}
-		if l.expired > 0 {
+			e.retireAll(l, now)
+		} else if len(l.back) > 0 {
 			e.giveBackLease(l)
 		}
 		l.mu.Unlock()
@@ -73,31 +94,56 @@ func (e *Engine) sweepLeases() {
 	})
 }
 
-// giveBackLease gives l's expired units back to the store in the
-// background; l.mu is held. A fixed window's units go back only while
-// their window lasts: the store counts a refund in the window containing
-// its own now, so one after the end changes nothing or the wrong window.
+// giveBackLease gives l's units to give back to the store in the
+// background; l.mu is held.
 func (e *Engine) giveBackLease(l *lease) {
-	n := l.expired
-	l.expired = 0
-	if n == 0 || l.key.limit.Algorithm == floodgate.FixedWindow {
-		return // a fixed window's expired units ended with their window
-	}
-	if !e.leases.startWork() {
+	back := l.back
+	l.back = nil
+	if len(back) == 0 || !e.leases.startWork() {
 		return
 	}
 	go func() {
 		defer e.leases.wg.Done()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.leases.ctx), e.leaseTimeout())
-		defer cancel()
-		start := e.callStart()
-		err := e.store.RefundN(ctx, l.key.key, l.key.limit, n)
-		e.called("refund", start)
-		if err != nil {
-			e.warn.Warn(ctx, "floodgate: giving back a lease's unspent units failed: they stay taken until the bucket refills",
-				slog.Int64("units", n), slog.String("error", err.Error()))
-		}
+		e.returnUnits(context.WithoutCancel(e.leases.ctx), l.key, back)
 	}()
+}
+
+// returnUnits refunds back to the store under k, within ctx and the
+// engine's timeout. A fixed window's units carry their window's end as
+// the call's deadline: the store counts a refund in the window containing
+// its own now, so one that starts later records nothing (the Redis store
+// sends the deadline with it) rather than credit the next window.
+func (e *Engine) returnUnits(ctx context.Context, k leaseKey, back []block) {
+	var bucket int64
+	for _, b := range back {
+		if b.expires == 0 {
+			bucket += b.units
+			continue
+		}
+		left := time.Duration(b.expires-e.micros()) * time.Microsecond
+		if left <= 0 {
+			continue // its window has ended: nothing to give back to
+		}
+		cctx, cancel := context.WithTimeout(ctx, min(left, e.leaseTimeout()))
+		e.refundLease(cctx, k, b.units)
+		cancel()
+	}
+	if bucket > 0 {
+		cctx, cancel := context.WithTimeout(ctx, e.leaseTimeout())
+		e.refundLease(cctx, k, bucket)
+		cancel()
+	}
+}
+
+// refundLease gives n of k's leased units back to the store.
+func (e *Engine) refundLease(ctx context.Context, k leaseKey, n int64) {
+	start := e.callStart()
+	err := e.store.RefundN(ctx, k.key, k.limit, n)
+	e.called("refund", start)
+	if err != nil {
+		e.warn.Warn(ctx, "floodgate: giving back a lease's unspent units failed: they stay taken until the window ends or the bucket refills",
+			slog.Int64("units", n), slog.String("error", err.Error()))
+	}
 }
 
 // dropLeases forgets every lease of key, without giving anything back: a
@@ -109,7 +155,7 @@ func (e *Engine) dropLeases(key string) {
 			l.mu.Lock()
 			e.leases.m.Delete(k)
 			l.gone, l.reset = true, true
-			l.blocks, l.expired = nil, 0
+			l.blocks, l.back = nil, nil
 			l.mu.Unlock()
 		}
 		return true
@@ -134,21 +180,16 @@ func (e *Engine) Close(ctx context.Context) error {
 		l.mu.Lock()
 		e.leases.m.Delete(k)
 		l.gone = true
-		l.prune(e.micros())
-		n := l.expired + l.held()
-		l.blocks, l.expired = nil, 0
+		now := e.micros()
+		l.prune(now)
+		for _, b := range l.blocks {
+			l.retire(b, now)
+		}
+		back := l.back
+		l.blocks, l.back = nil, nil
 		l.mu.Unlock()
-		if n > 0 && l.key.limit.Algorithm != floodgate.FixedWindow {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				start := e.callStart()
-				if err := e.store.RefundN(ctx, l.key.key, l.key.limit, n); err != nil {
-					e.warn.Warn(ctx, "floodgate: giving back a lease's unspent units at close failed",
-						slog.Int64("units", n), slog.String("error", err.Error()))
-				}
-				e.called("refund", start)
-			}()
+		if len(back) > 0 {
+			wg.Go(func() { e.returnUnits(ctx, l.key, back) })
 		}
 		return true
 	})

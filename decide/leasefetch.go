@@ -42,7 +42,7 @@ func (e *Engine) fetchLease(ctx context.Context, c *Check, l *lease, cost int64)
 		// the store may have taken them before its reset, when they are
 		// no longer counted, so giving them back would add to the quota.
 		if granted > 0 && !l.reset {
-			l.expired += granted
+			l.retire(block{units: granted, expires: l.blockExpiry(e, d, at)}, at)
 			e.giveBackLease(l)
 		}
 		return fetchGone, d, nil
@@ -59,14 +59,20 @@ func (e *Engine) fetchLease(ctx context.Context, c *Check, l *lease, cost int64)
 	if granted == 0 {
 		return fetchRefused, l.refusal(l.held(), e.micros()), nil
 	}
+	l.blocks = append(l.blocks, block{units: granted, expires: l.blockExpiry(e, d, at)})
+	return fetchGranted, d, nil
+}
+
+// blockExpiry returns when units the store granted with d, asked at at,
+// stop being spendable: after the TTL (or the out-of-sync maximum age),
+// and for a fixed window at its end: at + ResetAfter is no later than the
+// window's end, as the store decided after at.
+func (l *lease) blockExpiry(e *Engine, d floodgate.Decision, at int64) int64 {
 	expires := min(at+l.opts.TTL.Microseconds(), e.expiresBy(at))
-	if c.Limit.Algorithm == floodgate.FixedWindow {
-		// at + ResetAfter is no later than the window's end: the store
-		// decided after at.
+	if l.key.limit.Algorithm == floodgate.FixedWindow {
 		expires = min(expires, at+d.ResetAfter.Microseconds())
 	}
-	l.blocks = append(l.blocks, block{units: granted, expires: expires})
-	return fetchGranted, d, nil
+	return expires
 }
 
 // untilFits returns how long after a fetch's store call a request of cost

@@ -413,8 +413,11 @@ func (s *Store) run(ctx context.Context, key string, limit floodgate.Limit, op s
 }
 
 // exec executes limit's script for op on key under ctx. An "allow" carries
-// ctx's deadline: if the script starts after it, it records nothing. A
-// refund does not, as giving back is right whenever it happens.
+// ctx's deadline: if the script starts after it, it records nothing. So
+// does a fixed window's refund: the script gives back to the window
+// containing its own now, so one that starts late could credit the next
+// window (the engine gives a lease's units back with their window's end
+// as the deadline). Other refunds are right whenever they happen.
 func (s *Store) exec(ctx context.Context, key string, limit floodgate.Limit, op string, n int64) rueidis.RedisResult {
 	now := ""
 	if s.clock != nil {
@@ -422,7 +425,7 @@ func (s *Store) exec(ctx context.Context, key string, limit floodgate.Limit, op 
 	}
 	k := s.Key(key, limit.Algorithm)
 	args := scriptArgs(op, limit, n, now)
-	if op == opAllow {
+	if op == opAllow || op == opRefund && limit.Algorithm == floodgate.FixedWindow {
 		slot := 0
 		if s.cluster {
 			slot = keySlot(k)

@@ -465,9 +465,28 @@ func TestDeadlineScripts(t *testing.T) {
 			t.Errorf("%s before its deadline: %+v, %v, %v; want admitted with 9 remaining", a, d, err, derr)
 		}
 	}
+	// A fixed window's refund past its deadline gives nothing back: the
+	// engine sends a leased block's window end as that deadline, so a late
+	// refund cannot credit the next window.
+	fw := floodgate.NewLimit(floodgate.FixedWindow, 10, time.Minute)
+	fwKey := Key(prefix, "late-refund", floodgate.FixedWindow)
+	eval := func(op string, dl int64) error {
+		args := append(scriptArgs(op, fw, 4, "")[:5], "", strconv.FormatInt(dl, 10))
+		return client.Do(t.Context(), client.B().Eval().Script(scripts[floodgate.FixedWindow].source).Numkeys(1).Key(fwKey).Arg(args...).Build()).Error()
+	}
+	if err := eval(opAllow, now()+10_000_000); err != nil {
+		t.Fatalf("taking 4: %v", err)
+	}
+	if err := eval(opRefund, now()-1000); !errors.Is(classify(t.Context(), scripts[floodgate.FixedWindow].file, err), context.DeadlineExceeded) {
+		t.Errorf("a fixed window's refund past its deadline: %v, want DeadlineExceeded", err)
+	}
+	last, err := client.Do(t.Context(), client.B().Eval().Script(scripts[floodgate.FixedWindow].source).Numkeys(1).Key(fwKey).Arg(append(scriptArgs(opAllow, fw, 0, "")[:5], "")...).Build()).ToMessage()
+	if d, derr := decode(fw, last); err != nil || derr != nil || d.Remaining != 6 {
+		t.Errorf("after a late refund: %+v, %v, %v; want 6 remaining, nothing given back", d, err, derr)
+	}
 	keys := []string{Key(prefix, "batch", floodgate.TokenBucket), Key(prefix, "batch", floodgate.FixedWindow)}
 	items := []string{"", "tb", "10", "60000000", "1", "", "fw", "10", "60000000", "1", ""}
-	err := client.Do(t.Context(), client.B().Eval().Script(batch.source).Numkeys(2).Key(keys...).Arg(append(items, strconv.FormatInt(now()-1000, 10))...).Build()).Error()
+	err = client.Do(t.Context(), client.B().Eval().Script(batch.source).Numkeys(2).Key(keys...).Arg(append(items, strconv.FormatInt(now()-1000, 10))...).Build()).Error()
 	if got := classify(t.Context(), batchFile, err); !errors.Is(got, floodgate.ErrStoreUnavailable) || !errors.Is(got, context.DeadlineExceeded) {
 		t.Errorf("batch past its deadline: %v, want unavailable and DeadlineExceeded", got)
 	}
