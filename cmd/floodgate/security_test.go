@@ -127,6 +127,8 @@ const (
 	tokDecide  = "decide-4f1c2a9b7e6d5c3a"
 	tokAdmin   = "admin-8b7a6c5d4e3f2a1b"
 	tokRotated = "rotated-1a2b3c4d5e6f7a8b"
+	// tokStrong has 128 bits and more of randomness.
+	tokStrong = "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c"
 )
 
 func TestBinaryTLSAndTokens(t *testing.T) {
@@ -418,4 +420,63 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestBinaryStalledRequestFlood: thousands of connections that stall in
+// their headers or announce a body they never send hold no place a real
+// request needs, with tokens on (each stalled request is refused 401) and
+// off (each handler waits for its body).
+func TestBinaryStalledRequestFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const maxConns, flood = 100, 2000
+	for _, tc := range []struct {
+		name, auth string
+		env        []string
+	}{
+		{"tokens on", "auth:\n  tokens_env: FG_TEST_TOKENS\n", []string{"FG_TEST_TOKENS=a decide " + tokStrong}},
+		{"tokens off", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+			if err := os.WriteFile(cfg, []byte(fmt.Sprintf("listen: 127.0.0.1:0\nmax_connections: %d\n%srules:\n  - name: r\n    algorithm: fixed_window\n    limit: 100000\n    window: 1m\n", maxConns, tc.auth)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, banner := startBinary(t, tc.env, "--config", cfg)
+			base := find(t, banner, `listening on (http://\S+)`)
+			addr := strings.TrimPrefix(base, "http://")
+			var conns []net.Conn
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			start := time.Now()
+			for i := range flood {
+				c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+				if err != nil {
+					t.Fatalf("dial %d: %v", i, err)
+				}
+				conns = append(conns, c)
+				stall := "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+				if i%4 == 0 {
+					stall = "POST /v1/check HTTP/1.1\r\nHost: x\r\n" // headers that never end
+				}
+				_, _ = io.WriteString(c, stall) // the server may have closed it already
+			}
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for i := range 10 {
+				if status, _, body := call(t, client, "GET", base+"/healthz", "", "", ""); status != 200 {
+					t.Fatalf("healthz %d during the flood: %d %s", i, status, body)
+				}
+				if status, _, body := call(t, client, "POST", base+"/v1/check", "application/json", tokStrong, `{"rule":"r","key":"k"}`); status != 200 {
+					t.Fatalf("check %d during the flood: %d %s", i, status, body)
+				}
+			}
+			if d := time.Since(start); d > 60*time.Second {
+				t.Fatalf("the flood and the requests took %s", d)
+			}
+		})
+	}
 }

@@ -78,10 +78,12 @@ func listenCapped(name, addr string, max int, reg prometheus.Registerer) (*connl
 }
 
 // newHTTPServer is an http.Server for h on l with serve's per-connection
-// limits, over TLS when tlsSrv is not nil.
+// limits, over TLS when tlsSrv is not nil. A connection whose body stalls
+// holds no place under l's cap (connlimit.Bodies).
 func newHTTPServer(h http.Handler, l *connlimit.Listener, tlsSrv *tlsfiles.Server, logger *slog.Logger) *http.Server {
 	s := &http.Server{
-		Handler:           h,
+		Handler:           connlimit.Bodies(h),
+		ConnContext:       l.ConnContext,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,

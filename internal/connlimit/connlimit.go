@@ -5,15 +5,24 @@
 // is closed at once when every connection is busy. Idle connections are
 // known from an http.Server's ConnState hook; without it (a gRPC server),
 // a new connection at the cap is closed.
+//
+// A connection whose request body stalls holds no place either: with the
+// server's ConnContext hook and its handler wrapped in Bodies, an HTTP/1
+// connection counts as idle while its handler waits for body bytes, and a
+// body the handler leaves unread closes the connection at once rather than
+// being drained until the server's ReadTimeout.
 package connlimit
 
 import (
 	"container/list"
+	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Listener is a net.Listener with a cap on open connections. Create it
@@ -37,10 +46,11 @@ func New(ln net.Listener, n int) *Listener {
 // conn is a connection of a Listener.
 type conn struct {
 	net.Conn
-	l    *Listener
-	once sync.Once
-	elem *list.Element // in l.idle, or nil; under l.mu
-	gave bool          // its slot went to the connection that evicted it; under l.mu
+	l      *Listener
+	once   sync.Once
+	elem   *list.Element // in l.idle, or nil; under l.mu
+	gave   bool          // its slot went to the connection that evicted it; under l.mu
+	closed bool          // under l.mu: never idle again
 }
 
 // Accept returns the next connection, making room at the cap by closing
@@ -90,10 +100,8 @@ func (c *conn) Close() error {
 		if !c.gave {
 			c.l.open--
 		}
-		if c.elem != nil {
-			c.l.idle.Remove(c.elem)
-			c.elem = nil
-		}
+		c.closed = true
+		c.setIdleLocked(false)
 		c.l.mu.Unlock()
 	})
 	return err
@@ -111,17 +119,85 @@ func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch state {
-	case http.StateNew, http.StateIdle: // a new connection is idle until it sends a request
-		if c.elem == nil {
-			c.elem = l.idle.PushBack(c)
-		}
-	case http.StateActive, http.StateHijacked, http.StateClosed:
-		if c.elem != nil {
-			l.idle.Remove(c.elem)
-			c.elem = nil
-		}
+	// A new connection is idle until it sends a request.
+	c.setIdleLocked(state == http.StateNew || state == http.StateIdle)
+}
+
+// setIdleLocked puts c at the back of the idle list, or takes it off; a
+// closed connection is never put back. The caller holds c.l.mu.
+func (c *conn) setIdleLocked(idle bool) {
+	switch {
+	case idle && c.elem == nil && !c.closed:
+		c.elem = c.l.idle.PushBack(c)
+	case !idle && c.elem != nil:
+		c.l.idle.Remove(c.elem)
+		c.elem = nil
 	}
+}
+
+// connKey is the context key of a request's *conn.
+type connKey struct{}
+
+// ConnContext is the http.Server ConnContext hook that lets Bodies find a
+// request's connection: set it on the server that serves the listener.
+func (l *Listener) ConnContext(ctx context.Context, nc net.Conn) context.Context {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	if c, ok := nc.(*conn); ok && c.l == l {
+		return context.WithValue(ctx, connKey{}, c)
+	}
+	return ctx
+}
+
+// Bodies wraps h so that a stalled request body holds no place: while the
+// handler waits for body bytes its connection counts as idle (the first a
+// new connection at the cap evicts), and a body the handler leaves unread
+// closes the connection as soon as the answer is written, where net/http
+// would read on for up to its ReadTimeout to reuse the connection. Requests
+// over HTTP/2 share their connection and pass through.
+func Bodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, ok := r.Context().Value(connKey{}).(*conn)
+		if !ok || r.ProtoMajor != 1 || r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		b := &body{ReadCloser: r.Body, c: c}
+		r.Body = b
+		h.ServeHTTP(w, r)
+		if !b.eof.Load() {
+			// Cut the drain short: the read fails at once and net/http
+			// closes the connection after the answer.
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+		}
+	})
+}
+
+// body is a request body whose reads leave its connection idle while they
+// wait.
+type body struct {
+	io.ReadCloser
+	c   *conn
+	eof atomic.Bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.eof.Load() {
+		return 0, io.EOF
+	}
+	b.c.l.mu.Lock()
+	b.c.setIdleLocked(true)
+	b.c.l.mu.Unlock()
+	n, err := b.ReadCloser.Read(p)
+	b.c.l.mu.Lock()
+	b.c.setIdleLocked(false)
+	b.c.l.mu.Unlock()
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
 }
 
 // Open returns the number of open connections.
