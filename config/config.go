@@ -247,9 +247,15 @@ func (c *Config) Where(path string) string {
 
 // Warnings lists settings that are valid but probably mistakes, each
 // naming its line: a trusted_proxies entry that trusts every address (so
-// any client can pick its own key with X-Forwarded-For).
+// any client can pick its own key with X-Forwarded-For), a tokens file
+// that every user of the machine can read.
 func (c *Config) Warnings() []string {
 	var out []string
+	if f := c.Auth.TokensFile; f != "" {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o004 != 0 {
+			out = append(out, c.Source+": "+c.lines.Error("auth.tokens_file", f, fmt.Sprintf("is readable by every user of this machine (mode %04o): anyone logged in can read the tokens; chmod 600 it (a Kubernetes Secret volume: defaultMode: 0440 with the pod's fsGroup)", fi.Mode().Perm())).Error())
+		}
+	}
 	for i, cidr := range c.ClientIP.TrustedProxies {
 		pfx, err := netip.ParsePrefix(strings.TrimSpace(cidr))
 		if err != nil || pfx.Bits() != 0 {

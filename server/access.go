@@ -33,8 +33,10 @@ const (
 
 // ParseTokens reads tokens written one per line as NAME SCOPES TOKEN (such
 // as "ingress decide 3f9c..."), scopes being a comma-separated list of
-// decide, admin and metrics, and tokens at least 16 characters long. Blank
-// lines and lines starting with '#' are skipped; ';' also separates entries.
+// decide, admin and metrics, and tokens of 128 bits of randomness and more
+// by their length and alphabet (placeholders such as "replace-me-..." are
+// refused by name). Blank lines and lines starting with '#' are skipped;
+// ';' also separates entries.
 // source names where they came from in errors, which never show a token.
 func ParseTokens(data, source string) (*Tokens, error) { return authtoken.Parse(data, source) }
 

@@ -128,6 +128,8 @@ func TestConfigValidateIsServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ok = "listen: 127.0.0.1:0\ngrpc_listen: 127.0.0.1:0\n"
+	placeholders := writeFile(t, dir, "placeholders", "ops admin replace-me-ops-token-openssl-rand-hex-32\n")
+	weak := writeFile(t, dir, "weak", "ingress decide decide-4f1c2a9b7e6d5c3a\n")
 	for _, c := range []struct {
 		name, yaml string
 		want       string // "" for a valid file
@@ -139,6 +141,8 @@ func TestConfigValidateIsServe(t *testing.T) {
 		{"missing envoy folder", ok + "envoy_config: " + filepath.Join(dir, "missing") + "\n", "line 3: envoy_config: " + filepath.Join(dir, "missing")},
 		{"empty envoy folder", ok + "envoy_config: " + filepath.Join(dir, "empty") + "\n", "line 3: envoy_config"},
 		{"bad envoy rule", ok + "envoy_config: " + filepath.Join(dir, "broken") + "\n", filepath.Join(dir, "broken", "bad.yaml") + ":4: descriptors[0].rate_limit.unit"},
+		{"placeholder token", "auth:\n  tokens_file: " + placeholders + "\n", "line 2: auth.tokens_file: " + placeholders + `:1: token "ops" is a placeholder`},
+		{"token under 128 bits", "auth:\n  tokens_file: " + weak + "\n", `token "ingress" holds at most 120 bits of randomness`},
 		{"bad rule", ok + "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 3.5\n    window: 1m\n", "line 6: rules[0].limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -124,9 +124,9 @@ func call(t *testing.T, c *http.Client, method, url, contentType, token, body st
 }
 
 const (
-	tokDecide  = "decide-4f1c2a9b7e6d5c3a"
-	tokAdmin   = "admin-8b7a6c5d4e3f2a1b"
-	tokRotated = "rotated-1a2b3c4d5e6f7a8b"
+	tokDecide  = "decide-4f1c2a9b7e6d5c3a4f1c2a9b7e6d5c3a"
+	tokAdmin   = "admin-8b7a6c5d4e3f2a1b8b7a6c5d4e3f2a1b"
+	tokRotated = "rotated-1a2b3c4d5e6f7a8b1a2b3c4d5e6f7a8b"
 	// tokStrong has 128 bits and more of randomness.
 	tokStrong = "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c"
 )
@@ -313,7 +313,7 @@ rules:
 	})
 
 	t.Run("a tokens file changed without SIGHUP is picked up", func(t *testing.T) {
-		const next = "watched-9f8e7d6c5b4a3f2e"
+		const next = "watched-9f8e7d6c5b4a3f2e9f8e7d6c5b4a3f2e"
 		if err := os.WriteFile(tokens, []byte("ingress decide "+next+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
