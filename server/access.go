@@ -137,8 +137,7 @@ func isJSON(ct string) bool {
 
 // overloaded answers a request that is not a decision and arrived over the
 // in-flight cap: 503 with the engine's retry delay.
-func (s *Server) overloaded(w http.ResponseWriter) {
+func (s *Server) overloaded(w http.ResponseWriter, r *http.Request) {
 	w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(s.engine.UnavailableRetryAfter())}
-	w.Header()["Cache-Control"] = []string{"no-store"}
-	problem.Error(w, http.StatusServiceUnavailable, "the server is at its limit of concurrent requests; retry after the number of seconds in Retry-After")
+	s.fail(w, r, http.StatusServiceUnavailable, problem.KindOverloaded, "the server is at its limit of concurrent requests; retry after the number of seconds in Retry-After", nil)
 }
