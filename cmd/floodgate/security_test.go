@@ -480,3 +480,58 @@ func TestBinaryStalledRequestFlood(t *testing.T) {
 		})
 	}
 }
+
+// TestBinaryHandshakeErrorsThrottled: failed TLS handshakes on the HTTP
+// and gRPC listeners are each counted, and logged a line at a time
+// through the throttle, never a line each.
+func TestBinaryHandshakeErrorsThrottled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const plain = 300
+	ca := tlstest.NewCA(t, "floodgate-test")
+	srv := ca.Issue("server", tlstest.Leaf{CommonName: "floodgate", Server: true, DNSNames: []string{"floodgate"}})
+	cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\ntls:\n  cert_file: %s\n  key_file: %s\nrules:\n  - {name: r, algorithm: fixed_window, limit: 10, window: 1m}\n",
+		srv.CertFile, srv.KeyFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, banner := startBinary(t, nil, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
+	addr := strings.TrimPrefix(find(t, banner, `listening on (https://\S+)`), "https://")
+	grpcAddr := find(t, banner, `on grpcs?://(\S+),`)
+	ops := find(t, banner, `metrics and probes on (http://\S+)`)
+	for _, a := range []string{addr, grpcAddr} {
+		for i := range plain { // plain HTTP to a TLS port
+			c, err := net.DialTimeout("tcp", a, 10*time.Second)
+			if err != nil {
+				t.Fatalf("dial %d: %v", i, err)
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			_, _ = io.Copy(io.Discard, c) // until the server closes it
+			c.Close()
+		}
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	want := regexp.MustCompile(`floodgate_connection_errors_total\{kind="tls_handshake",listener="(listen|grpc_listen)"\} (\d+)`)
+	var metrics string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, _, metrics = call(t, client, "GET", ops+"/metrics", "", "", "")
+		counted := map[string]string{}
+		for _, m := range want.FindAllStringSubmatch(metrics, -1) {
+			counted[m[1]] = m[2]
+		}
+		if counted["listen"] == fmt.Sprint(plain) && counted["grpc_listen"] == fmt.Sprint(plain) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want %d handshake errors counted on each listener:\n%s", plain, grepLines(metrics, "floodgate_connection_errors"))
+		}
+	}
+	if n := strings.Count(p.stderr.String(), "connection error"); n < 1 || n > 4 {
+		t.Fatalf("%d log lines for %d failed handshakes, want one or a few:\n%s", n, 2*plain, p.stderr)
+	}
+	if n := strings.Count(p.stderr.String(), "TLS handshake error"); n > 4 {
+		t.Fatalf("%d handshake error lines:\n%s", n, p.stderr)
+	}
+}

@@ -125,8 +125,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	connErr, err := newConnErrors(reg, logger)
+	if err != nil {
+		return err
+	}
 	sec := newSecrets(cfg.Auth, tlsSrv, tokens, logger)
-	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue()})
+	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue(), connErr: connErr})
 	if err != nil {
 		return err
 	}
@@ -152,9 +156,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			_ = ln.Close()
 			return err
 		}
-		opsLn, ops = cl, newHTTPServer(srv.OpsHandler(), cl, nil, logger)
+		opsLn, ops = cl, newHTTPServer(srv.OpsHandler(), cl, nil, connErr.httpLog("metrics_listen"))
 	}
-	httpServer := newHTTPServer(api, ln, httpTLS, logger)
+	httpServer := newHTTPServer(api, ln, httpTLS, connErr.httpLog("listen"))
 	// Catch SIGHUP before the banner says we are up, so a reload signalled
 	// right after it is never lost (or fatal).
 	hup := make(chan os.Signal, 1)

@@ -83,7 +83,7 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	if err != nil {
 		return nil, err
 	}
-	gopts := grpcOptions(nw.tls, nw.tokens)
+	gopts := grpcOptions(nw.tls, nw.tokens, nw.connErr)
 	if gs.maxConnAge > 0 { // replaces grpcOptions' keepalive parameters
 		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout,
 			MaxConnectionAge: gs.maxConnAge, MaxConnectionAgeGrace: gs.maxConnAgeGrace}))
@@ -143,11 +143,13 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 }
 
 // rlsNet is how the gRPC listener is guarded: TLS (nil: none), the tokens
-// in force (nil: none needed) and the connection cap.
+// in force (nil: none needed), the connection cap, and where its
+// connections' errors go.
 type rlsNet struct {
 	tls      *tlsfiles.Server
 	tokens   func() *server.Tokens
 	maxConns int
+	connErr  *connErrors
 }
 
 // address is the gRPC listener's address, or "" when disabled.

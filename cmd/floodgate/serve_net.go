@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -78,9 +79,10 @@ func listenCapped(name, addr string, max int, reg prometheus.Registerer) (*connl
 }
 
 // newHTTPServer is an http.Server for h on l with serve's per-connection
-// limits, over TLS when tlsSrv is not nil. A connection whose body stalls
+// limits, over TLS when tlsSrv is not nil, logging connections' errors to
+// errLog. A connection whose body stalls
 // holds no place under l's cap (connlimit.Bodies).
-func newHTTPServer(h http.Handler, l *connlimit.Listener, tlsSrv *tlsfiles.Server, logger *slog.Logger) *http.Server {
+func newHTTPServer(h http.Handler, l *connlimit.Listener, tlsSrv *tlsfiles.Server, errLog *log.Logger) *http.Server {
 	s := &http.Server{
 		Handler:           connlimit.Bodies(h),
 		ConnContext:       l.ConnContext,
@@ -90,7 +92,7 @@ func newHTTPServer(h http.Handler, l *connlimit.Listener, tlsSrv *tlsfiles.Serve
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ConnState:         l.ConnState,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:          errLog,
 	}
 	if tlsSrv != nil {
 		s.TLSConfig = tlsSrv.Config("h2", "http/1.1")
@@ -266,7 +268,7 @@ func fileStamp(name string) string {
 
 // grpcOptions are the gRPC server's TLS, token check and per-connection
 // limits.
-func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens) []grpc.ServerOption {
+func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens, connErr *connErrors) []grpc.ServerOption {
 	check := func(ctx context.Context, method string) error {
 		t := tokens()
 		if t == nil || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
@@ -310,7 +312,7 @@ func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens) []grpc.S
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if tlsSrv != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsSrv.Config("h2"))))
+		opts = append(opts, grpc.Creds(connErr.grpcCreds("grpc_listen", credentials.NewTLS(tlsSrv.Config("h2")))))
 	}
 	return opts
 }
