@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 )
 
 var (
@@ -394,5 +397,50 @@ func TestCheckURLToken(t *testing.T) {
 	}
 	if _, stderr, code := cli(t, "check", "--token-file", file, "--rule", "login", "--key", "k"); code != 2 || !strings.Contains(stderr, "--url only") {
 		t.Errorf("--token-file without --url: exit %d %s", code, stderr)
+	}
+}
+
+// TestCheckURLMutualTLS: check --url https:// reaches a server with mutual
+// TLS and tokens with --ca-file, --cert-file and --key-file, over real
+// handshakes; without the client certificate, or trusting another CA, it
+// fails saying so.
+func TestCheckURLMutualTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "floodgate-test")
+	srvCert := ca.Issue("server", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
+	client := ca.Issue("client", tlstest.Leaf{CommonName: "ingress"})
+	other := tlstest.NewCA(t, "stranger")
+	dir := t.TempDir()
+	tokens := writeFile(t, dir, "tokens", "ingress decide "+tokStrong+"\n")
+	tokenFile := writeFile(t, dir, "token", tokStrong+"\n")
+	cfg := writeFile(t, dir, "floodgate.yaml", fmt.Sprintf("listen: 127.0.0.1:0\nauth:\n  tokens_file: %s\ntls:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\nrules:\n  - {name: login, algorithm: fixed_window, limit: 5, window: 1m}\n",
+		tokens, srvCert.CertFile, srvCert.KeyFile, ca.CertFile))
+	_, banner := startBinary(t, nil, "--config", cfg)
+	port := find(t, banner, `listening on https://127\.0\.0\.1:(\d+)`)
+	base := "https://localhost:" + port
+	ask := func(extra ...string) (string, string, int) {
+		return cli(t, append([]string{"check", "--url", base, "--token-file", tokenFile, "--rule", "login", "--key", "k"}, extra...)...)
+	}
+	for _, c := range []struct {
+		name  string
+		flags []string
+		code  int
+		want  string
+	}{
+		{"CA and client certificate", []string{"--ca-file", ca.CertFile, "--cert-file", client.CertFile, "--key-file", client.KeyFile}, 0, "remaining 4"},
+		{"no client certificate", []string{"--ca-file", ca.CertFile}, 1, "asking " + base},
+		{"another CA", []string{"--ca-file", other.CertFile, "--cert-file", client.CertFile, "--key-file", client.KeyFile}, 1, "certificate"},
+		{"no CA: the system's roots", nil, 1, "certificate"},
+		{"a missing CA file", []string{"--ca-file", filepath.Join(dir, "none.pem")}, 1, "--ca-file " + filepath.Join(dir, "none.pem") + ": no such file"},
+		{"a certificate without its key", []string{"--ca-file", ca.CertFile, "--cert-file", client.CertFile}, 2, "--cert-file and --key-file go together"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, stderr, code := ask(c.flags...)
+			if code != c.code || !strings.Contains(out+stderr, c.want) {
+				t.Fatalf("exit %d, want %d with %q:\n%s%s", code, c.code, c.want, out, stderr)
+			}
+		})
+	}
+	if _, stderr, code := cli(t, "check", "--url", "http://127.0.0.1:"+port, "--ca-file", ca.CertFile, "--rule", "login", "--key", "k"); code != 2 || !strings.Contains(stderr, "https:// --url only") {
+		t.Errorf("--ca-file with an http URL: exit %d %s", code, stderr)
 	}
 }
