@@ -214,7 +214,7 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			closeStore()
 		}
-		for _, w := range plan.warnings {
+		for _, w := range append(plan.warnings, plan.startWarnings()...) {
 			fmt.Fprintln(stderr, "warning: "+w)
 		}
 		envoyRules := ""

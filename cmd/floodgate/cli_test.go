@@ -444,3 +444,60 @@ func TestCheckURLMutualTLS(t *testing.T) {
 		t.Errorf("--ca-file with an http URL: exit %d %s", code, stderr)
 	}
 }
+
+// TestConfigValidateWarnsAsServe: config validate prints each warning serve
+// prints as it starts, and exits 0 with them.
+func TestConfigValidateWarnsAsServe(t *testing.T) {
+	dir := t.TempDir()
+	rules := writeFile(t, dir, "rules/ok.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	const rule = "rules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n"
+	for _, c := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"listen beyond loopback without tokens", "listen: 0.0.0.0:8080\n" + rule,
+			[]string{"listen 0.0.0.0:8080 is reachable beyond this machine and needs no token", "set auth.tokens_file"}},
+		{"grpc_listen beyond loopback without tokens", "listen: 127.0.0.1:0\ngrpc_listen: 0.0.0.0:8081\nenvoy_config: " + filepath.Dir(rules) + "\n",
+			[]string{"grpc_listen 0.0.0.0:8081 is reachable beyond this machine", "the Envoy rate-limit service decides on the in-process memory store"}},
+		{"Redis TLS without hostname verification", "store:\n  type: redis\n  addrs: [127.0.0.1:6380]\n  tls: true\n  tls_skip_hostname_verification: true\n" + rule,
+			[]string{"line 5: store.tls_skip_hostname_verification: TLS hostname verification is off"}},
+		{"tokens file others can read", "auth:\n  tokens_file: " + writeWorldReadable(t, dir) + "\n" + rule,
+			[]string{"is readable by every user of this machine"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeFile(t, t.TempDir(), "floodgate.yaml", c.yaml)
+			out, stderr, code := cli(t, "config", "validate", path)
+			if code != 0 || !strings.Contains(out, "ok") {
+				t.Fatalf("exit %d:\n%s%s", code, out, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, "warning: ") || !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+	// serve prints the same words at start, naming the address it bound.
+	path := writeFile(t, dir, "open.yaml", "listen: 0.0.0.0:0\n"+rule)
+	_, stderr, _ := cli(t, "config", "validate", path)
+	_, want, ok := strings.Cut(strings.TrimSpace(stderr), "warning: listen 0.0.0.0:0 ")
+	if !ok {
+		t.Fatalf("validate does not warn of listen:\n%s", stderr)
+	}
+	p, _ := startBinary(t, nil, "--config", path)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve lacks %q:\n%s", want, p.stderr)
+		}
+	}
+}
+
+// writeWorldReadable writes a tokens file of mode 0644.
+func writeWorldReadable(t *testing.T, dir string) string {
+	t.Helper()
+	path := writeFile(t, dir, "tokens", "ingress decide "+tokStrong+"\n")
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

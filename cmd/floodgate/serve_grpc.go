@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/internal/connlimit"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
@@ -60,7 +59,7 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	if !plan.rls {
 		return nil, nil
 	}
-	cfg, dir, addr, rules := plan.cfg, plan.cfg.EnvoyConfig, plan.cfg.GRPCListen, plan.rules
+	dir, addr, rules := plan.cfg.EnvoyConfig, plan.cfg.GRPCListen, plan.rules
 	var (
 		opts envoy.Options
 		gs   grpcSettings
@@ -74,10 +73,6 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	opts.Logger, opts.Registerer = logger, reg
 	if rules != nil && len(rules.Skipped()) > 0 {
 		logger.Info("envoy rules: not read: names starting with a dot, links to folders, files outside the RUNTIME_APPDIRECTORY prefix", "skipped", strings.Join(rules.Skipped(), ","))
-	}
-	if cfg.Store.Type == config.StoreMemory {
-		logger.Warn("the Envoy rate-limit service decides on the in-process memory store: every replica admits the whole limit; " +
-			"set store.type to redis, redis-cluster or redis-sentinel to share limits")
 	}
 	svc, err := envoy.New(store, rules, opts)
 	if err != nil {

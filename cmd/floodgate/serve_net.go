@@ -148,17 +148,28 @@ func configListeners(listen, grpcListen string) ([]exposable, string) {
 // others can reach while anyone may use it: beyond loopback with no tokens.
 // The warning says how to fix it: the listener's local fix, or authFix.
 func warnExposed(stderr io.Writer, logger *slog.Logger, auth bool, listeners []exposable, authFix string) {
+	exposed, msgs := exposedWarnings(auth, listeners, authFix)
+	for i, msg := range msgs {
+		fmt.Fprintf(stderr, "WARNING: %s\n", msg)
+		logger.Warn("listening beyond loopback without authentication", "listener", exposed[i].name, "addr", exposed[i].addr)
+	}
+}
+
+// exposedWarnings returns the listeners warnExposed warns about, with the
+// text of each warning: `config validate` prints them too.
+func exposedWarnings(auth bool, listeners []exposable, authFix string) (exposed []exposable, msgs []string) {
 	if auth {
-		return
+		return nil, nil
 	}
 	for _, l := range listeners {
 		if l.addr == "" || isLoopback(l.addr) || strings.HasPrefix(l.addr, "/") || strings.HasPrefix(l.addr, "@") {
 			continue // a unix socket (GRPC_UDS) is this machine's only
 		}
-		fmt.Fprintf(stderr, "WARNING: %s %s is reachable beyond this machine and needs no token: anyone who reaches it can decide, reset and list limits. "+
-			"To keep it on this machine %s; to require tokens %s (docs/SECURITY.md).\n", l.name, l.addr, l.local, authFix)
-		logger.Warn("listening beyond loopback without authentication", "listener", l.name, "addr", l.addr)
+		exposed = append(exposed, l)
+		msgs = append(msgs, fmt.Sprintf("%s %s is reachable beyond this machine and needs no token: anyone who reaches it can decide, reset and list limits. "+
+			"To keep it on this machine %s; to require tokens %s (docs/SECURITY.md).", l.name, l.addr, l.local, authFix))
 	}
+	return exposed, msgs
 }
 
 // secrets are the files serve reads again on SIGHUP and when they change:
