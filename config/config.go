@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/floodgate-rl/floodgate/internal/filebound"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
@@ -158,9 +159,9 @@ func underAny(path string, paths map[string]bool) bool {
 
 // Load reads and validates the configuration file at path.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := filebound.Read(path, filebound.MaxConfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return Parse(data, path)
 }

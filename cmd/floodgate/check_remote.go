@@ -9,10 +9,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/filebound"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -70,9 +70,9 @@ func askServer(ctx context.Context, base string, o remoteOpts, rule, key string,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if o.tokenFile != "" {
-		tok, err := os.ReadFile(o.tokenFile)
+		tok, err := filebound.Read(o.tokenFile, filebound.MaxTokens)
 		if err != nil {
-			return resp, nil, fmt.Errorf("--token-file: %w", err)
+			return resp, nil, fmt.Errorf("--token-file %s: %w", o.tokenFile, err)
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}

@@ -535,3 +535,98 @@ func TestBinaryHandshakeErrorsThrottled(t *testing.T) {
 		t.Fatalf("%d handshake error lines:\n%s", n, p.stderr)
 	}
 }
+
+// TestBinaryFilesAreBounded: a config, tokens or certificate path naming a
+// device that never ends, a pipe or an oversized file is refused at once,
+// naming the setting and the file.
+func TestBinaryFilesAreBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.pem")
+	if err := os.WriteFile(huge, make([]byte, 2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const rule = "rules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n"
+	for _, c := range []struct {
+		name, yaml string
+		want       string
+	}{
+		{"tokens from /dev/zero", "auth:\n  tokens_file: /dev/zero\n", "line 2: auth.tokens_file: /dev/zero: is not a regular file (a character device)"},
+		{"tokens from a pipe", "auth:\n  tokens_file: " + fifo + "\n", fifo + ": is not a regular file (a named pipe)"},
+		{"a certificate from /dev/zero", "tls:\n  cert_file: /dev/zero\n  key_file: /dev/zero\n", "line 2: tls.cert_file: /dev/zero is not a regular file (a character device)"},
+		{"an oversized CA", "tls:\n  cert_file: " + huge + "\n  key_file: " + huge + "\n", "is 2097152 bytes, over the 1048576 bytes"},
+		{"Envoy rules from a pipe", "envoy_config: " + dir + "\n", fifo + ": is not a regular file (a named pipe)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeFile(t, t.TempDir(), "floodgate.yaml", c.yaml+rule)
+			for _, args := range [][]string{{"serve", "--config", path}, {"config", "validate", path}} {
+				_, stderr, code := cli(t, args...) // cli gives up after 60 s
+				if code != 1 || !strings.Contains(stderr, c.want) {
+					t.Errorf("%s: exit %d, want 1 with %q:\n%s", args[0], code, c.want, stderr)
+				}
+			}
+		})
+	}
+	_, stderr, code := cli(t, "serve", "--config", "/dev/zero")
+	if code != 1 || !strings.Contains(stderr, "/dev/zero: is not a regular file") {
+		t.Errorf("--config /dev/zero: exit %d %s", code, stderr)
+	}
+}
+
+// TestBinaryStopsWhileStarting: SIGTERM ends serve while it is still
+// starting (here, waiting on a store that accepts connections and never
+// answers), not once the stage gives up.
+func TestBinaryStopsWhileStarting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	cfg := writeFile(t, t.TempDir(), "floodgate.yaml", "listen: 127.0.0.1:0\nstore:\n  type: redis\n  addrs: ["+silent.Addr().String()+"]\nrules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n")
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		cmd := exec.Command(binary(t), "serve", "--config", cfg)
+		stderr := &syncbuf.Buffer{}
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		time.Sleep(time.Second) // well into start-up: the store's connection waits
+		_ = cmd.Process.Signal(sig)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("%v: still running 20 s after the signal:\n%s", sig, stderr)
+		}
+		if !strings.Contains(stderr.String(), "interrupted while starting") {
+			t.Errorf("%v: exited only once start-up gave up:\n%s", sig, stderr)
+		}
+	}
+}

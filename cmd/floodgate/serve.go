@@ -42,6 +42,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	starting.Store(true)
+	defer starting.Store(false)
 	over := serveOverrides{listen: *listen, grpcListen: *grpcListen, envoyConfig: *envoyConfig, logFormat: *logFormat, storeAPI: *storeAPI}
 	var (
 		plan   *servePlan
@@ -184,6 +186,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logger.Info("serving", "listen", ln.Addr().String(), "tls", httpTLS != nil, "mtls", httpTLS != nil && httpTLS.MutualTLS(),
 		"auth", tokens != nil, "store", cfg.Store.String(), "rules", len(policy.Rules), "config", cfg.Source)
 
+	starting.Store(false) // from here a signal shuts down gracefully
 	served := make(chan error, 2)
 	go func() { served <- serveHTTP(httpServer, ln) }()
 	if ops != nil {
