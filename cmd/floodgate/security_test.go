@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -628,5 +629,60 @@ func TestBinaryStopsWhileStarting(t *testing.T) {
 		if !strings.Contains(stderr.String(), "interrupted while starting") {
 			t.Errorf("%v: exited only once start-up gave up:\n%s", sig, stderr)
 		}
+	}
+}
+
+// TestBinaryGRPCConnectionFlood: thousands of idle connections to the gRPC
+// port take no place a real call needs: each new connection at the cap
+// evicts the longest idle, so health checks and RLS calls on fresh
+// connections succeed throughout.
+func TestBinaryGRPCConnectionFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const maxConns, flood, calls = 100, 2000, 20
+	cfg := writeFile(t, t.TempDir(), "floodgate.yaml", fmt.Sprintf("listen: 127.0.0.1:0\nmax_connections: %d\nrules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n", maxConns))
+	_, banner := startBinary(t, nil, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
+	grpcAddr := find(t, banner, `on grpc://(\S+),`)
+	base := find(t, banner, `listening on (http://\S+)`)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	for i := range flood { // silent connections, as a flood opens them
+		c, err := net.DialTimeout("tcp", grpcAddr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	for i := range calls {
+		func() {
+			cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				t.Fatalf("health check %d under the flood: %v", i, err)
+			}
+			req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+			if _, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req); err != nil {
+				t.Fatalf("RLS call %d under the flood: %v", i, err)
+			}
+		}()
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Fatalf("the flood and the calls took %s", d)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	_, _, metrics := call(t, client, "GET", base+"/metrics", "", "", "")
+	if !regexp.MustCompile(`floodgate_connections_evicted_total\{listener="grpc_listen"\} [1-9]`).MatchString(metrics) {
+		t.Fatalf("no evictions counted on the gRPC listener:\n%s", grepLines(metrics, "floodgate_connections"))
 	}
 }

@@ -132,7 +132,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	sec := newSecrets(cfg.Auth, tlsSrv, tokens, logger)
-	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue(), connErr: connErr})
+	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue(), connErr: connErr, maxInFlight: cfg.MaxInFlight})
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,14 @@ const (
 	grpcMaxMessage = 64 << 10
 	// grpcMaxStreams bounds the concurrent calls of one gRPC connection.
 	grpcMaxStreams = 1024
+	// grpcPingAfter is how long a gRPC connection may be silent before the
+	// server pings it; one that does not answer within grpcPingTimeout is
+	// closed, so a peer that vanished holds no place.
+	grpcPingAfter   = 30 * time.Second
+	grpcPingTimeout = 10 * time.Second
+	// grpcMinPing is the least time between a client's pings; a client
+	// that pings more often is disconnected.
+	grpcMinPing = 10 * time.Second
 	// secretsPoll is how often the tokens and certificate files are checked
 	// for changes.
 	secretsPoll = 2 * time.Second
@@ -279,7 +287,24 @@ func fileStamp(name string) string {
 
 // grpcOptions are the gRPC server's TLS, token check and per-connection
 // limits.
-func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens, connErr *connErrors) []grpc.ServerOption {
+func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens, connErr *connErrors, maxInFlight int) []grpc.ServerOption {
+	if maxInFlight <= 0 {
+		maxInFlight = server.DefaultMaxInFlight
+	}
+	inFlight := make(chan struct{}, maxInFlight)
+	// limit holds a place among the calls in progress, or refuses the call
+	// when there is none; health checks are never refused.
+	limit := func(method string) (release func(), err error) {
+		if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+			return func() {}, nil
+		}
+		select {
+		case inFlight <- struct{}{}:
+			return func() { <-inFlight }, nil
+		default:
+			return nil, status.Error(codes.Unavailable, "the server is at its limit of concurrent calls (max_in_flight); retry later")
+		}
+	}
 	check := func(ctx context.Context, method string) error {
 		t := tokens()
 		if t == nil || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
@@ -307,20 +332,30 @@ func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens, connErr 
 			if err := check(ctx, info.FullMethod); err != nil {
 				return nil, err
 			}
+			release, err := limit(info.FullMethod)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
 			return h(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			if err := check(ss.Context(), info.FullMethod); err != nil {
 				return err
 			}
+			release, err := limit(info.FullMethod)
+			if err != nil {
+				return err
+			}
+			defer release()
 			return h(srv, ss)
 		}),
 		grpc.MaxRecvMsgSize(grpcMaxMessage),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
 		grpc.MaxHeaderListSize(maxHeaderBytes),
 		grpc.ConnectionTimeout(readHeaderTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout, Time: grpcPingAfter, Timeout: grpcPingTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcMinPing, PermitWithoutStream: true}),
 	}
 	if tlsSrv != nil {
 		opts = append(opts, grpc.Creds(connErr.grpcCreds("grpc_listen", credentials.NewTLS(tlsSrv.Config("h2")))))

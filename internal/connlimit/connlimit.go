@@ -3,8 +3,9 @@
 // new connection takes the place of the longest-idle one (a connection that
 // has sent no request yet, or that waits between keep-alive requests), or
 // is closed at once when every connection is busy. Idle connections are
-// known from an http.Server's ConnState hook; without it (a gRPC server),
-// a new connection at the cap is closed.
+// known from an http.Server's ConnState hook, or for a server without one
+// (gRPC) from the calls it reports (TrackCalls); with neither, a new
+// connection at the cap is closed.
 //
 // A connection whose request body stalls holds no place either: with the
 // server's ConnContext hook and its handler wrapped in Bodies, an HTTP/1
@@ -31,9 +32,10 @@ type Listener struct {
 	net.Listener
 	max int
 
-	mu   sync.Mutex
-	open int
-	idle list.List // of *conn, longest idle first
+	mu     sync.Mutex
+	open   int
+	idle   list.List        // of *conn, longest idle first
+	byAddr map[string]*conn // by remote address, with TrackCalls; nil without
 
 	rejected, evicted atomic.Int64
 }
@@ -51,6 +53,7 @@ type conn struct {
 	elem   *list.Element // in l.idle, or nil; under l.mu
 	gave   bool          // its slot went to the connection that evicted it; under l.mu
 	closed bool          // under l.mu: never idle again
+	calls  int           // calls in progress, with TrackCalls; under l.mu
 }
 
 // Accept returns the next connection, making room at the cap by closing
@@ -83,6 +86,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.open++
 		}
 		wrapped := &conn{Conn: c, l: l}
+		if l.byAddr != nil { // idle until its first call begins
+			l.byAddr[c.RemoteAddr().String()] = wrapped
+			wrapped.setIdleLocked(true)
+		}
 		l.mu.Unlock()
 		if victim != nil {
 			l.evicted.Add(1)
@@ -102,6 +109,11 @@ func (c *conn) Close() error {
 		}
 		c.closed = true
 		c.setIdleLocked(false)
+		if c.l.byAddr != nil {
+			if addr := c.RemoteAddr().String(); c.l.byAddr[addr] == c {
+				delete(c.l.byAddr, addr)
+			}
+		}
 		c.l.mu.Unlock()
 	})
 	return err
@@ -198,6 +210,38 @@ func (b *body) Read(p []byte) (int, error) {
 		b.eof.Store(true)
 	}
 	return n, err
+}
+
+// TrackCalls makes l's connections idle from their accept until a call
+// begins on them, and again when their last call ends, as Begin and End
+// report them by the connection's remote address: for a server with no
+// ConnState hook whose calls are known (gRPC, by a stats handler). Call it
+// before the first Accept; the remote addresses must tell connections
+// apart (TCP, not a unix socket).
+func (l *Listener) TrackCalls() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.byAddr = map[string]*conn{}
+}
+
+// Begin reports that a call began on the connection from remote.
+func (l *Listener) Begin(remote net.Addr) { l.call(remote, 1) }
+
+// End reports that a call on the connection from remote ended.
+func (l *Listener) End(remote net.Addr) { l.call(remote, -1) }
+
+func (l *Listener) call(remote net.Addr, delta int) {
+	if remote == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.byAddr[remote.String()]
+	if c == nil {
+		return
+	}
+	c.calls = max(0, c.calls+delta)
+	c.setIdleLocked(c.calls == 0)
 }
 
 // Open returns the number of open connections.

@@ -290,3 +290,70 @@ func TestReadBodyKeepsTheConnection(t *testing.T) {
 func httptraceConn(ctx context.Context, addr *string) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { *addr = i.Conn.LocalAddr().String() }})
 }
+
+func TestTrackCalls(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := connlimit.New(ln, 2)
+	l.TrackCalls()
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	closed := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil
+	}
+	busy, idle := dial(), dial()
+	srvBusy, srvIdle := <-accepted, <-accepted
+	defer srvBusy.Close()
+	defer srvIdle.Close()
+	l.Begin(srvBusy.RemoteAddr()) // a call in progress on the first
+	// A third connection evicts the idle one, not the busy one.
+	third := dial()
+	srv3 := <-accepted
+	defer srv3.Close()
+	if !closed(idle) {
+		t.Fatal("the idle connection was not evicted")
+	}
+	// The busy one's call ends: it is idle again, and the next to go.
+	l.Begin(srv3.RemoteAddr())
+	l.End(srvBusy.RemoteAddr())
+	fourth := dial()
+	srv4 := <-accepted
+	defer srv4.Close()
+	if !closed(busy) {
+		t.Fatal("the connection whose call ended was not evicted")
+	}
+	_ = third.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := third.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("the connection with a call in progress was closed: %v", err)
+	}
+	_ = fourth
+	if l.Evicted() != 2 || l.Rejected() != 0 || l.Open() != 2 {
+		t.Fatalf("evicted %d, rejected %d, open %d; want 2, 0, 2", l.Evicted(), l.Rejected(), l.Open())
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
