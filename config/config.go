@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/floodgate-rl/floodgate/internal/filebound"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
@@ -158,9 +159,9 @@ func underAny(path string, paths map[string]bool) bool {
 
 // Load reads and validates the configuration file at path.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := filebound.Read(path, filebound.MaxConfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return Parse(data, path)
 }
@@ -247,9 +248,15 @@ func (c *Config) Where(path string) string {
 
 // Warnings lists settings that are valid but probably mistakes, each
 // naming its line: a trusted_proxies entry that trusts every address (so
-// any client can pick its own key with X-Forwarded-For).
+// any client can pick its own key with X-Forwarded-For), a tokens file
+// that every user of the machine can read.
 func (c *Config) Warnings() []string {
 	var out []string
+	if f := c.Auth.TokensFile; f != "" {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm()&0o004 != 0 {
+			out = append(out, c.Source+": "+c.lines.Error("auth.tokens_file", f, fmt.Sprintf("is readable by every user of this machine (mode %04o): anyone logged in can read the tokens; chmod 600 it (a Kubernetes Secret volume: defaultMode: 0440 with the pod's fsGroup)", fi.Mode().Perm())).Error())
+		}
+	}
 	for i, cidr := range c.ClientIP.TrustedProxies {
 		pfx, err := netip.ParsePrefix(strings.TrimSpace(cidr))
 		if err != nil || pfx.Bits() != 0 {

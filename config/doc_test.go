@@ -118,7 +118,7 @@ func TestConfigDocExample(t *testing.T) {
 	src := rest[start : start+end+1]
 	t.Setenv("REDIS_PASSWORD", "example")
 	t.Setenv("SENTINEL_PASSWORD", "example")
-	t.Setenv("FLOODGATE_TOKENS", "ingress decide 0123456789abcdef0123")
+	t.Setenv("FLOODGATE_TOKENS", "ingress decide 0123456789abcdef0123456789abcdef")
 	cfg, err := Parse([]byte(src), "docs/CONFIG.md example")
 	if err != nil {
 		t.Fatal(err)

@@ -161,7 +161,7 @@ func TestSmallerErrors(t *testing.T) {
 		{"redis client key missing", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls: true\n  tls_cert_file: " + cert + "\n  tls_key_file: /nonexistent/k.pem\n", []string{"line 6: store.tls_key_file: /nonexistent/k.pem no such file"}, "store.tls_key_file"},
 		{"redis client cert without key", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls: true\n  tls_cert_file: " + cert + "\n", []string{"store.tls_key_file: is required with store.tls_cert_file"}, "store.tls_key_file"},
 		{"tokens file a folder", "auth:\n  tokens_file: " + dir + "\n", []string{"line 2: auth.tokens_file: " + dir + " is a folder; name the tokens file in it"}, "auth.tokens_file"},
-		{"tokens file missing", "auth:\n  tokens_file: /nonexistent/tokens\n", []string{"line 2: auth.tokens_file: open /nonexistent/tokens: no such file"}, "auth.tokens_file"},
+		{"tokens file missing", "auth:\n  tokens_file: /nonexistent/tokens\n", []string{"line 2: auth.tokens_file: /nonexistent/tokens: no such file"}, "auth.tokens_file"},
 		{"tokens env unset", "auth:\n  tokens_env: FG_SURELY_UNSET\n", []string{"line 2: auth.tokens_env: the environment variable FG_SURELY_UNSET is not set"}, "auth.tokens_env"},
 	}
 	for _, c := range cases {

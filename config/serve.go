@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/floodgate-rl/floodgate/internal/filebound"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -48,9 +49,9 @@ func (a Auth) tokens() (*server.Tokens, error) {
 		if err == nil && fi.IsDir() {
 			return nil, fmt.Errorf("%s is a folder; name the tokens file in it (one token per line as NAME SCOPES TOKEN)", a.TokensFile)
 		}
-		data, err := os.ReadFile(a.TokensFile)
+		data, err := filebound.Read(a.TokensFile, filebound.MaxTokens)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", a.TokensFile, err)
 		}
 		return server.ParseTokens(string(data), a.TokensFile)
 	case a.TokensEnv != "":

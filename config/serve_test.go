@@ -10,7 +10,7 @@ import (
 func TestServeKeys(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("ingress decide 0123456789abcdef0123\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("ingress decide 0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := Parse([]byte("auth:\n  tokens_file: "+tokens+"\nmetrics_listen: 127.0.0.1:9090\nmax_connections: 50\nmax_in_flight: 10\nstore:\n  max_keys: 1000\n"), "f.yaml")
@@ -24,7 +24,7 @@ func TestServeKeys(t *testing.T) {
 	if d, _ := Parse([]byte("listen: 127.0.0.1:1\n"), "f.yaml"); d.MaxConnectionsValue() != DefaultMaxConnections || d.Store.MaxKeysValue() != DefaultMaxKeys || d.Auth.Enabled() {
 		t.Fatalf("defaults: %+v", d)
 	}
-	t.Setenv("FG_CONFIG_TEST_TOKENS", "a decide 0123456789abcdef0123; b admin 0123456789abcdef4567")
+	t.Setenv("FG_CONFIG_TEST_TOKENS", "a decide 0123456789abcdef0123456789abcdef; b admin 0123456789abcdef0123456789ab4567")
 	if e, err := Parse([]byte("auth:\n  tokens_env: FG_CONFIG_TEST_TOKENS\n"), "f.yaml"); err != nil {
 		t.Fatal(err)
 	} else if set, err := e.Auth.Tokens(); err != nil || set.Len() != 2 {
@@ -38,7 +38,13 @@ func TestServeKeyErrors(t *testing.T) {
 	if err := os.WriteFile(weak, []byte("ingress decide short\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	placeholder := filepath.Join(dir, "placeholder")
+	if err := os.WriteFile(placeholder, []byte("ops admin replace-me-ops-token-openssl-rand-hex-32\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct{ name, yaml, want string }{
+		{"placeholder token", "auth:\n  tokens_file: " + placeholder + "\n", `line 2: auth.tokens_file: ` + placeholder + `:1: token "ops" is a placeholder`},
+		{"token under 128 bits", "auth:\n  tokens_env: FG_CONFIG_TEST_WEAK\n", `token "a" holds at most 80 bits`},
 		{"missing tokens file", "auth:\n  tokens_file: " + filepath.Join(dir, "none") + "\n", "line 2: auth.tokens_file"},
 		{"weak token", "auth:\n  tokens_file: " + weak + "\n", "shorter than 16"},
 		{"both token sources", "auth:\n  tokens_file: " + weak + "\n  tokens_env: X\n", "auth.tokens_env"},
@@ -53,6 +59,7 @@ func TestServeKeyErrors(t *testing.T) {
 		{"max_keys on redis", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  max_keys: 5\n", "store.max_keys"},
 		{"tls_* without tls", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls_server_name: r\n", "store.tls_server_name"},
 	}
+	t.Setenv("FG_CONFIG_TEST_WEAK", "a decide 0123456789abcdef0123")
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse([]byte(c.yaml), "f.yaml")
@@ -63,5 +70,29 @@ func TestServeKeyErrors(t *testing.T) {
 				t.Fatalf("the error shows a token: %v", err)
 			}
 		})
+	}
+}
+
+func TestTokensFileReadableByOthers(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("ingress decide 0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o640, false}, {0o440, false}, {0o644, true}, {0o604, true}} {
+		if err := os.Chmod(tokens, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Parse([]byte("auth:\n  tokens_file: "+tokens+"\n"), "f.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := strings.Join(cfg.Warnings(), "\n")
+		if got := strings.Contains(w, "line 2: auth.tokens_file: "+tokens+" is readable by every user"); got != c.warn {
+			t.Errorf("mode %04o: warnings %q, want a warning %v", c.mode, w, c.warn)
+		}
 	}
 }

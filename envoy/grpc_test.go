@@ -235,7 +235,10 @@ func TestFailureModes(t *testing.T) {
 			_, _ = e.client.ShouldRateLimit(context.Background(), request("fail", desc("open=down")))
 		}
 		code, body := postJSON(t, e.json, `{"domain":"fail","descriptors":[{"entries":[{"key":"error","value":"down"}]}]}`)
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "store unavailable") {
+		// The body names the kind of failure and a request id; the
+		// store's error text is the log's alone.
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, `"kind":"store_unavailable"`) || !strings.Contains(body, `"request_id":"`) ||
+			strings.Contains(body, "store unavailable") {
 			t.Errorf("/json under failure mode error: %d %s", code, body)
 		}
 		if got := e.counter(t, "floodgate_envoy_store_errors_total"); got != 4 {

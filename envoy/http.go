@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -59,20 +60,22 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	resp, err := s.ShouldRateLimit(r.Context(), req)
 	if err != nil {
 		st := status.Convert(err)
-		code := http.StatusInternalServerError
 		switch st.Code() {
 		case codes.InvalidArgument:
-			code = http.StatusBadRequest
+			problem.Error(w, http.StatusBadRequest, st.Message())
 		case codes.Unavailable:
-			code = http.StatusServiceUnavailable
 			w.Header().Set(ratelimitheader.HeaderRetryAfter, ratelimitheader.RetryAfter(s.engine.UnavailableRetryAfter()))
+			s.fail(w, r, http.StatusServiceUnavailable, problem.KindStoreUnavailable, "the rate-limit store is unavailable and the rule fails closed; retry after the number of seconds in Retry-After", err)
+		case codes.Unknown:
+			problem.Error(w, http.StatusInternalServerError, st.Message()) // no rules loaded: the operator's to fix, no internals
+		default:
+			s.fail(w, r, http.StatusInternalServerError, problem.KindStoreError, "the rate-limit store failed; the request was not decided (the server's log has the error under the request id)", err)
 		}
-		problem.Error(w, code, st.Message())
 		return
 	}
 	out, err := protojson.Marshal(resp)
 	if err != nil {
-		problem.Error(w, http.StatusInternalServerError, err.Error())
+		s.fail(w, r, http.StatusInternalServerError, problem.KindInternal, "the answer could not be encoded", err)
 		return
 	}
 	code := http.StatusOK
@@ -82,4 +85,12 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(append(out, '\n'))
+}
+
+// fail answers a POST /json the service could not serve with
+// problem.Failure and logs err with its request id, through the log
+// throttle.
+func (s *Service) fail(w http.ResponseWriter, r *http.Request, code int, kind, detail string, err error) {
+	id := problem.Failure(w, code, kind, detail)
+	s.warn.Warn(r.Context(), "POST /json failed", slog.String("request_id", id), slog.String("kind", kind), slog.Int("status", code), slog.String("err", err.Error()))
 }

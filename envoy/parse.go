@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/floodgate-rl/floodgate/internal/filebound"
 	"github.com/floodgate-rl/floodgate/internal/yamlfield"
 )
 
@@ -124,9 +125,9 @@ func readFolder(dir string, opts LoadOptions) (srcs []Source, skipped []string, 
 			skipped = append(skipped, path)
 			return nil
 		}
-		data, err := os.ReadFile(path)
+		data, err := filebound.Read(path, filebound.MaxRules)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", path, err)
 		}
 		srcs = append(srcs, Source{Name: path, Data: data})
 		return nil

@@ -33,8 +33,10 @@ const (
 
 // ParseTokens reads tokens written one per line as NAME SCOPES TOKEN (such
 // as "ingress decide 3f9c..."), scopes being a comma-separated list of
-// decide, admin and metrics, and tokens at least 16 characters long. Blank
-// lines and lines starting with '#' are skipped; ';' also separates entries.
+// decide, admin and metrics, and tokens of 128 bits of randomness and more
+// by their length and alphabet (placeholders such as "replace-me-..." are
+// refused by name). Blank lines and lines starting with '#' are skipped;
+// ';' also separates entries.
 // source names where they came from in errors, which never show a token.
 func ParseTokens(data, source string) (*Tokens, error) { return authtoken.Parse(data, source) }
 
@@ -135,8 +137,7 @@ func isJSON(ct string) bool {
 
 // overloaded answers a request that is not a decision and arrived over the
 // in-flight cap: 503 with the engine's retry delay.
-func (s *Server) overloaded(w http.ResponseWriter) {
+func (s *Server) overloaded(w http.ResponseWriter, r *http.Request) {
 	w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(s.engine.UnavailableRetryAfter())}
-	w.Header()["Cache-Control"] = []string{"no-store"}
-	problem.Error(w, http.StatusServiceUnavailable, "the server is at its limit of concurrent requests; retry after the number of seconds in Retry-After")
+	s.fail(w, r, http.StatusServiceUnavailable, problem.KindOverloaded, "the server is at its limit of concurrent requests; retry after the number of seconds in Retry-After", nil)
 }

@@ -12,9 +12,9 @@ import (
 )
 
 const (
-	decideToken  = "decide-0123456789abcdef"
-	adminToken   = "admin-0123456789abcdef"
-	metricsToken = "metrics-0123456789abcdef"
+	decideToken  = "decide-0123456789abcdef0123456789abcdef"
+	adminToken   = "admin-0123456789abcdef0123456789abcdef"
+	metricsToken = "metrics-0123456789abcdef0123456789abcdef"
 )
 
 func tokensOf(t *testing.T, text string) *server.Tokens {

@@ -28,7 +28,7 @@ func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request, shed 
 	}
 	var q oneCheck
 	res := s.decide(r.Context(), &q, rl, key, 1, shed)
-	if !s.answerFailure(w, rl, &res) {
+	if !s.answerFailure(w, r, rl, &res) {
 		return
 	}
 	p.writeHeaders(w.Header(), rl, &res, s.now())

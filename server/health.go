@@ -23,12 +23,15 @@ const (
 // readyBody is the /readyz body for a store that reports its health: a
 // problem (RFC 9457) when not ready, plain JSON otherwise.
 type readyBody struct {
-	Type   string      `json:"type,omitempty"`
-	Title  string      `json:"title,omitempty"`
-	Status int         `json:"status,omitempty"`
-	Detail string      `json:"detail,omitempty"`
-	State  string      `json:"state"`
-	Store  storeHealth `json:"store"`
+	Type   string `json:"type,omitempty"`
+	Title  string `json:"title,omitempty"`
+	Status int    `json:"status,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	// Kind and RequestID are a failed probe's, as in every 5xx answer.
+	Kind      string      `json:"kind,omitempty"`
+	RequestID string      `json:"request_id,omitempty"`
+	State     string      `json:"state"`
+	Store     storeHealth `json:"store"`
 }
 
 // storeHealth is health.Report in the /readyz body.
@@ -76,7 +79,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	hr, ok := s.store.(health.Reporter)
 	if !ok {
 		if err != nil {
-			problem.Error(w, http.StatusServiceUnavailable, "the store is not reachable: "+err.Error())
+			s.fail(w, r, http.StatusServiceUnavailable, problem.KindStoreUnavailable, "the store is not reachable (the server's log has the error under the request id)", err)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -92,7 +95,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		body.State, body.Type, body.Title, body.Status = degradedState, "about:blank", http.StatusText(status), status
 		body.Detail = "the store does not answer for every key: rules follow their failure mode"
 		if err != nil {
-			body.Detail += ": " + err.Error()
+			body.Kind, body.RequestID = problem.KindStoreUnavailable, problem.NewRequestID()
+			body.Detail += " (the server's log has the error under the request id)"
+			w.Header()[problem.HeaderRequestID] = []string{body.RequestID}
+			s.logFailure(r, status, body.Kind, body.RequestID, err)
 		}
 	case len(h.Warnings) > 0:
 		body.State = warningState

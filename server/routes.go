@@ -75,7 +75,7 @@ func (s *Server) handler(withMetrics bool) http.Handler {
 	for pattern, h := range s.routes {
 		mux.Handle(pattern, s.guard(route{name: pattern, scope: ScopeDecide, json: true, limited: true}, func(w http.ResponseWriter, r *http.Request, shed error) {
 			if shed != nil {
-				s.overloaded(w)
+				s.overloaded(w, r)
 				return
 			}
 			h.ServeHTTP(w, r)

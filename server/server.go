@@ -26,6 +26,7 @@ import (
 	"github.com/floodgate-rl/floodgate/health"
 	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 	"github.com/floodgate-rl/floodgate/internal/frontend"
+	"github.com/floodgate-rl/floodgate/internal/logthrottle"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/internal/storeerr"
@@ -36,6 +37,9 @@ const MaxBodyBytes = 16 << 10
 
 // DefaultMaxInFlight is Options.MaxInFlight when it is zero.
 const DefaultMaxInFlight = 4096
+
+// failLogInterval is the least time between two log lines of 503 answers.
+const failLogInterval = time.Second
 
 // Options are the server's dependencies. The zero value of each field picks
 // a default.
@@ -99,6 +103,8 @@ type Server struct {
 	probeRoutes map[string]http.Handler
 	tokens      atomic.Pointer[Tokens]
 	storeAPI    *storeAPI // nil: off
+	logger      *slog.Logger
+	failLog     *logthrottle.Logger // 503s' log lines
 }
 
 // New returns a server deciding with store under p. The error names the
@@ -156,6 +162,8 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		inFlight:    make(chan struct{}, opts.MaxInFlight),
 		routes:      opts.Routes,
 		probeRoutes: opts.Probes,
+		logger:      opts.Logger,
+		failLog:     logthrottle.New(opts.Logger, failLogInterval, now),
 	}
 	if opts.StoreAPI != nil {
 		if s.storeAPI, err = newStoreAPI(opts.StoreAPI, store, m, engine.UnavailableRetryAfter()); err != nil {
@@ -340,7 +348,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error)
 	}
 	var q oneCheck
 	res := s.decide(r.Context(), &q, rl, *req.Key, cost, shed)
-	if !s.answerFailure(w, rl, &res) {
+	if !s.answerFailure(w, r, rl, &res) {
 		return
 	}
 	resp := NewCheckResponse(rl.Rule, &res)
@@ -391,23 +399,21 @@ func CheckStatus(res *decide.Result) int {
 // ([CheckStatus]'s 503, 400 and 500). It reports whether the request was
 // decided (admitted, denied, or admitted by a fail-open rule) and is
 // still to be answered.
-func (s *Server) answerFailure(w http.ResponseWriter, rl *rule, res *decide.Result) bool {
+func (s *Server) answerFailure(w http.ResponseWriter, r *http.Request, rl *rule, res *decide.Result) bool {
 	switch CheckStatus(res) {
 	case http.StatusOK, http.StatusTooManyRequests:
 		return true
 	case http.StatusServiceUnavailable:
 		frontend.WriteUnavailable(w.Header(), res)
-		w.Header()["Cache-Control"] = []string{"no-store"}
-		why := "the rate-limit store is unavailable"
+		why, kind := "the rate-limit store is unavailable", problem.KindStoreUnavailable
 		if errors.Is(res.Err(), ErrOverloaded) {
-			why = "the server is at its limit of concurrent requests"
+			why, kind = "the server is at its limit of concurrent requests", problem.KindOverloaded
 		}
-		problem.Error(w, http.StatusServiceUnavailable, fmt.Sprintf("%s and rule %q fails closed; retry after the number of seconds in Retry-After", why, rl.Name))
+		s.fail(w, r, http.StatusServiceUnavailable, kind, fmt.Sprintf("%s and rule %q fails closed; retry after the number of seconds in Retry-After", why, rl.Name), res.Err())
 	case http.StatusBadRequest:
 		problem.Error(w, http.StatusBadRequest, res.Err().Error())
 	default:
-		w.Header()["Cache-Control"] = []string{"no-store"}
-		problem.Error(w, http.StatusInternalServerError, fmt.Sprintf("the rate-limit store failed for rule %q; the request was not decided: %v", rl.Name, res.Err()))
+		s.fail(w, r, http.StatusInternalServerError, problem.KindStoreError, fmt.Sprintf("the rate-limit store failed for rule %q; the request was not decided (the server's log has the error under the request id)", rl.Name), res.Err())
 	}
 	return false
 }
@@ -442,17 +448,17 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request, shed error)
 		return
 	}
 	if shed != nil {
-		s.overloaded(w)
+		s.overloaded(w, r)
 		return
 	}
 	err := s.engine.Reset(r.Context(), rl.keys.Key(*req.Key), rl.Limit)
 	if err != nil {
-		status := http.StatusInternalServerError
+		status, kind, detail := http.StatusInternalServerError, problem.KindStoreError, fmt.Sprintf("the rate-limit store failed; rule %q's key was not reset (the server's log has the error under the request id)", rl.Name)
 		if storeerr.Outage(err) {
-			status = http.StatusServiceUnavailable
+			status, kind, detail = http.StatusServiceUnavailable, problem.KindStoreUnavailable, fmt.Sprintf("the rate-limit store is unavailable; rule %q's key was not reset; retry after the number of seconds in Retry-After", rl.Name)
 			w.Header()[ratelimitheader.HeaderRetryAfter] = []string{ratelimitheader.RetryAfter(s.engine.UnavailableRetryAfter())}
 		}
-		problem.Error(w, status, err.Error())
+		s.fail(w, r, status, kind, detail, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"reset": true, "rule": rl.Name})

@@ -27,10 +27,14 @@ var errDenied = errors.New("denied")
 // runCheck decides one request: here, against the config's store, or by
 // asking a running floodgate serve (--url).
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check", "check [--config FILE | --url URL [--token-file FILE]] --rule NAME --key KEY [--cost N] [--json]", stderr)
+	fs := newFlagSet("check", "check [--config FILE | --url URL [--token-file FILE] [--ca-file FILE] [--cert-file FILE --key-file FILE]] --rule NAME --key KEY [--cost N] [--json]", stderr)
 	cfgPath := fs.String("config", "", "YAML config `file` naming the store and rules (default: the built-in example on the memory store)")
 	url := fs.String("url", "", "base `URL` of a running floodgate serve to ask (POST /v1/check), such as http://127.0.0.1:8080, instead of deciding here")
-	tokenFile := fs.String("token-file", "", "`file` holding a bearer token to send with --url")
+	var remote remoteOpts
+	fs.StringVar(&remote.tokenFile, "token-file", "", "`file` holding a bearer token to send with --url")
+	fs.StringVar(&remote.caFile, "ca-file", "", "with an https --url: PEM `file` of the CAs to trust for the server's certificate (default: the system's roots)")
+	fs.StringVar(&remote.certFile, "cert-file", "", "with an https --url: PEM `file` of the client certificate to present, for a server with mutual TLS (with --key-file)")
+	fs.StringVar(&remote.keyFile, "key-file", "", "with an https --url: PEM `file` of the client certificate's key (with --cert-file)")
 	ruleName := fs.String("rule", "", "rule `name` to decide against")
 	key := fs.String("key", "", "the `key` to limit (any valid UTF-8)")
 	cost := fs.Int64("cost", 1, "request `cost`")
@@ -50,8 +54,12 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--key is required: the key to limit, such as a client's address or an API key (an empty key would be one counter shared by every caller)")
 	case *cfgPath != "" && *url != "":
 		return usageErr("--config and --url exclude each other: --url asks a server that has its own config")
-	case *tokenFile != "" && *url == "":
+	case remote.tokenFile != "" && *url == "":
 		return usageErr("--token-file applies to --url only")
+	case remote.tls() && !strings.HasPrefix(*url, "https://"):
+		return usageErr("--ca-file, --cert-file and --key-file apply to an https:// --url only")
+	case (remote.certFile == "") != (remote.keyFile == ""):
+		return usageErr("--cert-file and --key-file go together: a client certificate and its key")
 	case !utf8.ValidString(*key):
 		return usageErr("--key is not valid UTF-8; the server accepts only UTF-8 keys, so no such key is ever counted")
 	}
@@ -62,7 +70,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var raw []byte
 	if *url != "" {
 		var err error
-		if resp, raw, err = askServer(ctx, *url, *tokenFile, *ruleName, *key, *cost); err != nil {
+		if resp, raw, err = askServer(ctx, *url, remote, *ruleName, *key, *cost); err != nil {
 			return err
 		}
 	} else {
@@ -206,7 +214,7 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			closeStore()
 		}
-		for _, w := range plan.warnings {
+		for _, w := range append(plan.warnings, plan.startWarnings()...) {
 			fmt.Fprintln(stderr, "warning: "+w)
 		}
 		envoyRules := ""

@@ -4,14 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/filebound"
+	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -22,7 +24,35 @@ const checkTimeout = 10 * time.Second
 // request, and returns its answer and the body as sent. A problem answer
 // (an unknown rule, a fail-closed outage, a refused token) is an error
 // carrying its status and detail.
-func askServer(ctx context.Context, base, tokenFile, rule, key string, cost int64) (server.CheckResponse, []byte, error) {
+// remoteOpts are check's flags for --url: the token to send, and the TLS
+// files of an https server.
+type remoteOpts struct {
+	tokenFile                 string
+	caFile, certFile, keyFile string
+}
+
+// tls reports whether any TLS file is given.
+func (o remoteOpts) tls() bool { return o.caFile != "" || o.certFile != "" || o.keyFile != "" }
+
+// client returns the HTTP client that asks the server: with the TLS
+// files' CAs and client certificate when given.
+func (o remoteOpts) client() (*http.Client, error) {
+	if !o.tls() {
+		return http.DefaultClient, nil
+	}
+	c, err := tlsfiles.Client(o.caFile, o.certFile, o.keyFile, "")
+	if err != nil {
+		var fe *tlsfiles.FileError
+		if errors.As(err, &fe) {
+			flag := map[string]string{"tls_ca_file": "--ca-file", "tls_cert_file": "--cert-file", "tls_key_file": "--key-file"}[fe.Key]
+			return nil, fmt.Errorf("%s %s: %w", flag, fe.File, fe.Err)
+		}
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: c, ForceAttemptHTTP2: true}}, nil
+}
+
+func askServer(ctx context.Context, base string, o remoteOpts, rule, key string, cost int64) (server.CheckResponse, []byte, error) {
 	var resp server.CheckResponse
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -39,14 +69,18 @@ func askServer(ctx context.Context, base, tokenFile, rule, key string, cost int6
 		return resp, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if tokenFile != "" {
-		tok, err := os.ReadFile(tokenFile)
+	if o.tokenFile != "" {
+		tok, err := filebound.Read(o.tokenFile, filebound.MaxTokens)
 		if err != nil {
-			return resp, nil, fmt.Errorf("--token-file: %w", err)
+			return resp, nil, fmt.Errorf("--token-file %s: %w", o.tokenFile, err)
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}
-	res, err := http.DefaultClient.Do(req)
+	client, err := o.client()
+	if err != nil {
+		return resp, nil, err
+	}
+	res, err := client.Do(req)
 	if err != nil {
 		return resp, nil, fmt.Errorf("asking %s: %w", base, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 )
 
 var (
@@ -128,6 +131,8 @@ func TestConfigValidateIsServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ok = "listen: 127.0.0.1:0\ngrpc_listen: 127.0.0.1:0\n"
+	placeholders := writeFile(t, dir, "placeholders", "ops admin replace-me-ops-token-openssl-rand-hex-32\n")
+	weak := writeFile(t, dir, "weak", "ingress decide decide-4f1c2a9b7e6d5c3a\n")
 	for _, c := range []struct {
 		name, yaml string
 		want       string // "" for a valid file
@@ -139,6 +144,8 @@ func TestConfigValidateIsServe(t *testing.T) {
 		{"missing envoy folder", ok + "envoy_config: " + filepath.Join(dir, "missing") + "\n", "line 3: envoy_config: " + filepath.Join(dir, "missing")},
 		{"empty envoy folder", ok + "envoy_config: " + filepath.Join(dir, "empty") + "\n", "line 3: envoy_config"},
 		{"bad envoy rule", ok + "envoy_config: " + filepath.Join(dir, "broken") + "\n", filepath.Join(dir, "broken", "bad.yaml") + ":4: descriptors[0].rate_limit.unit"},
+		{"placeholder token", "auth:\n  tokens_file: " + placeholders + "\n", "line 2: auth.tokens_file: " + placeholders + `:1: token "ops" is a placeholder`},
+		{"token under 128 bits", "auth:\n  tokens_file: " + weak + "\n", `token "ingress" holds at most 120 bits of randomness`},
 		{"bad rule", ok + "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 3.5\n    window: 1m\n", "line 6: rules[0].limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -391,4 +398,106 @@ func TestCheckURLToken(t *testing.T) {
 	if _, stderr, code := cli(t, "check", "--token-file", file, "--rule", "login", "--key", "k"); code != 2 || !strings.Contains(stderr, "--url only") {
 		t.Errorf("--token-file without --url: exit %d %s", code, stderr)
 	}
+}
+
+// TestCheckURLMutualTLS: check --url https:// reaches a server with mutual
+// TLS and tokens with --ca-file, --cert-file and --key-file, over real
+// handshakes; without the client certificate, or trusting another CA, it
+// fails saying so.
+func TestCheckURLMutualTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "floodgate-test")
+	srvCert := ca.Issue("server", tlstest.Leaf{CommonName: "localhost", Server: true, DNSNames: []string{"localhost"}})
+	client := ca.Issue("client", tlstest.Leaf{CommonName: "ingress"})
+	other := tlstest.NewCA(t, "stranger")
+	dir := t.TempDir()
+	tokens := writeFile(t, dir, "tokens", "ingress decide "+tokStrong+"\n")
+	tokenFile := writeFile(t, dir, "token", tokStrong+"\n")
+	cfg := writeFile(t, dir, "floodgate.yaml", fmt.Sprintf("listen: 127.0.0.1:0\nauth:\n  tokens_file: %s\ntls:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\nrules:\n  - {name: login, algorithm: fixed_window, limit: 5, window: 1m}\n",
+		tokens, srvCert.CertFile, srvCert.KeyFile, ca.CertFile))
+	_, banner := startBinary(t, nil, "--config", cfg)
+	port := find(t, banner, `listening on https://127\.0\.0\.1:(\d+)`)
+	base := "https://localhost:" + port
+	ask := func(extra ...string) (string, string, int) {
+		return cli(t, append([]string{"check", "--url", base, "--token-file", tokenFile, "--rule", "login", "--key", "k"}, extra...)...)
+	}
+	for _, c := range []struct {
+		name  string
+		flags []string
+		code  int
+		want  string
+	}{
+		{"CA and client certificate", []string{"--ca-file", ca.CertFile, "--cert-file", client.CertFile, "--key-file", client.KeyFile}, 0, "remaining 4"},
+		{"no client certificate", []string{"--ca-file", ca.CertFile}, 1, "asking " + base},
+		{"another CA", []string{"--ca-file", other.CertFile, "--cert-file", client.CertFile, "--key-file", client.KeyFile}, 1, "certificate"},
+		{"no CA: the system's roots", nil, 1, "certificate"},
+		{"a missing CA file", []string{"--ca-file", filepath.Join(dir, "none.pem")}, 1, "--ca-file " + filepath.Join(dir, "none.pem") + ": no such file"},
+		{"a certificate without its key", []string{"--ca-file", ca.CertFile, "--cert-file", client.CertFile}, 2, "--cert-file and --key-file go together"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, stderr, code := ask(c.flags...)
+			if code != c.code || !strings.Contains(out+stderr, c.want) {
+				t.Fatalf("exit %d, want %d with %q:\n%s%s", code, c.code, c.want, out, stderr)
+			}
+		})
+	}
+	if _, stderr, code := cli(t, "check", "--url", "http://127.0.0.1:"+port, "--ca-file", ca.CertFile, "--rule", "login", "--key", "k"); code != 2 || !strings.Contains(stderr, "https:// --url only") {
+		t.Errorf("--ca-file with an http URL: exit %d %s", code, stderr)
+	}
+}
+
+// TestConfigValidateWarnsAsServe: config validate prints each warning serve
+// prints as it starts, and exits 0 with them.
+func TestConfigValidateWarnsAsServe(t *testing.T) {
+	dir := t.TempDir()
+	rules := writeFile(t, dir, "rules/ok.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	const rule = "rules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n"
+	for _, c := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"listen beyond loopback without tokens", "listen: 0.0.0.0:8080\n" + rule,
+			[]string{"listen 0.0.0.0:8080 is reachable beyond this machine and needs no token", "set auth.tokens_file"}},
+		{"grpc_listen beyond loopback without tokens", "listen: 127.0.0.1:0\ngrpc_listen: 0.0.0.0:8081\nenvoy_config: " + filepath.Dir(rules) + "\n",
+			[]string{"grpc_listen 0.0.0.0:8081 is reachable beyond this machine", "the Envoy rate-limit service decides on the in-process memory store"}},
+		{"Redis TLS without hostname verification", "store:\n  type: redis\n  addrs: [127.0.0.1:6380]\n  tls: true\n  tls_skip_hostname_verification: true\n" + rule,
+			[]string{"line 5: store.tls_skip_hostname_verification: TLS hostname verification is off"}},
+		{"tokens file others can read", "auth:\n  tokens_file: " + writeWorldReadable(t, dir) + "\n" + rule,
+			[]string{"is readable by every user of this machine"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeFile(t, t.TempDir(), "floodgate.yaml", c.yaml)
+			out, stderr, code := cli(t, "config", "validate", path)
+			if code != 0 || !strings.Contains(out, "ok") {
+				t.Fatalf("exit %d:\n%s%s", code, out, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, "warning: ") || !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+	// serve prints the same words at start, naming the address it bound.
+	path := writeFile(t, dir, "open.yaml", "listen: 0.0.0.0:0\n"+rule)
+	_, stderr, _ := cli(t, "config", "validate", path)
+	_, want, ok := strings.Cut(strings.TrimSpace(stderr), "warning: listen 0.0.0.0:0 ")
+	if !ok {
+		t.Fatalf("validate does not warn of listen:\n%s", stderr)
+	}
+	p, _ := startBinary(t, nil, "--config", path)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve lacks %q:\n%s", want, p.stderr)
+		}
+	}
+}
+
+// writeWorldReadable writes a tokens file of mode 0644.
+func writeWorldReadable(t *testing.T, dir string) string {
+	t.Helper()
+	path := writeFile(t, dir, "tokens", "ingress decide "+tokStrong+"\n")
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

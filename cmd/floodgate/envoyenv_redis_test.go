@@ -173,7 +173,9 @@ func TestServeEnvoyEnvRedisSettings(t *testing.T) {
 	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(hb), "per-second store") {
 		t.Fatalf("/healthcheck with the per-second Redis down: %d %q", resp.StatusCode, hb)
 	}
-	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "per-second store") {
+	// The nodes say which store is down; the error's text is the log's.
+	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, `"kind":"store_unavailable"`) ||
+		!strings.Contains(body, `"addr":"per-second 127.0.0.1:`+strconv.Itoa(tlsPort)+`"`) {
 		t.Fatalf("/readyz with the per-second Redis down: %d %s", code, body)
 	}
 }

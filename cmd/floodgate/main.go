@@ -14,11 +14,19 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		if starting.Load() {
+			fmt.Fprintln(os.Stderr, "floodgate: interrupted while starting; exiting")
+			os.Exit(1)
+		}
+	}()
 	err := run(ctx, peerArgs(os.Args[0], os.Args[1:]), os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
@@ -32,6 +40,11 @@ func main() {
 		os.Exit(exitCode(err))
 	}
 }
+
+// starting is set while serve starts: a SIGTERM or SIGINT then ends the
+// process at once, as no stage of start-up (reading files, connecting to
+// the store) waits on the signal; once serving, it shuts down gracefully.
+var starting atomic.Bool
 
 // peerBinary is where envoyproxy/ratelimit's image has its binary; the
 // floodgate image installs floodgate there too.

@@ -95,6 +95,10 @@ func planConfig(cfg *config.Config, over serveOverrides, compat *envoyCompat) (*
 		}
 	}
 	p.rls = cfg.EnvoyConfig != "" || over.grpcListen != ""
+	if p.rls && cfg.Store.Type == config.StoreMemory {
+		p.warnings = append(p.warnings, "the Envoy rate-limit service decides on the in-process memory store: every replica admits the whole limit; "+
+			"set store.type to redis, redis-cluster or redis-sentinel to share limits")
+	}
 	if over.listen != "" || over.grpcListen != "" || over.envoyConfig != "" {
 		// The file's listeners were held apart by config.Load; the flags
 		// may have moved one onto another's port.
@@ -128,4 +132,27 @@ func planConfig(cfg *config.Config, over serveOverrides, compat *envoyCompat) (*
 		return nil, errors.Join(errs...)
 	}
 	return p, nil
+}
+
+// startWarnings are the warnings serve prints as it starts beyond the
+// plan's own, for `config validate` to print too: listeners beyond
+// loopback without tokens (at their configured addresses), and Redis TLS
+// without hostname verification (which serve's store logs as it dials).
+func (p *servePlan) startWarnings() []string {
+	cfg := p.cfg
+	grpcListen := ""
+	if p.rls {
+		grpcListen = cfg.GRPCListen
+	}
+	listeners, fix := configListeners(cfg.Listen, grpcListen)
+	_, out := exposedWarnings(cfg.Auth.Enabled(), listeners, fix)
+	for _, s := range []struct {
+		store *config.Store
+		name  string
+	}{{&cfg.Store, "store"}, {cfg.Store.PerSecond, "store.per_second"}} {
+		if s.store != nil && s.store.TLS && s.store.TLSSkipHostnameVerification {
+			out = append(out, cfg.Where(s.name+".tls_skip_hostname_verification")+": TLS hostname verification is off: Redis's certificate must chain to the trusted CAs, but may name any host (docs/SECURITY.md)")
+		}
+	}
+	return out
 }

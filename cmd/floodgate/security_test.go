@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -133,9 +134,11 @@ func call(t *testing.T, c *http.Client, method, url, contentType, token, body st
 }
 
 const (
-	tokDecide  = "decide-4f1c2a9b7e6d5c3a"
-	tokAdmin   = "admin-8b7a6c5d4e3f2a1b"
-	tokRotated = "rotated-1a2b3c4d5e6f7a8b"
+	tokDecide  = "decide-4f1c2a9b7e6d5c3a4f1c2a9b7e6d5c3a"
+	tokAdmin   = "admin-8b7a6c5d4e3f2a1b8b7a6c5d4e3f2a1b"
+	tokRotated = "rotated-1a2b3c4d5e6f7a8b1a2b3c4d5e6f7a8b"
+	// tokStrong has 128 bits and more of randomness.
+	tokStrong = "9f2c4e6a8b0d1f3e5a7c9e1b3d5f7a9c"
 )
 
 func TestBinaryTLSAndTokens(t *testing.T) {
@@ -320,7 +323,7 @@ rules:
 	})
 
 	t.Run("a tokens file changed without SIGHUP is picked up", func(t *testing.T) {
-		const next = "watched-9f8e7d6c5b4a3f2e"
+		const next = "watched-9f8e7d6c5b4a3f2e9f8e7d6c5b4a3f2e"
 		if err := os.WriteFile(tokens, []byte("ingress decide "+next+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -427,4 +430,268 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestBinaryStalledRequestFlood: thousands of connections that stall in
+// their headers or announce a body they never send hold no place a real
+// request needs, with tokens on (each stalled request is refused 401) and
+// off (each handler waits for its body).
+func TestBinaryStalledRequestFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const maxConns, flood = 100, 2000
+	for _, tc := range []struct {
+		name, auth string
+		env        []string
+	}{
+		{"tokens on", "auth:\n  tokens_env: FG_TEST_TOKENS\n", []string{"FG_TEST_TOKENS=a decide " + tokStrong}},
+		{"tokens off", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+			if err := os.WriteFile(cfg, []byte(fmt.Sprintf("listen: 127.0.0.1:0\nmax_connections: %d\n%srules:\n  - name: r\n    algorithm: fixed_window\n    limit: 100000\n    window: 1m\n", maxConns, tc.auth)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, banner := startBinary(t, tc.env, "--config", cfg)
+			base := find(t, banner, `listening on (http://\S+)`)
+			addr := strings.TrimPrefix(base, "http://")
+			var conns []net.Conn
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			start := time.Now()
+			for i := range flood {
+				c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+				if err != nil {
+					t.Fatalf("dial %d: %v", i, err)
+				}
+				conns = append(conns, c)
+				stall := "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+				if i%4 == 0 {
+					stall = "POST /v1/check HTTP/1.1\r\nHost: x\r\n" // headers that never end
+				}
+				_, _ = io.WriteString(c, stall) // the server may have closed it already
+			}
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for i := range 10 {
+				if status, _, body := call(t, client, "GET", base+"/healthz", "", "", ""); status != 200 {
+					t.Fatalf("healthz %d during the flood: %d %s", i, status, body)
+				}
+				if status, _, body := call(t, client, "POST", base+"/v1/check", "application/json", tokStrong, `{"rule":"r","key":"k"}`); status != 200 {
+					t.Fatalf("check %d during the flood: %d %s", i, status, body)
+				}
+			}
+			if d := time.Since(start); d > 60*time.Second {
+				t.Fatalf("the flood and the requests took %s", d)
+			}
+		})
+	}
+}
+
+// TestBinaryHandshakeErrorsThrottled: failed TLS handshakes on the HTTP
+// and gRPC listeners are each counted, and logged a line at a time
+// through the throttle, never a line each.
+func TestBinaryHandshakeErrorsThrottled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const plain = 300
+	ca := tlstest.NewCA(t, "floodgate-test")
+	srv := ca.Issue("server", tlstest.Leaf{CommonName: "floodgate", Server: true, DNSNames: []string{"floodgate"}})
+	cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\ntls:\n  cert_file: %s\n  key_file: %s\nrules:\n  - {name: r, algorithm: fixed_window, limit: 10, window: 1m}\n",
+		srv.CertFile, srv.KeyFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, banner := startBinary(t, nil, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
+	addr := strings.TrimPrefix(find(t, banner, `listening on (https://\S+)`), "https://")
+	grpcAddr := find(t, banner, `on grpcs?://(\S+),`)
+	ops := find(t, banner, `metrics and probes on (http://\S+)`)
+	for _, a := range []string{addr, grpcAddr} {
+		for i := range plain { // plain HTTP to a TLS port
+			c, err := net.DialTimeout("tcp", a, 10*time.Second)
+			if err != nil {
+				t.Fatalf("dial %d: %v", i, err)
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			_, _ = io.Copy(io.Discard, c) // until the server closes it
+			c.Close()
+		}
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	want := regexp.MustCompile(`floodgate_connection_errors_total\{kind="tls_handshake",listener="(listen|grpc_listen)"\} (\d+)`)
+	var metrics string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, _, metrics = call(t, client, "GET", ops+"/metrics", "", "", "")
+		counted := map[string]string{}
+		for _, m := range want.FindAllStringSubmatch(metrics, -1) {
+			counted[m[1]] = m[2]
+		}
+		if counted["listen"] == fmt.Sprint(plain) && counted["grpc_listen"] == fmt.Sprint(plain) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want %d handshake errors counted on each listener:\n%s", plain, grepLines(metrics, "floodgate_connection_errors"))
+		}
+	}
+	if n := strings.Count(p.stderr.String(), "connection error"); n < 1 || n > 4 {
+		t.Fatalf("%d log lines for %d failed handshakes, want one or a few:\n%s", n, 2*plain, p.stderr)
+	}
+	if n := strings.Count(p.stderr.String(), "TLS handshake error"); n > 4 {
+		t.Fatalf("%d handshake error lines:\n%s", n, p.stderr)
+	}
+}
+
+// TestBinaryFilesAreBounded: a config, tokens or certificate path naming a
+// device that never ends, a pipe or an oversized file is refused at once,
+// naming the setting and the file.
+func TestBinaryFilesAreBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.pem")
+	if err := os.WriteFile(huge, make([]byte, 2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const rule = "rules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n"
+	for _, c := range []struct {
+		name, yaml string
+		want       string
+	}{
+		{"tokens from /dev/zero", "auth:\n  tokens_file: /dev/zero\n", "line 2: auth.tokens_file: /dev/zero: is not a regular file (a character device)"},
+		{"tokens from a pipe", "auth:\n  tokens_file: " + fifo + "\n", fifo + ": is not a regular file (a named pipe)"},
+		{"a certificate from /dev/zero", "tls:\n  cert_file: /dev/zero\n  key_file: /dev/zero\n", "line 2: tls.cert_file: /dev/zero is not a regular file (a character device)"},
+		{"an oversized CA", "tls:\n  cert_file: " + huge + "\n  key_file: " + huge + "\n", "is 2097152 bytes, over the 1048576 bytes"},
+		{"Envoy rules from a pipe", "envoy_config: " + dir + "\n", fifo + ": is not a regular file (a named pipe)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeFile(t, t.TempDir(), "floodgate.yaml", c.yaml+rule)
+			for _, args := range [][]string{{"serve", "--config", path}, {"config", "validate", path}} {
+				_, stderr, code := cli(t, args...) // cli gives up after 60 s
+				if code != 1 || !strings.Contains(stderr, c.want) {
+					t.Errorf("%s: exit %d, want 1 with %q:\n%s", args[0], code, c.want, stderr)
+				}
+			}
+		})
+	}
+	_, stderr, code := cli(t, "serve", "--config", "/dev/zero")
+	if code != 1 || !strings.Contains(stderr, "/dev/zero: is not a regular file") {
+		t.Errorf("--config /dev/zero: exit %d %s", code, stderr)
+	}
+}
+
+// TestBinaryStopsWhileStarting: SIGTERM ends serve while it is still
+// starting (here, waiting on a store that accepts connections and never
+// answers), not once the stage gives up.
+func TestBinaryStopsWhileStarting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	cfg := writeFile(t, t.TempDir(), "floodgate.yaml", "listen: 127.0.0.1:0\nstore:\n  type: redis\n  addrs: ["+silent.Addr().String()+"]\nrules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n")
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		cmd := exec.Command(binary(t), "serve", "--config", cfg)
+		stderr := &syncbuf.Buffer{}
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		time.Sleep(time.Second) // well into start-up: the store's connection waits
+		_ = cmd.Process.Signal(sig)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("%v: still running 20 s after the signal:\n%s", sig, stderr)
+		}
+		if !strings.Contains(stderr.String(), "interrupted while starting") {
+			t.Errorf("%v: exited only once start-up gave up:\n%s", sig, stderr)
+		}
+	}
+}
+
+// TestBinaryGRPCConnectionFlood: thousands of idle connections to the gRPC
+// port take no place a real call needs: each new connection at the cap
+// evicts the longest idle, so health checks and RLS calls on fresh
+// connections succeed throughout.
+func TestBinaryGRPCConnectionFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const maxConns, flood, calls = 100, 2000, 20
+	cfg := writeFile(t, t.TempDir(), "floodgate.yaml", fmt.Sprintf("listen: 127.0.0.1:0\nmax_connections: %d\nrules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n", maxConns))
+	_, banner := startBinary(t, nil, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
+	grpcAddr := find(t, banner, `on grpc://(\S+),`)
+	base := find(t, banner, `listening on (http://\S+)`)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	for i := range flood { // silent connections, as a flood opens them
+		c, err := net.DialTimeout("tcp", grpcAddr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	for i := range calls {
+		func() {
+			cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				t.Fatalf("health check %d under the flood: %v", i, err)
+			}
+			req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+			if _, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req); err != nil {
+				t.Fatalf("RLS call %d under the flood: %v", i, err)
+			}
+		}()
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Fatalf("the flood and the calls took %s", d)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	_, _, metrics := call(t, client, "GET", base+"/metrics", "", "", "")
+	if !regexp.MustCompile(`floodgate_connections_evicted_total\{listener="grpc_listen"\} [1-9]`).MatchString(metrics) {
+		t.Fatalf("no evictions counted on the gRPC listener:\n%s", grepLines(metrics, "floodgate_connections"))
+	}
 }

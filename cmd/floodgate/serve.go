@@ -42,6 +42,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	starting.Store(true)
+	defer starting.Store(false)
 	over := serveOverrides{listen: *listen, grpcListen: *grpcListen, envoyConfig: *envoyConfig, logFormat: *logFormat, storeAPI: *storeAPI}
 	var (
 		plan   *servePlan
@@ -125,8 +127,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	connErr, err := newConnErrors(reg, logger)
+	if err != nil {
+		return err
+	}
 	sec := newSecrets(cfg.Auth, tlsSrv, tokens, logger)
-	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue()})
+	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue(), connErr: connErr, maxInFlight: cfg.MaxInFlight})
 	if err != nil {
 		return err
 	}
@@ -152,9 +158,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			_ = ln.Close()
 			return err
 		}
-		opsLn, ops = cl, newHTTPServer(srv.OpsHandler(), cl, nil, logger)
+		opsLn, ops = cl, newHTTPServer(srv.OpsHandler(), cl, nil, connErr.httpLog("metrics_listen"))
 	}
-	httpServer := newHTTPServer(api, ln, httpTLS, logger)
+	httpServer := newHTTPServer(api, ln, httpTLS, connErr.httpLog("listen"))
 	// Catch SIGHUP before the banner says we are up, so a reload signalled
 	// right after it is never lost (or fatal).
 	hup := make(chan os.Signal, 1)
@@ -180,6 +186,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logger.Info("serving", "listen", ln.Addr().String(), "tls", httpTLS != nil, "mtls", httpTLS != nil && httpTLS.MutualTLS(),
 		"auth", tokens != nil, "store", cfg.Store.String(), "rules", len(policy.Rules), "config", cfg.Source)
 
+	starting.Store(false) // from here a signal shuts down gracefully
 	served := make(chan error, 2)
 	go func() { served <- serveHTTP(httpServer, ln) }()
 	if ops != nil {

@@ -17,9 +17,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/internal/connlimit"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
@@ -60,7 +61,7 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	if !plan.rls {
 		return nil, nil
 	}
-	cfg, dir, addr, rules := plan.cfg, plan.cfg.EnvoyConfig, plan.cfg.GRPCListen, plan.rules
+	dir, addr, rules := plan.cfg.EnvoyConfig, plan.cfg.GRPCListen, plan.rules
 	var (
 		opts envoy.Options
 		gs   grpcSettings
@@ -75,17 +76,13 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	if rules != nil && len(rules.Skipped()) > 0 {
 		logger.Info("envoy rules: not read: names starting with a dot, links to folders, files outside the RUNTIME_APPDIRECTORY prefix", "skipped", strings.Join(rules.Skipped(), ","))
 	}
-	if cfg.Store.Type == config.StoreMemory {
-		logger.Warn("the Envoy rate-limit service decides on the in-process memory store: every replica admits the whole limit; " +
-			"set store.type to redis, redis-cluster or redis-sentinel to share limits")
-	}
 	svc, err := envoy.New(store, rules, opts)
 	if err != nil {
 		return nil, err
 	}
-	gopts := grpcOptions(nw.tls, nw.tokens)
+	gopts := grpcOptions(nw.tls, nw.tokens, nw.connErr, nw.maxInFlight)
 	if gs.maxConnAge > 0 { // replaces grpcOptions' keepalive parameters
-		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout,
+		gopts = append(gopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout, Time: grpcPingAfter, Timeout: grpcPingTimeout,
 			MaxConnectionAge: gs.maxConnAge, MaxConnectionAgeGrace: gs.maxConnAgeGrace}))
 	}
 	var ln net.Listener
@@ -101,6 +98,10 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 		if err != nil {
 			return nil, err
 		}
+		// A connection with no call in progress is idle: the first a new
+		// one at the cap evicts.
+		cl.TrackCalls()
+		gopts = append(gopts, grpc.StatsHandler(callTracker{cl}))
 		ln = cl
 	}
 	g, h := envoy.NewGRPCServer(svc, gopts...)
@@ -143,11 +144,15 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 }
 
 // rlsNet is how the gRPC listener is guarded: TLS (nil: none), the tokens
-// in force (nil: none needed) and the connection cap.
+// in force (nil: none needed), the connection cap, where its connections'
+// errors go, and the bound on calls in progress.
 type rlsNet struct {
 	tls      *tlsfiles.Server
 	tokens   func() *server.Tokens
 	maxConns int
+	connErr  *connErrors
+	// maxInFlight bounds the calls in progress over every connection.
+	maxInFlight int
 }
 
 // address is the gRPC listener's address, or "" when disabled.
@@ -250,3 +255,26 @@ func (r *rlsServer) stop() {
 		_ = r.svc.Close(lctx) // the leases' unspent quota goes back
 	})
 }
+
+// callTracker is the gRPC stats handler that tells the listener which
+// connections have calls in progress.
+type callTracker struct{ l *connlimit.Listener }
+
+func (t callTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (t callTracker) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return
+	}
+	switch s.(type) {
+	case *stats.Begin:
+		t.l.Begin(p.Addr)
+	case *stats.End:
+		t.l.End(p.Addr)
+	}
+}
+
+func (t callTracker) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (t callTracker) HandleConn(context.Context, stats.ConnStats) {}

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -242,5 +251,88 @@ func TestServeHealthcheckIsAProbe(t *testing.T) {
 	}
 	if code, body := post(t, base+"/json", `{"domain":"e2e","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`); code != http.StatusUnauthorized {
 		t.Errorf("POST /json without a token: %d %s, want 401", code, body)
+	}
+}
+
+// blockingStore holds every decision until release is closed.
+type blockingStore struct {
+	floodgate.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b blockingStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.Store.AllowN(ctx, key, l, n)
+}
+
+// TestGRPCInFlightBound: calls in progress over every gRPC connection are
+// bounded; a call over the bound is refused UNAVAILABLE at once, and
+// health checks are never refused.
+func TestGRPCInFlightBound(t *testing.T) {
+	const bound = 2
+	store := blockingStore{Store: memory.New(), entered: make(chan struct{}, bound), release: make(chan struct{})}
+	rules, err := envoy.Parse(envoy.Source{Name: "r.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoy.New(store, rules, envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ce, err := newConnErrors(prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := envoy.NewGRPCServer(svc, grpcOptions(nil, func() *server.Tokens { return nil }, ce, bound)...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	defer g.Stop()
+	var conns []*grpc.ClientConn
+	client := func() *grpc.ClientConn { // each call on a connection of its own
+		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, cc)
+		return cc
+	}
+	defer func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}()
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	held := make(chan error, bound)
+	for range bound {
+		c := rlsv3.NewRateLimitServiceClient(client())
+		go func() { _, err := c.ShouldRateLimit(ctx, req); held <- err }()
+		<-store.entered
+	}
+	_, err = rlsv3.NewRateLimitServiceClient(client()).ShouldRateLimit(ctx, req)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "max_in_flight") {
+		t.Fatalf("a call over the bound: %v, want UNAVAILABLE naming max_in_flight", err)
+	}
+	if _, err := healthpb.NewHealthClient(client()).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("a health check at the bound: %v", err)
+	}
+	close(store.release)
+	for range bound {
+		if err := <-held; err != nil {
+			t.Fatalf("a held call: %v", err)
+		}
+	}
+	go func() { // the bound is free again
+		for range store.entered {
+		}
+	}()
+	if _, err := rlsv3.NewRateLimitServiceClient(client()).ShouldRateLimit(ctx, req); err != nil {
+		t.Fatalf("a call after the held ones ended: %v", err)
 	}
 }

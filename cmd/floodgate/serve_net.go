@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,6 +43,14 @@ const (
 	grpcMaxMessage = 64 << 10
 	// grpcMaxStreams bounds the concurrent calls of one gRPC connection.
 	grpcMaxStreams = 1024
+	// grpcPingAfter is how long a gRPC connection may be silent before the
+	// server pings it; one that does not answer within grpcPingTimeout is
+	// closed, so a peer that vanished holds no place.
+	grpcPingAfter   = 30 * time.Second
+	grpcPingTimeout = 10 * time.Second
+	// grpcMinPing is the least time between a client's pings; a client
+	// that pings more often is disconnected.
+	grpcMinPing = 10 * time.Second
 	// secretsPoll is how often the tokens and certificate files are checked
 	// for changes.
 	secretsPoll = 2 * time.Second
@@ -78,17 +87,20 @@ func listenCapped(name, addr string, max int, reg prometheus.Registerer) (*connl
 }
 
 // newHTTPServer is an http.Server for h on l with serve's per-connection
-// limits, over TLS when tlsSrv is not nil.
-func newHTTPServer(h http.Handler, l *connlimit.Listener, tlsSrv *tlsfiles.Server, logger *slog.Logger) *http.Server {
+// limits, over TLS when tlsSrv is not nil, logging connections' errors to
+// errLog. A connection whose body stalls
+// holds no place under l's cap (connlimit.Bodies).
+func newHTTPServer(h http.Handler, l *connlimit.Listener, tlsSrv *tlsfiles.Server, errLog *log.Logger) *http.Server {
 	s := &http.Server{
-		Handler:           h,
+		Handler:           connlimit.Bodies(h),
+		ConnContext:       l.ConnContext,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ConnState:         l.ConnState,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:          errLog,
 	}
 	if tlsSrv != nil {
 		s.TLSConfig = tlsSrv.Config("h2", "http/1.1")
@@ -144,17 +156,28 @@ func configListeners(listen, grpcListen string) ([]exposable, string) {
 // others can reach while anyone may use it: beyond loopback with no tokens.
 // The warning says how to fix it: the listener's local fix, or authFix.
 func warnExposed(stderr io.Writer, logger *slog.Logger, auth bool, listeners []exposable, authFix string) {
+	exposed, msgs := exposedWarnings(auth, listeners, authFix)
+	for i, msg := range msgs {
+		fmt.Fprintf(stderr, "WARNING: %s\n", msg)
+		logger.Warn("listening beyond loopback without authentication", "listener", exposed[i].name, "addr", exposed[i].addr)
+	}
+}
+
+// exposedWarnings returns the listeners warnExposed warns about, with the
+// text of each warning: `config validate` prints them too.
+func exposedWarnings(auth bool, listeners []exposable, authFix string) (exposed []exposable, msgs []string) {
 	if auth {
-		return
+		return nil, nil
 	}
 	for _, l := range listeners {
 		if l.addr == "" || isLoopback(l.addr) || strings.HasPrefix(l.addr, "/") || strings.HasPrefix(l.addr, "@") {
 			continue // a unix socket (GRPC_UDS) is this machine's only
 		}
-		fmt.Fprintf(stderr, "WARNING: %s %s is reachable beyond this machine and needs no token: anyone who reaches it can decide, reset and list limits. "+
-			"To keep it on this machine %s; to require tokens %s (docs/SECURITY.md).\n", l.name, l.addr, l.local, authFix)
-		logger.Warn("listening beyond loopback without authentication", "listener", l.name, "addr", l.addr)
+		exposed = append(exposed, l)
+		msgs = append(msgs, fmt.Sprintf("%s %s is reachable beyond this machine and needs no token: anyone who reaches it can decide, reset and list limits. "+
+			"To keep it on this machine %s; to require tokens %s (docs/SECURITY.md).", l.name, l.addr, l.local, authFix))
 	}
+	return exposed, msgs
 }
 
 // secrets are the files serve reads again on SIGHUP and when they change:
@@ -264,7 +287,24 @@ func fileStamp(name string) string {
 
 // grpcOptions are the gRPC server's TLS, token check and per-connection
 // limits.
-func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens) []grpc.ServerOption {
+func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens, connErr *connErrors, maxInFlight int) []grpc.ServerOption {
+	if maxInFlight <= 0 {
+		maxInFlight = server.DefaultMaxInFlight
+	}
+	inFlight := make(chan struct{}, maxInFlight)
+	// limit holds a place among the calls in progress, or refuses the call
+	// when there is none; health checks are never refused.
+	limit := func(method string) (release func(), err error) {
+		if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+			return func() {}, nil
+		}
+		select {
+		case inFlight <- struct{}{}:
+			return func() { <-inFlight }, nil
+		default:
+			return nil, status.Error(codes.Unavailable, "the server is at its limit of concurrent calls (max_in_flight); retry later")
+		}
+	}
 	check := func(ctx context.Context, method string) error {
 		t := tokens()
 		if t == nil || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
@@ -292,23 +332,33 @@ func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens) []grpc.S
 			if err := check(ctx, info.FullMethod); err != nil {
 				return nil, err
 			}
+			release, err := limit(info.FullMethod)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
 			return h(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			if err := check(ss.Context(), info.FullMethod); err != nil {
 				return err
 			}
+			release, err := limit(info.FullMethod)
+			if err != nil {
+				return err
+			}
+			defer release()
 			return h(srv, ss)
 		}),
 		grpc.MaxRecvMsgSize(grpcMaxMessage),
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
 		grpc.MaxHeaderListSize(maxHeaderBytes),
 		grpc.ConnectionTimeout(readHeaderTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout, Time: grpcPingAfter, Timeout: grpcPingTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcMinPing, PermitWithoutStream: true}),
 	}
 	if tlsSrv != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsSrv.Config("h2"))))
+		opts = append(opts, grpc.Creds(connErr.grpcCreds("grpc_listen", credentials.NewTLS(tlsSrv.Config("h2")))))
 	}
 	return opts
 }

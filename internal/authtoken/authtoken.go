@@ -5,7 +5,7 @@
 // Tokens are written one per line, as NAME SCOPES TOKEN:
 //
 //	# name    scopes         token
-//	ingress   decide         Zs0f2k8...  (at least 16 characters)
+//	ingress   decide         Zs0f2k8...  (128 bits of randomness and more)
 //	ops       admin,metrics  q8Lr7Xc...
 //
 // NAME appears in logs (never the token), SCOPES is a comma-separated list
@@ -23,8 +23,10 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // Scope is a set of permissions a token grants.
@@ -81,6 +83,82 @@ func indexOf(name string) int {
 // MinTokenLen is the shortest token a Set accepts: a token is a secret,
 // generated (openssl rand -hex 32), never a word.
 const MinTokenLen = 16
+
+// MinTokenBits is the least randomness a Set accepts in a token, as
+// Strength estimates it: 32 hex digits, 22 base64 characters.
+const MinTokenBits = 128
+
+// placeholders are marks of the documented placeholder tokens (such as
+// deploy/kubernetes/secret.yaml's), refused whatever their length: they
+// are public.
+var placeholders = []string{"replace-me", "replace_me", "replaceme", "change-me", "change_me", "changeme", "placeholder"}
+
+// Strength estimates the bits of randomness of a token by its length and
+// alphabet: 4 a character for hex digits of one case, else log2 of the
+// character classes it uses (10 digits, 26 lower, 26 upper letters, and
+// each distinct other character). It is an upper bound for a generated
+// token and far above what a word or a pattern holds.
+func Strength(token string) float64 {
+	if token == "" {
+		return 0
+	}
+	alphabet := 16.0
+	if !isHex(token) {
+		var digit, lower, upper bool
+		other := map[rune]bool{}
+		for _, r := range token {
+			switch {
+			case r >= '0' && r <= '9':
+				digit = true
+			case r >= 'a' && r <= 'z':
+				lower = true
+			case r >= 'A' && r <= 'Z':
+				upper = true
+			default:
+				other[r] = true
+			}
+		}
+		alphabet = float64(len(other))
+		for _, c := range []struct {
+			used bool
+			n    float64
+		}{{digit, 10}, {lower, 26}, {upper, 26}} {
+			if c.used {
+				alphabet += c.n
+			}
+		}
+	}
+	return float64(utf8.RuneCountInString(token)) * math.Log2(alphabet)
+}
+
+// isHex reports whether s is hex digits of one case.
+func isHex(s string) bool {
+	lower, upper := true, true
+	for _, r := range s {
+		digit := r >= '0' && r <= '9'
+		lower = lower && (digit || r >= 'a' && r <= 'f')
+		upper = upper && (digit || r >= 'A' && r <= 'F')
+	}
+	return lower || upper
+}
+
+// Weak says why token is not fit to be one ("" if it is): a documented
+// placeholder, or under MinTokenBits of randomness.
+func Weak(token string) string {
+	low := strings.ToLower(token)
+	for _, p := range placeholders {
+		if strings.Contains(low, p) {
+			return fmt.Sprintf("is a placeholder (it says %q): anyone who read the example knows it", p)
+		}
+	}
+	if len(token) < MinTokenLen {
+		return fmt.Sprintf("is %d characters long, shorter than %d", len(token), MinTokenLen)
+	}
+	if bits := Strength(token); bits < MinTokenBits {
+		return fmt.Sprintf("holds at most %.0f bits of randomness by its length and alphabet, under %d", bits, MinTokenBits)
+	}
+	return ""
+}
 
 // Errors of Set.Authorize, for front ends to map onto their protocol: 401
 // or gRPC UNAUTHENTICATED for the first two, 403 or PERMISSION_DENIED for
@@ -150,8 +228,8 @@ func Parse(data, source string) (*Set, error) {
 				bad("token %q: %v", name, err)
 				continue
 			}
-			if len(token) < MinTokenLen {
-				bad("token %q is %d characters long, shorter than %d; generate one with: openssl rand -hex 32", name, len(token), MinTokenLen)
+			if why := Weak(token); why != "" {
+				bad("token %q %s; generate one with: openssl rand -hex 32", name, why)
 				continue
 			}
 			sum := sha256.Sum256([]byte(token))

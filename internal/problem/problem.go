@@ -3,6 +3,7 @@
 package problem
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -47,6 +48,12 @@ type Details struct {
 	Detail           string   `json:"detail,omitempty"`
 	Instance         string   `json:"instance,omitempty"`
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// Kind names the kind of a server failure (a 5xx), such as
+	// "store_error".
+	Kind string `json:"kind,omitempty"`
+	// RequestID is a server failure's id, which the server's log line of
+	// it carries.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Write sends p with its status. Headers already set on w (such as
@@ -71,4 +78,37 @@ func Write(w http.ResponseWriter, p Details) {
 // Error writes a problem with the given status and detail.
 func Error(w http.ResponseWriter, status int, detail string) {
 	Write(w, Details{Status: status, Detail: detail})
+}
+
+// The kinds of a server failure (a 5xx answer), named in its body as
+// "kind".
+const (
+	// KindStoreError: the store answered with an error that is no outage.
+	KindStoreError = "store_error"
+	// KindStoreUnavailable: the store could not be reached in time.
+	KindStoreUnavailable = "store_unavailable"
+	// KindOverloaded: the server was at its limit of requests in flight.
+	KindOverloaded = "overloaded"
+	// KindInternal: the server failed on its own.
+	KindInternal = "internal"
+)
+
+// HeaderRequestID carries a server failure's request id, which its body
+// and the server's log line of it also carry.
+const HeaderRequestID = "X-Request-Id"
+
+// NewRequestID returns a fresh request id for a server failure.
+func NewRequestID() string { return rand.Text()[:16] }
+
+// Failure answers a request the server could not serve (status 5xx): a
+// problem naming the kind of failure, with detail for the caller and a
+// fresh request id, also sent as X-Request-Id and never cached. It returns
+// the id, for the log line that holds the error itself: an error's text
+// (a store's internals) never goes to the caller.
+func Failure(w http.ResponseWriter, status int, kind, detail string) string {
+	id := NewRequestID()
+	w.Header()[HeaderRequestID] = []string{id}
+	w.Header()["Cache-Control"] = []string{"no-store"}
+	Write(w, Details{Status: status, Detail: detail, Kind: kind, RequestID: id})
+	return id
 }

@@ -10,7 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
+	"github.com/floodgate-rl/floodgate/internal/filebound"
 	"os"
 	"sync/atomic"
 	"time"
@@ -166,15 +166,11 @@ func ReadPool(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// readFile is os.ReadFile with errors that leave the file's name out: "no
-// such file or directory", "is a directory".
+// readFile reads a PEM file, a regular file of at most filebound.MaxPEM
+// bytes, with errors that leave the file's name out: "no such file or
+// directory", "is not a regular file (a folder)".
 func readFile(file string) ([]byte, error) {
-	data, err := os.ReadFile(file)
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return nil, pe.Err
-	}
-	return data, err
+	return filebound.Read(file, filebound.MaxPEM)
 }
 
 // MutualTLS reports whether clients must present a certificate.
