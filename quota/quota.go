@@ -1,0 +1,336 @@
+// Package quota divides a limit's rate among the clients that report their
+// demand for it, across every instance that shares one store: the
+// assignments of Envoy's Rate Limit Quota Service, where each Envoy applies
+// a token bucket the server gives it and reports what it admitted and
+// denied.
+//
+// Every instance runs a [Sharer] over its decision engine. Each reporting
+// interval, on the store's own clock, every instance adds its clients'
+// demand for a bucket to one counter in the store (a quarter into the
+// interval) and reads the total back (three quarters in): all instances
+// read the same total, so the parts they hand out, each in proportion to
+// its own clients' demand, add up to the limit's rate. Two store calls per
+// bucket per instance per interval, whatever the number of requests.
+//
+// A share in force changes only when its target moves by more than 2% (more
+// for a small demand, whose estimate is coarse), and targets are set below
+// the exact parts by the same bands, so the shares in force never add up to
+// more than the limit: see docs/ENVOY.md's quota section for the bound.
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+)
+
+// Defaults of Options.
+const (
+	DefaultInterval = time.Second
+	DefaultIdle     = time.Minute
+)
+
+// Options configure a Sharer. The zero value of each field picks its
+// default.
+type Options struct {
+	// Interval is the reporting interval: how often each instance adds
+	// its demand to the store and shares anew. Clients should report at
+	// least as often. Default: DefaultInterval.
+	Interval time.Duration
+	// TTL is how long a client may apply a share it was sent; a share
+	// still in force is sent again before then. It must be a whole number
+	// of seconds (Envoy ignores fractions) longer than two intervals.
+	// Default: three intervals, rounded up to a whole second.
+	TTL time.Duration
+	// Idle abandons a client's bucket it reported no use of for this
+	// long. Default: DefaultIdle.
+	Idle time.Duration
+	// Logger receives store failures. Default: discard.
+	Logger *slog.Logger
+}
+
+// Bucket is one shared limit: every client that reports a Bucket with the
+// same Key shares its Limit's rate (Limit.Quota per Limit.Window).
+type Bucket struct {
+	// Rule names the bucket in logs.
+	Rule string
+	// Key is the store key of the bucket's demand counter; distinct
+	// limits need distinct keys.
+	Key string
+	// Limit is the limit shared.
+	Limit floodgate.Limit
+	// Failure is what the clients get while the store cannot be asked:
+	// FailOpen an AllowAll share, FailLocal the shares last sent, kept in
+	// force, anything else DenyAll.
+	Failure decide.FailureMode
+}
+
+// Share is what a client is sent for a bucket.
+type Share struct {
+	// Tokens is the client's part of the limit, per Limit.Window.
+	Tokens int64
+	// Burst is the most the client admits at once: the size of its token
+	// bucket, at least 1.
+	Burst int64
+	// Blanket, when not None, replaces the token bucket: the store could
+	// not be asked (AllowAll, DenyAll), or Abandon (the client's bucket
+	// went idle and is forgotten).
+	Blanket Blanket
+	// TTL is how long the client may apply the share.
+	TTL time.Duration
+}
+
+// Blanket is a share that is not a token bucket.
+type Blanket uint8
+
+// The blankets.
+const (
+	None Blanket = iota
+	AllowAll
+	DenyAll
+	Abandon
+)
+
+// margin is the part of each exact share handed out, and band the relative
+// change of its target below which a share in force stays: (1 + band) ×
+// margin < 1, so the shares in force never add up to more than the limit.
+const (
+	margin = 0.98
+	band   = 0.02
+)
+
+// aggregate is the demand counters' quota: never reached.
+const aggregate = 1 << 40
+
+// Sharer shares buckets among the clients of one instance, in step with
+// every other Sharer on the same store. It is safe for concurrent use.
+type Sharer struct {
+	engine *decide.Engine
+	opts   Options
+	agg    floodgate.Limit // the demand counters' limit
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	nextID  uint64
+	end     time.Time // the store's current interval's end, in this clock
+	closed  bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// New returns a Sharer asking the store through engine. Close stops it.
+func New(engine *decide.Engine, opts Options) (*Sharer, error) {
+	if engine == nil {
+		return nil, errors.New("quota: New needs an engine")
+	}
+	if opts.Interval == 0 {
+		opts.Interval = DefaultInterval
+	}
+	if opts.Interval < 10*time.Millisecond {
+		return nil, fmt.Errorf("quota: Options.Interval %v is below 10ms: the store calls of one interval must fit in a quarter of it", opts.Interval)
+	}
+	if opts.TTL == 0 {
+		opts.TTL = max(time.Second, (3*opts.Interval+time.Second-1)/time.Second*time.Second)
+	}
+	if opts.TTL%time.Second != 0 || opts.TTL <= 2*opts.Interval {
+		return nil, fmt.Errorf("quota: Options.TTL %v must be a whole number of seconds longer than two intervals (%v): Envoy applies whole seconds only", opts.TTL, 2*opts.Interval)
+	}
+	if opts.Idle == 0 {
+		opts.Idle = DefaultIdle
+	}
+	if opts.Idle < 2*opts.Interval {
+		return nil, fmt.Errorf("quota: Options.Idle %v must be at least two intervals (%v)", opts.Idle, 2*opts.Interval)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Sharer{
+		engine:  engine,
+		opts:    opts,
+		agg:     floodgate.NewLimit(floodgate.FixedWindow, aggregate, opts.Interval),
+		buckets: map[string]*bucket{},
+		ctx:     ctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Options returns the options in force, defaults filled in.
+func (s *Sharer) Options() Options { return s.opts }
+
+// Client is one party sharing buckets: an Envoy's stream.
+type Client struct {
+	s    *Sharer
+	id   uint64
+	send func(Bucket, Share)
+}
+
+// Join adds a client whose shares are given to send, from the Sharer's
+// goroutine: send must not block. Leave removes it.
+func (s *Sharer) Join(send func(Bucket, Share)) *Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	s.once.Do(func() { go s.run() })
+	return &Client{s: s, id: s.nextID, send: send}
+}
+
+// Report records that the client used n units of b (admitted and denied
+// requests alike: its demand) since its previous report of b. The first
+// report of a bucket that has use subscribes the client to it.
+func (c *Client) Report(b Bucket, n int64) {
+	s := c.s
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	bk := s.buckets[b.Key]
+	if n == 0 && (bk == nil || bk.clients[c.id] == nil) {
+		return // an abandoned bucket comes back with a request (Envoy reports it at once)
+	}
+	if bk == nil {
+		bk = &bucket{Bucket: b, clients: map[uint64]*member{}}
+		s.buckets[b.Key] = bk
+	}
+	bk.Bucket = b // a reload may change the limit
+	m := bk.clients[c.id]
+	if m == nil {
+		m = &member{client: c, used: now}
+		bk.clients[c.id] = m
+	}
+	m.report(n, now, s.opts.Interval)
+}
+
+// Leave removes the client from every bucket: what it was sent stops
+// counting at the next interval.
+func (c *Client) Leave() {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, bk := range s.buckets {
+		delete(bk.clients, c.id)
+		if len(bk.clients) == 0 {
+			delete(s.buckets, k)
+		}
+	}
+}
+
+// Drain sends every client a TTL of 0 for each share in force, so that it
+// falls back at once, and stops sharing: call it before shutting down.
+func (s *Sharer) Drain() {
+	s.mu.Lock()
+	s.closed = true
+	var out []delivery
+	for _, bk := range s.buckets {
+		for _, m := range bk.clients {
+			if m.sent != nil {
+				sh := *m.sent
+				sh.TTL = 0
+				out = append(out, delivery{m.client, bk.Bucket, sh})
+			}
+		}
+	}
+	s.buckets = map[string]*bucket{}
+	s.mu.Unlock()
+	deliver(out)
+	s.Close()
+}
+
+// Close stops the Sharer's goroutine and waits for it.
+func (s *Sharer) Close() {
+	s.cancel()
+	s.mu.Lock()
+	s.closed = true
+	started := s.nextID > 0
+	s.mu.Unlock()
+	if started {
+		<-s.done
+	}
+}
+
+// bucket is a Bucket and its clients on this instance.
+type bucket struct {
+	Bucket
+	clients map[uint64]*member
+	wrote   int64     // the demand added to the store this interval
+	wroteAt time.Time // the end of the interval it was added in; zero: none
+	failed  bool      // the store could not be asked this interval
+}
+
+// member is one client's part in a bucket.
+type member struct {
+	client *Client
+	rate   float64   // units per second: the estimate in force
+	acc    int64     // units reported since from
+	from   time.Time // when the estimate's measurement began
+	moved  bool      // the demand changed at the last report, which may hold some of before
+	last   time.Time // its last report
+	prev   time.Time // the one before
+	prevN  int64     // the units of the last report
+	used   time.Time // the last report with use
+	demand int64     // its demand as added to the store this interval
+	sent   *Share    // the share in force
+	sentAt time.Time
+}
+
+// report takes a report of n units at now into m's rate. The rate in
+// force is the mean since the demand last changed, over at most ten
+// intervals, so that a slow client's few requests per report do not
+// shake it; a change is seen when the last two reports' rate is off by
+// more than their counting's noise (1.5/√units, at least 2%), and the
+// measurement starts again from the last report, then from the next (the
+// report that saw the change may hold some of the demand before it).
+func (m *member) report(n int64, now time.Time, interval time.Duration) {
+	if n > 0 {
+		m.used = now
+	}
+	defer func() { m.prev, m.prevN, m.last = m.last, n, now }()
+	if m.last.IsZero() { // the first report, sent at once: n over one interval
+		m.rate, m.acc, m.from = float64(n)/interval.Seconds(), n, now.Add(-interval)
+		return
+	}
+	units, from := n+m.prevN, m.prev
+	if m.prev.IsZero() {
+		units, from = n, m.last
+	}
+	fast := float64(units) / max(now.Sub(from), interval/2).Seconds()
+	noise := max(band, 1.5/math.Sqrt(float64(max(1, units))))
+	switch {
+	case math.Abs(fast-m.rate) > noise*m.rate || m.rate == 0:
+		m.acc, m.from, m.moved = n, m.last, true
+	case m.moved: // the report that saw the change may hold some of before: start after it
+		m.acc, m.from, m.moved = n, m.last, false
+	default:
+		m.acc += n
+	}
+	if span := now.Sub(m.from); span > 10*interval { // forget the oldest half
+		m.acc, m.from = int64(float64(m.acc)*(5*interval).Seconds()/span.Seconds()), now.Add(-5*interval)
+	}
+	m.rate = float64(m.acc) / max(now.Sub(m.from), interval/2).Seconds()
+}
+
+// delivery is a share to give a client, outside the Sharer's lock.
+type delivery struct {
+	c  *Client
+	b  Bucket
+	sh Share
+}
+
+func deliver(out []delivery) {
+	for _, d := range out {
+		d.c.send(d.b, d.sh)
+	}
+}

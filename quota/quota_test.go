@@ -1,0 +1,161 @@
+package quota_test
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/memory"
+	"github.com/floodgate-rl/floodgate/quota"
+)
+
+// recorder keeps the shares a client was sent, per rule.
+type recorder struct {
+	mu   sync.Mutex
+	last map[string]quota.Share
+	all  []quota.Share
+}
+
+func (r *recorder) send(b quota.Bucket, sh quota.Share) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last = map[string]quota.Share{}
+	}
+	r.last[b.Rule] = sh
+	r.all = append(r.all, sh)
+}
+
+func (r *recorder) get(rule string) (quota.Share, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sh, ok := r.last[rule]
+	return sh, ok
+}
+
+func newSharer(t *testing.T, s floodgate.Store, o quota.Options) *quota.Sharer {
+	t.Helper()
+	e, err := decide.New(s, decide.Options{Logger: slog.New(slog.DiscardHandler), OverLimitCache: decide.CacheOptions{Disabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := quota.New(e, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Close)
+	return sh
+}
+
+// TestOutage: while the store cannot be asked a bucket's clients get what
+// its failure mode says (open: allow all; closed: deny all; local: the
+// share in force, sent again before its TTL ends), and token buckets again
+// once it is back.
+func TestOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &countingStore{Store: memory.New()}
+		s := newSharer(t, store, quota.Options{Interval: time.Second})
+		limit := floodgate.NewLimit(floodgate.FixedWindow, 6000, time.Minute)
+		var r recorder
+		c := s.Join(r.send)
+		buckets := []quota.Bucket{
+			{Rule: "open", Key: "q|open", Limit: limit, Failure: decide.FailOpen},
+			{Rule: "closed", Key: "q|closed", Limit: limit, Failure: decide.FailClosed},
+			{Rule: "local", Key: "q|local", Limit: limit, Failure: decide.FailLocal},
+		}
+		report := func(d time.Duration) {
+			for end := time.Now().Add(d); time.Now().Before(end); {
+				for _, b := range buckets {
+					c.Report(b, 50)
+				}
+				time.Sleep(time.Second)
+			}
+			synctest.Wait()
+		}
+		report(3 * time.Second)
+		for _, b := range buckets {
+			if sh, ok := r.get(b.Rule); !ok || sh.Blanket != quota.None || sh.Tokens != 5880 {
+				t.Fatalf("%s before the outage: %+v, want the whole limit at 98%% (5880)", b.Rule, sh)
+			}
+		}
+		store.down.Store(true)
+		report(5 * time.Second)
+		want := map[string]quota.Blanket{"open": quota.AllowAll, "closed": quota.DenyAll, "local": quota.None}
+		for rule, blanket := range want {
+			if sh, _ := r.get(rule); sh.Blanket != blanket || blanket == quota.None && sh.Tokens != 5880 {
+				t.Errorf("%s during the outage: %+v, want blanket %d", rule, sh, blanket)
+			}
+		}
+		store.down.Store(false)
+		report(3 * time.Second)
+		for _, b := range buckets {
+			if sh, _ := r.get(b.Rule); sh.Blanket != quota.None || sh.Tokens != 5880 {
+				t.Errorf("%s after the outage: %+v, want the token bucket again", b.Rule, sh)
+			}
+		}
+	})
+}
+
+// TestDrainAndIdle: Drain sends every share in force again with a TTL of
+// 0; a bucket reported unused for Idle is abandoned.
+func TestDrainAndIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharer(t, memory.New(), quota.Options{Interval: time.Second, Idle: 5 * time.Second})
+		limit := floodgate.NewLimit(floodgate.TokenBucket, 100, time.Second)
+		var r recorder
+		c := s.Join(r.send)
+		busy := quota.Bucket{Rule: "busy", Key: "q|busy", Limit: limit}
+		idle := quota.Bucket{Rule: "idle", Key: "q|idle", Limit: limit}
+		c.Report(idle, 1)
+		for range 10 {
+			c.Report(busy, 80)
+			c.Report(idle, 0)
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		if sh, _ := r.get("idle"); sh.Blanket != quota.Abandon {
+			t.Errorf("idle bucket: %+v, want Abandon", sh)
+		}
+		sh, _ := r.get("busy")
+		if sh.Blanket != quota.None || sh.Tokens != 98 || sh.TTL != 3*time.Second {
+			t.Fatalf("busy bucket: %+v, want 98 tokens per second for 3s", sh)
+		}
+		s.Drain()
+		if got, _ := r.get("busy"); got.TTL != 0 || got.Tokens != sh.Tokens {
+			t.Errorf("after Drain: %+v, want the share in force with TTL 0", got)
+		}
+	})
+}
+
+func TestOptions(t *testing.T) {
+	e, err := decide.New(memory.New(), decide.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		o    quota.Options
+		want string
+	}{
+		{quota.Options{Interval: time.Millisecond}, "below 10ms"},
+		{quota.Options{Interval: time.Second, TTL: 1500 * time.Millisecond}, "whole number of seconds"},
+		{quota.Options{Interval: time.Second, TTL: 2 * time.Second}, "longer than two intervals"},
+		{quota.Options{Interval: time.Second, Idle: time.Second}, "at least two intervals"},
+	} {
+		if _, err := quota.New(e, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error saying %q", tc.o, err, tc.want)
+		}
+	}
+	s, err := quota.New(e, quota.Options{Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := s.Options(); o.TTL != time.Second || o.Idle != quota.DefaultIdle {
+		t.Errorf("defaults: %+v, want TTL 1s (three intervals, rounded up to a second) and Idle %v", o, quota.DefaultIdle)
+	}
+	s.Close()
+}

@@ -1,0 +1,269 @@
+package quota
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/decide"
+)
+
+// parallel bounds the store calls a Sharer makes at once.
+const parallel = 16
+
+// run is the Sharer's goroutine: in every interval of the store's clock, a
+// quarter in it adds this instance's demand for each bucket to the store,
+// three quarters in it reads every instance's total and shares.
+func (s *Sharer) run() {
+	defer close(s.done)
+	t := s.opts.Interval
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		end := s.windowEnd(now)
+		start := end.Add(-t)
+		write, at := true, start.Add(t/4)
+		switch {
+		case now.Before(at):
+		case now.Before(start.Add(3 * t / 4)):
+			write, at = false, start.Add(3*t/4)
+		default:
+			end, at = end.Add(t), end.Add(t/4)
+		}
+		timer.Reset(at.Sub(now))
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if write {
+			s.write()
+		} else {
+			s.read(end)
+		}
+	}
+}
+
+// windowEnd returns the end of the store's interval that holds now, as
+// last learned from the store's answers.
+func (s *Sharer) windowEnd(now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.opts.Interval
+	if s.end.IsZero() {
+		s.end = now.Truncate(t).Add(t)
+	}
+	for !now.Before(s.end) {
+		s.end = s.end.Add(t)
+	}
+	for now.Before(s.end.Add(-t)) {
+		s.end = s.end.Add(-t)
+	}
+	return s.end
+}
+
+// near reports whether two interval ends name the same interval.
+func (s *Sharer) near(a, b time.Time) bool {
+	d := a.Sub(b)
+	return d < s.opts.Interval/4 && d > -s.opts.Interval/4
+}
+
+// call makes one store call per bucket in parallel, fn building each one's
+// check; got receives each answer under the Sharer's lock.
+func (s *Sharer) call(bks []*bucket, check func(*bucket) (decide.Check, bool), got func(*bucket, decide.Outcome, time.Time)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	for _, bk := range bks {
+		s.mu.Lock()
+		c, ok := check(bk)
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx := context.WithoutCancel(s.ctx)
+			r := s.engine.Decide(ctx, []decide.Check{c})
+			at := time.Now()
+			if r.Outcomes[0].Err != nil {
+				s.opts.Logger.Warn("floodgate: the quota service could not ask the store", slog.String("rule", c.Rule), slog.String("error", r.Outcomes[0].Err.Error()))
+			}
+			s.mu.Lock()
+			got(bk, r.Outcomes[0], at)
+			s.mu.Unlock()
+		})
+	}
+	wg.Wait()
+}
+
+// asked reports whether o is the store's answer.
+func asked(o decide.Outcome) bool {
+	return o.Decided && !o.Local && !o.Cached && o.Err == nil
+}
+
+// snapshot returns the buckets, after abandoning the members idle at now.
+func (s *Sharer) snapshot(now time.Time) ([]*bucket, []delivery) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []delivery
+	bks := make([]*bucket, 0, len(s.buckets))
+	for k, bk := range s.buckets {
+		for id, m := range bk.clients {
+			if now.Sub(m.used) >= s.opts.Idle {
+				delete(bk.clients, id)
+				out = append(out, delivery{m.client, bk.Bucket, Share{Blanket: Abandon}})
+			}
+		}
+		if len(bk.clients) == 0 {
+			delete(s.buckets, k)
+			continue
+		}
+		bks = append(bks, bk)
+	}
+	return bks, out
+}
+
+// write adds each bucket's demand on this instance, in thousandths of a
+// unit per interval, to the store's counter of the current interval.
+func (s *Sharer) write() {
+	bks, out := s.snapshot(time.Now())
+	deliver(out)
+	per := s.opts.Interval.Seconds()
+	s.call(bks, func(bk *bucket) (decide.Check, bool) {
+		bk.wrote, bk.wroteAt, bk.failed = 0, time.Time{}, false
+		for _, m := range bk.clients {
+			// In thousandths of a unit, so that slow clients' parts are not
+			// rounded; an idle member not yet abandoned keeps a trickle.
+			m.demand = max(1, int64(math.Ceil(m.rate*per*1000)))
+			bk.wrote += m.demand
+		}
+		return decide.Check{Rule: bk.Rule, Key: bk.Key, Limit: s.agg, Cost: bk.wrote, Failure: decide.FailClosed, NoCache: true}, true
+	}, func(bk *bucket, o decide.Outcome, at time.Time) {
+		if !asked(o) || o.Verdict != decide.Admitted {
+			bk.failed = true
+			return
+		}
+		bk.wroteAt = s.learnLocked(at, o.Decision.ResetAfter)
+	})
+}
+
+// learnLocked is learn with s.mu held.
+func (s *Sharer) learnLocked(at time.Time, resetAfter time.Duration) time.Time {
+	s.end = at.Add(resetAfter)
+	return s.end
+}
+
+// read reads each bucket's total demand in the interval ending at end and
+// shares it.
+func (s *Sharer) read(end time.Time) {
+	bks, out := s.snapshot(time.Now())
+	deliver(out)
+	s.call(bks, func(bk *bucket) (decide.Check, bool) {
+		if bk.failed {
+			out = append(out, s.outage(bk, time.Now())...)
+			return decide.Check{}, false
+		}
+		if bk.wroteAt.IsZero() || !s.near(bk.wroteAt, end) {
+			out = append(out, s.keep(bk, time.Now())...) // not in step this interval
+			return decide.Check{}, false
+		}
+		return decide.Check{Rule: bk.Rule, Key: bk.Key, Limit: s.agg, CheckOnly: true, Failure: decide.FailClosed, NoCache: true}, true
+	}, func(bk *bucket, o decide.Outcome, at time.Time) {
+		now := time.Now()
+		if !asked(o) {
+			out = append(out, s.outage(bk, now)...)
+			return
+		}
+		total := aggregate - o.Decision.Remaining
+		if !s.near(s.learnLocked(at, o.Decision.ResetAfter), bk.wroteAt) || total < bk.wrote || total <= 0 {
+			out = append(out, s.keep(bk, now)...) // the interval ended between: not in step
+			return
+		}
+		out = append(out, s.share(bk, float64(bk.wrote)/float64(total), now)...)
+	})
+	deliver(out)
+}
+
+// share hands out part of bk's limit, this instance's part of the demand
+// of every instance, among its members in proportion to their demand as
+// added to the store; s.mu is held. Targets are 98% of the exact parts and
+// a share in force stays while within 2% of its target, so the shares in
+// force add up to no more than the exact part: (1 + 2%) × 98% < 1.
+func (s *Sharer) share(bk *bucket, part float64, now time.Time) []delivery {
+	var out []delivery
+	scale := margin * float64(bk.Limit.Quota) * part / float64(bk.wrote)
+	for _, m := range bk.clients {
+		if m.demand == 0 {
+			continue // joined after the demand was added: shared next interval
+		}
+		target := scale * float64(m.demand)
+		if sent := m.sent; sent != nil && sent.Blanket == None &&
+			float64(sent.Tokens) <= target*(1+band) && float64(sent.Tokens) >= target*(1-band) {
+			out = s.extend(out, bk, m, now)
+			continue
+		}
+		tokens := int64(target)
+		sh := Share{Tokens: tokens, Burst: s.burst(bk, tokens), TTL: s.opts.TTL}
+		out = s.give(out, bk, m, sh, now)
+	}
+	return out
+}
+
+// burst is the token bucket's size for a share of tokens per window: a
+// quarter of an interval's tokens, at least 2 so that a slow client's
+// requests, which come further apart than its tokens, still use them.
+func (s *Sharer) burst(bk *bucket, tokens int64) int64 {
+	return max(2, int64(float64(tokens)*s.opts.Interval.Seconds()/bk.Limit.Window.Seconds()/4))
+}
+
+// outage gives bk's members what its failure mode says while the store
+// cannot be asked; s.mu is held.
+func (s *Sharer) outage(bk *bucket, now time.Time) []delivery {
+	var blanket Blanket
+	switch bk.Failure {
+	case decide.FailOpen:
+		blanket = AllowAll
+	case decide.FailLocal:
+		return s.keep(bk, now)
+	default:
+		blanket = DenyAll
+	}
+	var out []delivery
+	for _, m := range bk.clients {
+		if m.sent != nil && m.sent.Blanket == blanket {
+			out = s.extend(out, bk, m, now)
+			continue
+		}
+		out = s.give(out, bk, m, Share{Blanket: blanket, TTL: s.opts.TTL}, now)
+	}
+	return out
+}
+
+// keep keeps every share in force, sending them again when their TTL
+// would end before the next interval's; s.mu is held.
+func (s *Sharer) keep(bk *bucket, now time.Time) []delivery {
+	var out []delivery
+	for _, m := range bk.clients {
+		out = s.extend(out, bk, m, now)
+	}
+	return out
+}
+
+// extend sends m's share in force again if its TTL ends within two
+// intervals.
+func (s *Sharer) extend(out []delivery, bk *bucket, m *member, now time.Time) []delivery {
+	if m.sent == nil || now.Sub(m.sentAt) < s.opts.TTL-2*s.opts.Interval {
+		return out
+	}
+	return s.give(out, bk, m, *m.sent, now)
+}
+
+// give records sh as m's share in force and queues it.
+func (s *Sharer) give(out []delivery, bk *bucket, m *member, sh Share, now time.Time) []delivery {
+	m.sent, m.sentAt = &sh, now
+	return append(out, delivery{m.client, bk.Bucket, sh})
+}
