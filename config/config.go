@@ -28,6 +28,8 @@ type Config struct {
 	GRPCListen string `yaml:"grpc_listen"`
 	// EnvoyConfig names a folder of envoyproxy/ratelimit-format rule files.
 	EnvoyConfig string `yaml:"envoy_config"`
+	// EnvoyQuota configures the Rate Limit Quota Service beside RLS.
+	EnvoyQuota EnvoyQuota `yaml:"envoy_quota"`
 	// Store says where rate-limit state lives.
 	Store Store `yaml:"store"`
 	// Rules are the named limits the API decides against.
@@ -209,6 +211,7 @@ func (c *Config) validate() error {
 	errs = append(errs, c.checkListeners()...)
 	errs = append(errs, c.Store.validate(c.lines)...)
 	errs = append(errs, c.checkServe()...)
+	errs = append(errs, c.checkQuota()...)
 	if _, err := c.Policy(); err != nil {
 		errs = append(errs, err)
 	}

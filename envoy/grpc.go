@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -18,6 +19,13 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // before s sees it, and Envoy's default failure_mode_deny=false admits.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
+}
+
+// RegisterQuota registers s's Rate Limit Quota Service
+// (StreamRateLimitQuotas, for Envoy's rate_limit_quota filter) on g. It
+// decides with the same rules and store as RLS; see docs/ENVOY.md.
+func (s *Service) RegisterQuota(g grpc.ServiceRegistrar) {
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s.quotaSv)
 }
 
 // RegisterHealth registers the standard gRPC health service
@@ -53,6 +61,7 @@ const StreamWorkers = 128
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	g := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers), ServerCodec()}, opts...)...)
 	s.Register(g)
+	s.RegisterQuota(g)
 	h := RegisterHealth(g)
 	reflection.Register(g)
 	return g, h

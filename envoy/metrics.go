@@ -30,6 +30,11 @@ type metrics struct {
 	globalShadow prometheus.Counter
 
 	dynamic dynamicKeys // the detailed_metric and value_to_metric keys seen
+
+	// The quota service's (StreamRateLimitQuotas).
+	quotaStreams prometheus.Gauge
+	quotaReports prometheus.Counter
+	quotaActions prometheus.Counter
 }
 
 // lazyCounter is one counter of a vector, looked up once, on first use (so
@@ -161,11 +166,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		[]string{"err_type"})
 	m.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ratelimit_service_global_shadow_mode", Help: "Requests over the limit answered OK because of the global shadow mode (SHADOW_MODE)."})
+	m.quotaStreams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "floodgate_envoy_quota_streams", Help: "Envoy streams open on the quota service (StreamRateLimitQuotas)."})
+	m.quotaReports = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floodgate_envoy_quota_reports_total", Help: "Usage reports received on the quota service."})
+	m.quotaActions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floodgate_envoy_quota_actions_total", Help: "Bucket actions (assignments, abandons) the quota service sent."})
 	if reg == nil {
 		return m, nil
 	}
 	cs := []prometheus.Collector{m.requests, m.descriptors, m.duration, m.storeErrors, m.refundErrors,
-		m.loadSuccess, m.loadError, m.callErrors, m.globalShadow, peerCollector{&m.stats}, peerServerCollector{m}}
+		m.loadSuccess, m.loadError, m.callErrors, m.globalShadow, peerCollector{&m.stats}, peerServerCollector{m},
+		m.quotaStreams, m.quotaReports, m.quotaActions}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("envoy: registering metrics: %w", err)

@@ -86,6 +86,8 @@ type Options struct {
 	// failure_mode_deny decides. The first SetRules with rules ends it.
 	// Off: no rules answer OK, as for unknown domains.
 	RequireRules bool
+	// Quota configures the Rate Limit Quota Service ([Service.RegisterQuota]).
+	Quota QuotaOptions
 }
 
 // NoRulesMessage is the error of every call while a service with
@@ -136,6 +138,7 @@ type Service struct {
 	unknown *series // the descriptors of unknown domains
 	warn    *logthrottle.Logger
 	noRules atomic.Bool // Options.RequireRules, until rules are set
+	quotaSv *quotaService
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -204,13 +207,22 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 	}
 	s.SetRules(rules)
 	s.noRules.Store(rules == nil && opts.RequireRules)
+	if s.quotaSv, err = newQuotaService(s, opts.Quota, opts.Logger); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // Close gives back to the store the quota the rules' leases hold, waiting
 // until ctx ends; the service goes on deciding after it, asking the store
-// per request.
+// per request. It does not end the quota service's streams: DrainQuota does.
 func (s *Service) Close(ctx context.Context) error { return s.engine.Close(ctx) }
+
+// DrainQuota sends every Envoy on the quota service a TTL of 0 for its
+// assignments, so that each falls back at once, and ends their streams,
+// waiting for them: call it before stopping the gRPC server gracefully,
+// which waits for streams. New streams are refused after it.
+func (s *Service) DrainQuota() { s.quotaSv.drain() }
 
 // SetRules replaces the rules; calls in flight finish under the rules they
 // started with. Nil means no rules.

@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-rl/floodgate/internal/tlstest"
 	"google.golang.org/grpc"
@@ -268,6 +269,32 @@ rules:
 		}
 		if err := ask(tokDecide); err != nil {
 			t.Errorf("decide token: %v", err)
+		}
+		// The quota service's stream is behind the same token check.
+		stream := func(token string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if token != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+			}
+			st, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+			if err != nil {
+				return err
+			}
+			if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"user": "alice"}}, NumRequestsAllowed: 1}}}); err != nil && err != io.EOF {
+				return err
+			}
+			_, err = st.Recv() // the answer for a bucket, or the stream's refusal
+			return err
+		}
+		for _, tc := range []struct {
+			token string
+			want  codes.Code
+		}{{"", codes.Unauthenticated}, {"wrong-0123456789abcdef", codes.Unauthenticated}, {tokAdmin, codes.PermissionDenied}, {tokDecide, codes.OK}} {
+			if code := status.Code(stream(tc.token)); code != tc.want {
+				t.Errorf("quota stream with token %q: %v, want %v", tc.token, code, tc.want)
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -73,6 +73,9 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 		opts.RequireRules = compat.force
 	}
 	opts.Logger, opts.Registerer = logger, reg
+	q := plan.cfg.EnvoyQuota
+	opts.Quota = envoy.QuotaOptions{Interval: q.Interval, TTL: q.TTL, Idle: q.Idle, Unmatched: q.Unmatched,
+		MaxBuckets: q.MaxBuckets, MaxBucketIDBytes: q.MaxBucketIDBytes}
 	if rules != nil && len(rules.Skipped()) > 0 {
 		logger.Info("envoy rules: not read: names starting with a dot, links to folders, files outside the RUNTIME_APPDIRECTORY prefix", "skipped", strings.Join(rules.Skipped(), ","))
 	}
@@ -219,7 +222,7 @@ func (r *rlsServer) banner(w io.Writer) {
 	if r.dir != "" {
 		src = "rules: " + r.dir
 	}
-	fmt.Fprintf(w, "envoy rate-limit service (RLS v3) on grpc://%s, POST /json on the HTTP API (%s; domains: %s)\n",
+	fmt.Fprintf(w, "envoy rate-limit service (RLS v3) and quota service (rate_limit_quota) on grpc://%s, POST /json on the HTTP API (%s; domains: %s)\n",
 		r.addr, src, strings.Join(r.svc.Rules().Domains(), ", "))
 }
 
@@ -236,6 +239,7 @@ func (r *rlsServer) stop() {
 			_ = r.metrics.Close()
 		}
 		r.health.Shutdown()
+		r.svc.DrainQuota() // quota streams get TTL 0 and end: GracefulStop waits for streams
 		stopped := make(chan struct{})
 		go func() { r.grpc.GracefulStop(); close(stopped) }()
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)

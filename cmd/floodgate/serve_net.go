@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoy"
 	"github.com/floodgate-rl/floodgate/internal/authtoken"
 	"github.com/floodgate-rl/floodgate/internal/connlimit"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
@@ -295,7 +296,10 @@ func grpcOptions(tlsSrv *tlsfiles.Server, tokens func() *server.Tokens, connErr 
 	// limit holds a place among the calls in progress, or refuses the call
 	// when there is none; health checks are never refused.
 	limit := func(method string) (release func(), err error) {
-		if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+		// Quota streams last as long as their Envoy: they are bounded by
+		// the connection cap and each connection's streams, not held among
+		// the calls in progress.
+		if strings.HasPrefix(method, "/grpc.health.v1.Health/") || strings.HasPrefix(method, "/"+envoy.QuotaServiceName+"/") {
 			return func() {}, nil
 		}
 		select {

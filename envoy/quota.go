@@ -1,0 +1,403 @@
+package envoy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/storekey"
+	"github.com/floodgate-rl/floodgate/quota"
+)
+
+// QuotaServiceName is the Rate Limit Quota Service's full name.
+const QuotaServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
+// QuotaOptions configure the Rate Limit Quota Service (Envoy's
+// rate_limit_quota filter): see docs/ENVOY.md. The zero value of each field
+// picks its default.
+type QuotaOptions struct {
+	// Interval is the reporting interval, which the filter's
+	// reporting_interval should match: how often the replicas share.
+	// Default: quota.DefaultInterval (1s).
+	Interval time.Duration
+	// TTL is each assignment's assignment_time_to_live, a whole number of
+	// seconds longer than two intervals. Default: three intervals, rounded
+	// up to a second.
+	TTL time.Duration
+	// Idle abandons a bucket an Envoy reported no use of for this long.
+	// Default: quota.DefaultIdle (1m).
+	Idle time.Duration
+	// Unmatched is the answer for a bucket that matches no rule (or that
+	// is over MaxBuckets or MaxBucketIDBytes): "allow_all" (the default, as
+	// RLS answers OK for a descriptor without a rule), "deny_all" or
+	// "abandon".
+	Unmatched string
+	// MaxBuckets is the most buckets one stream shares; the others get the
+	// Unmatched answer. Default: 1000.
+	MaxBuckets int
+	// MaxBucketIDBytes bounds a bucket id (its keys and values, in bytes);
+	// a larger one gets the Unmatched answer. Default: 1024.
+	MaxBucketIDBytes int
+}
+
+// Defaults of QuotaOptions.
+const (
+	DefaultQuotaMaxBuckets       = 1000
+	DefaultQuotaMaxBucketIDBytes = 1024
+)
+
+// quotaNamespace is the namespace of the quota service's demand counters.
+const quotaNamespace = "rlqs|"
+
+// quotaService is the Service's Rate Limit Quota Service.
+type quotaService struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	svc       *Service
+	sharer    *quota.Sharer
+	unmatched quota.Blanket
+	ttl       time.Duration
+	maxBucket int
+	maxID     int
+	draining  chan struct{}
+	drainOnce sync.Once
+	streams   sync.WaitGroup
+}
+
+// newQuotaService returns s's quota service under o.
+func newQuotaService(s *Service, o QuotaOptions, logger *slog.Logger) (*quotaService, error) {
+	q := &quotaService{svc: s, maxBucket: o.MaxBuckets, maxID: o.MaxBucketIDBytes, draining: make(chan struct{})}
+	switch o.Unmatched {
+	case "", "allow_all":
+		q.unmatched = quota.AllowAll
+	case "deny_all":
+		q.unmatched = quota.DenyAll
+	case "abandon":
+		q.unmatched = quota.Abandon
+	default:
+		return nil, fmt.Errorf("envoy: QuotaOptions.Unmatched %q: want allow_all, deny_all or abandon", o.Unmatched)
+	}
+	if q.maxBucket == 0 {
+		q.maxBucket = DefaultQuotaMaxBuckets
+	}
+	if q.maxID == 0 {
+		q.maxID = DefaultQuotaMaxBucketIDBytes
+	}
+	if q.maxBucket < 0 || q.maxID < 0 {
+		return nil, errors.New("envoy: QuotaOptions.MaxBuckets and MaxBucketIDBytes must not be negative")
+	}
+	sh, err := quota.New(s.engine, quota.Options{Interval: o.Interval, TTL: o.TTL, Idle: o.Idle, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("envoy: QuotaOptions: %w", err)
+	}
+	q.sharer, q.ttl = sh, sh.Options().TTL
+	return q, nil
+}
+
+// drain sends every stream's Envoy a TTL of 0 for its assignments, so it
+// falls back at once, ends the streams and waits for them to end.
+func (q *quotaService) drain() {
+	q.drainOnce.Do(func() {
+		q.sharer.Drain()
+		close(q.draining)
+	})
+	q.streams.Wait()
+}
+
+// quotaStream is one Envoy's stream: the buckets it reported and the
+// answers waiting to be sent.
+type quotaStream struct {
+	q       *quotaService
+	domain  string
+	mu      sync.Mutex
+	buckets map[string]*streamBucket // by the bucket's quota key
+	pending map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction
+	order   []string
+	sent    map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction // the last assignment sent per bucket
+	wake    chan struct{}
+}
+
+// streamBucket is a bucket of the stream that the sharer shares.
+type streamBucket struct {
+	id *rlqsv3.BucketId
+	b  quota.Bucket
+}
+
+// StreamRateLimitQuotas serves one Envoy's stream: its usage reports in,
+// the assignments out, until either side ends it or the service drains.
+func (q *quotaService) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+	select {
+	case <-q.draining:
+		return status.Error(codes.Unavailable, "the server is shutting down")
+	default:
+	}
+	q.streams.Add(1)
+	defer q.streams.Done()
+	q.svc.metrics.quotaStreams.Inc()
+	defer q.svc.metrics.quotaStreams.Dec()
+	st := &quotaStream{q: q, buckets: map[string]*streamBucket{}, pending: map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction{},
+		sent: map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction{}, wake: make(chan struct{}, 1)}
+	client := q.sharer.Join(st.share)
+	defer client.Leave()
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err == nil {
+				err = st.report(client, msg)
+			}
+			if err != nil {
+				recvErr <- err
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-st.wake:
+			if err := st.flush(stream); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-q.draining:
+			st.expireAll()
+			return st.flush(stream)
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+// report takes one usage report: each bucket is matched to its rule, its
+// demand given to the sharer, or answered at once when the sharer has no
+// part in it.
+func (st *quotaStream) report(client *quota.Client, msg *rlqsv3.RateLimitQuotaUsageReports) error {
+	q := st.q
+	q.svc.metrics.quotaReports.Inc()
+	switch d := msg.GetDomain(); {
+	case st.domain == "" && d == "":
+		return status.Error(codes.InvalidArgument, "the stream's first usage report names no domain: set the filter's domain")
+	case st.domain == "":
+		st.domain = d
+	case d != "" && d != st.domain:
+		return status.Errorf(codes.InvalidArgument, "the stream's domain is %q; a report named %q: one stream, one domain", st.domain, truncate(d))
+	}
+	rules := q.svc.rules.Load().rules
+	for _, u := range msg.GetBucketQuotaUsages() {
+		id := u.GetBucketId()
+		if len(id.GetBucket()) == 0 {
+			return status.Error(codes.InvalidArgument, "a usage report has a bucket with no id")
+		}
+		used := int64(min(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), 1<<40))
+		key, entries, ok := q.bucketKey(st.domain, id)
+		st.mu.Lock()
+		sb := st.buckets[key]
+		if sb == nil && ok && len(st.buckets) >= q.maxBucket {
+			ok = false
+		}
+		st.mu.Unlock()
+		var rule *Rule
+		if ok {
+			rule = rules.Match(st.domain, entries)
+		}
+		switch blanket, shared := q.answer(rule); {
+		case shared:
+			b := quota.Bucket{Rule: rule.Key, Key: key, Limit: floodgate.NewLimit(floodgate.FixedWindow, int64(rule.RequestsPerUnit), UnitDuration(rule.Unit)),
+				Failure: q.svc.failureOf(rule).mode}
+			st.mu.Lock()
+			st.buckets[key] = &streamBucket{id: id, b: b}
+			st.mu.Unlock()
+			client.Report(b, used)
+		default:
+			st.queue(key, q.action(id, quota.Share{Blanket: blanket, TTL: q.ttl}, 0))
+		}
+	}
+	return nil
+}
+
+// answer returns what a bucket under rule gets without the sharer: a
+// blanket, or shared true.
+func (q *quotaService) answer(r *Rule) (quota.Blanket, bool) {
+	switch {
+	case r == nil:
+		return q.unmatched, false
+	case r.Unlimited, r.ShadowMode, r.QuotaMode || q.svc.quota, q.svc.shadow:
+		return quota.AllowAll, false
+	case r.blocked():
+		return quota.DenyAll, false
+	}
+	return quota.None, true
+}
+
+// bucketKey returns a bucket id's entries in key order, as a descriptor's,
+// and its demand counter's store key; ok false when the id is over
+// MaxBucketIDBytes.
+func (q *quotaService) bucketKey(domain string, id *rlqsv3.BucketId) (key string, entries []Entry, ok bool) {
+	size := 0
+	for k, v := range id.GetBucket() {
+		size += len(k) + len(v)
+		entries = append(entries, Entry{Key: k, Value: v})
+	}
+	if size > q.maxID {
+		return "", nil, false
+	}
+	slices.SortFunc(entries, func(a, b Entry) int {
+		switch {
+		case a.Key < b.Key:
+			return -1
+		case a.Key > b.Key:
+			return 1
+		}
+		return 0
+	})
+	d := &ratelimitv3.RateLimitDescriptor{Entries: make([]*ratelimitv3.RateLimitDescriptor_Entry, len(entries))}
+	for i, e := range entries {
+		d.Entries[i] = &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
+	}
+	return storeKey(newQuotaKeySpace(domain), d, nil), entries, true
+}
+
+// newQuotaKeySpace returns the key space of a domain's demand counters.
+func newQuotaKeySpace(domain string) keySpace {
+	ks := storekey.NewSpace(quotaNamespace, domain)
+	return keySpace{space: ks, prefix: ks.Key("")}
+}
+
+// truncate bounds a value echoed in an error.
+func truncate(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return s
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// share queues a share the sharer gives the stream.
+func (st *quotaStream) share(b quota.Bucket, sh quota.Share) {
+	st.mu.Lock()
+	sb := st.buckets[b.Key]
+	if sb != nil && sh.Blanket == quota.Abandon {
+		delete(st.buckets, b.Key)
+	}
+	st.mu.Unlock()
+	if sb != nil {
+		st.queue(b.Key, st.q.action(sb.id, sh, b.Limit.Window))
+	}
+}
+
+// queue adds an answer for the bucket of key, replacing one not yet sent.
+func (st *quotaStream) queue(key string, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
+	st.mu.Lock()
+	if _, ok := st.pending[key]; !ok {
+		st.order = append(st.order, key)
+	}
+	st.pending[key] = a
+	st.mu.Unlock()
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// flush sends the answers waiting, in one response.
+func (st *quotaStream) flush(stream grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+	st.mu.Lock()
+	if len(st.order) == 0 {
+		st.mu.Unlock()
+		return nil
+	}
+	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, 0, len(st.order))}
+	for _, k := range st.order {
+		a := st.pending[k]
+		resp.BucketAction = append(resp.BucketAction, a)
+		if a.GetAbandonAction() != nil {
+			delete(st.sent, k)
+		} else {
+			st.sent[k] = a
+		}
+	}
+	clear(st.pending)
+	st.order = st.order[:0]
+	st.mu.Unlock()
+	st.q.svc.metrics.quotaActions.Add(float64(len(resp.BucketAction)))
+	return stream.Send(resp)
+}
+
+// expireAll queues every assignment sent again with a TTL of 0, so that
+// the Envoy falls back at once.
+func (st *quotaStream) expireAll() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k, a := range st.sent {
+		if _, ok := st.pending[k]; !ok {
+			st.order = append(st.order, k)
+		}
+		qa := a.GetQuotaAssignmentAction()
+		st.pending[k] = &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: a.GetBucketId(),
+			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+				QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+					AssignmentTimeToLive: durationpb.New(0), RateLimitStrategy: qa.GetRateLimitStrategy()}}}
+	}
+}
+
+// action is the answer that gives the bucket id the share sh, whose tokens
+// are per window.
+func (q *quotaService) action(id *rlqsv3.BucketId, sh quota.Share, window time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	a := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id}
+	if sh.Blanket == quota.Abandon {
+		a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
+		return a
+	}
+	strategy := &typev3.RateLimitStrategy{}
+	switch sh.Blanket {
+	case quota.AllowAll:
+		strategy.Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}
+	case quota.DenyAll:
+		strategy.Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}
+	default:
+		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tokenBucket(sh, window)}
+	}
+	a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(sh.TTL),
+			RateLimitStrategy:    strategy,
+		}}
+	return a
+}
+
+// tokenBucket is a share as Envoy's token bucket: the share's tokens per
+// window (Envoy needs at least one: a share under one per window is one per
+// ten windows), its burst as max_tokens.
+func tokenBucket(sh quota.Share, window time.Duration) *typev3.TokenBucket {
+	tokens := min(sh.Tokens, 1<<32-1)
+	if tokens < 1 {
+		tokens, window = 1, 10*window
+	}
+	return &typev3.TokenBucket{
+		MaxTokens:     uint32(min(sh.Burst, 1<<32-1)),
+		TokensPerFill: wrapperspb.UInt32(uint32(tokens)),
+		FillInterval:  durationpb.New(window),
+	}
+}
