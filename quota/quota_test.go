@@ -58,7 +58,7 @@ func newSharer(t *testing.T, s floodgate.Store, o quota.Options) *quota.Sharer {
 // once it is back.
 func TestOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &countingStore{Store: memory.New()}
+		store := newCounting(memory.New(), nil)
 		s := newSharer(t, store, quota.Options{Interval: time.Second})
 		limit := floodgate.NewLimit(floodgate.FixedWindow, 6000, time.Minute)
 		var r recorder

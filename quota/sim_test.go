@@ -2,6 +2,8 @@ package quota_test
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
@@ -14,15 +16,25 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/quota"
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
-// countingStore is the store every replica shares, counting its calls.
+// countingStore is a replica's store, counting its calls (in calls, which
+// replicas may share).
 type countingStore struct {
 	floodgate.Store
-	calls atomic.Int64
+	calls *atomic.Int64
 	down  atomic.Bool
+}
+
+func newCounting(s floodgate.Store, calls *atomic.Int64) *countingStore {
+	if calls == nil {
+		calls = new(atomic.Int64)
+	}
+	return &countingStore{Store: s, calls: calls}
 }
 
 func (s *countingStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
@@ -109,6 +121,7 @@ type scenario struct {
 	clients  int
 	demand   func(client int, at time.Duration) float64 // requests per second
 	shift    time.Duration                              // when demand changes; 0: never
+	move     time.Duration                              // when every client moves to the next replica; 0: never
 	overload bool                                       // total demand exceeds the limit
 	poisson  bool                                       // requests come at random, not evenly
 }
@@ -121,13 +134,17 @@ type simResult struct {
 	intervals  int64
 }
 
-const (
-	simInterval = 500 * time.Millisecond
-	simWindow   = 20 * time.Second
-	simQuota    = 20000 // 1000 per second
-	simRun      = 100 * time.Second
-	simTick     = 20 * time.Millisecond
-)
+// timing is a simulation's clock: its interval, the limit's window and
+// quota, how long it runs and how often each client acts.
+type timing struct {
+	interval, window time.Duration
+	quota            int64
+	run, tick        time.Duration
+}
+
+// virtual is the timing under testing/synctest: a limit of 1000 per
+// second in 20 s windows, 100 s.
+var virtual = timing{interval: 500 * time.Millisecond, window: 20 * time.Second, quota: 20000, run: 100 * time.Second, tick: 20 * time.Millisecond}
 
 // poisson draws from a Poisson distribution of the given mean.
 func poisson(r *rand.Rand, mean float64) float64 {
@@ -140,13 +157,14 @@ func poisson(r *rand.Rand, mean float64) float64 {
 	}
 }
 
-func simulate(t *testing.T, sc scenario) simResult {
-	store := &countingStore{Store: memory.New()}
+func simulate(t *testing.T, sc scenario, tm timing, stores []floodgate.Store) simResult {
+	simInterval, simWindow, simQuota, simRun, simTick := tm.interval, tm.window, tm.quota, tm.run, tm.tick
+	calls := new(atomic.Int64)
 	limit := floodgate.NewLimit(floodgate.FixedWindow, simQuota, simWindow)
 	b := quota.Bucket{Rule: "hot", Key: "quota|hot", Limit: limit, Failure: decide.FailClosed}
 	sharers := make([]*quota.Sharer, sc.replicas)
 	for i := range sharers {
-		e, err := decide.New(store, decide.Options{Logger: slog.New(slog.DiscardHandler), OverLimitCache: decide.CacheOptions{Disabled: true}})
+		e, err := decide.New(newCounting(stores[i], calls), decide.Options{Logger: slog.New(slog.DiscardHandler), OverLimitCache: decide.CacheOptions{Disabled: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,15 +185,17 @@ func simulate(t *testing.T, sc scenario) simResult {
 	for i := range sc.clients {
 		eb := &envoyBucket{window: simWindow}
 		buckets[i] = eb
-		c := sharers[i%sc.replicas].Join(func(_ quota.Bucket, sh quota.Share) {
+		send := func(_ quota.Bucket, sh quota.Share) {
 			eb.apply(sh)
 			mu.Lock()
 			sent[i] = sh.Tokens
 			mu.Unlock()
-		})
+		}
+		c := sharers[i%sc.replicas].Join(send)
 		phase := time.Duration(i) * simInterval / time.Duration(sc.clients) // reports spread over the interval
 		wg.Go(func() {
-			defer c.Leave()
+			defer func() { c.Leave() }()
+			moved := sc.move == 0
 			nextReport := start.Add(phase)
 			var due float64
 			rnd := rand.New(rand.NewPCG(1, uint64(i)))
@@ -192,6 +212,10 @@ func simulate(t *testing.T, sc scenario) simResult {
 						windows[now.Sub(start)/simWindow]++
 						mu.Unlock()
 					}
+				}
+				if !moved && now.Sub(start) >= sc.move { // the stream ends; the Envoy reconnects to the next replica
+					c.Leave()
+					c, moved = sharers[(i+1)%sc.replicas].Join(send), true
 				}
 				if !now.Before(nextReport) {
 					c.Report(b, eb.usage())
@@ -213,7 +237,7 @@ func simulate(t *testing.T, sc scenario) simResult {
 				var off, fairSum float64
 				mu.Lock()
 				for i := range sc.clients {
-					fair := 0.98 * simQuota * sc.demand(i, sc.shift) / total
+					fair := 0.98 * float64(simQuota) * sc.demand(i, sc.shift) / total
 					off += math.Abs(float64(sent[i]) - fair)
 					fairSum += fair
 				}
@@ -232,7 +256,7 @@ func simulate(t *testing.T, sc scenario) simResult {
 		s.Close()
 	}
 	res.windows = windows
-	res.storeCalls = store.calls.Load()
+	res.storeCalls = calls.Load()
 	res.intervals = int64(simRun / simInterval)
 	return res
 }
@@ -261,38 +285,69 @@ func TestSimulation(t *testing.T) {
 			demand: func(i int, _ time.Duration) float64 { return 5 + 3*float64(i) }},
 		{name: "20 clients 3 replicas under the limit", replicas: 3, clients: 20,
 			demand: func(i int, _ time.Duration) float64 { return 10 + 2*float64(i) }},
+		{name: "12 clients 3 replicas moving", replicas: 3, clients: 12, overload: true, move: 50 * time.Second,
+			demand: func(i int, _ time.Duration) float64 { return 20 * float64(i+1) }},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				res := simulate(t, sc)
-				var demand float64
-				for i := range sc.clients {
-					demand += sc.demand(i, 0)
-				}
-				t.Logf("admitted per %v window (limit %d): %v; converged after the shift in %v; %d store calls in %d intervals",
-					simWindow, simQuota, res.windows, res.converged, res.storeCalls, res.intervals)
-				for w, n := range res.windows[1:] {
-					if n > simQuota*102/100 {
-						t.Errorf("window %d admitted %d, over the limit %d + 2%%", w+1, n, simQuota)
-					}
-					switch {
-					case sc.overload && n < simQuota*95/100:
-						t.Errorf("window %d admitted %d: under 95%% of the limit %d with the demand over it", w+1, n, simQuota)
-					case !sc.overload && float64(n) < demand*simWindow.Seconds()*0.99:
-						t.Errorf("window %d admitted %d of a demand of %.0f under the limit", w+1, n, demand*simWindow.Seconds())
-					}
-				}
-				// A report holds part of the demand before the shift, and a
-				// change must stand out of the counting's noise: about four
-				// intervals (docs/ENVOY.md).
-				if sc.shift > 0 && (res.converged < 0 || res.converged > 4*simInterval) {
-					t.Errorf("after the shift the shares converged in %v, want within 4 intervals (%v)", res.converged, 4*simInterval)
-				}
-				if want := 2 * int64(sc.replicas) * res.intervals; res.storeCalls > want+int64(2*sc.replicas) {
-					t.Errorf("%d store calls, want about %d: two per replica per interval", res.storeCalls, want)
-				}
+				s := memory.New()
+				checkSimulation(t, sc, virtual, simulate(t, sc, virtual, []floodgate.Store{s, s, s}))
 			})
 		})
+	}
+}
+
+// TestSimulationRedis: a skewed overload on three replicas, each on its
+// own client of the harness's Redis, in real time (windows of 2 s, an
+// interval of 100 ms), then every client moving to another replica.
+func TestSimulationRedis(t *testing.T) {
+	addr := redistest.StandaloneAddr(t)
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	prefix := "fgtest:quota:" + hex.EncodeToString(b[:]) + ":"
+	stores := make([]floodgate.Store, 3)
+	for i := range stores {
+		s, err := redisstore.New(redisstore.Config{Addrs: []string{addr}, KeyPrefix: prefix, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		stores[i] = s
+	}
+	tm := timing{interval: 100 * time.Millisecond, window: 2 * time.Second, quota: 2000, run: 8 * time.Second, tick: 10 * time.Millisecond}
+	sc := scenario{name: "redis", replicas: 3, clients: 12, overload: true, move: 5 * time.Second,
+		demand: func(i int, _ time.Duration) float64 { return 30 * float64(i+1) }}
+	checkSimulation(t, sc, tm, simulate(t, sc, tm, stores))
+}
+
+// checkSimulation checks a simulation's figures against its scenario.
+func checkSimulation(t *testing.T, sc scenario, tm timing, res simResult) {
+	t.Helper()
+	var demand float64
+	for i := range sc.clients {
+		demand += sc.demand(i, 0)
+	}
+	t.Logf("admitted per %v window (limit %d): %v; converged after the shift in %v; %d store calls in %d intervals",
+		tm.window, tm.quota, res.windows, res.converged, res.storeCalls, res.intervals)
+	for w, n := range res.windows[1:] {
+		if n > tm.quota*102/100 {
+			t.Errorf("window %d admitted %d, over the limit %d + 2%%", w+1, n, tm.quota)
+		}
+		switch {
+		case sc.overload && n < tm.quota*95/100:
+			t.Errorf("window %d admitted %d: under 95%% of the limit %d with the demand over it", w+1, n, tm.quota)
+		case !sc.overload && float64(n) < demand*tm.window.Seconds()*0.99:
+			t.Errorf("window %d admitted %d of a demand of %.0f under the limit", w+1, n, demand*tm.window.Seconds())
+		}
+	}
+	// A report holds part of the demand before the shift, and a change must
+	// stand out of the counting's noise: about four intervals
+	// (docs/ENVOY.md).
+	if sc.shift > 0 && (res.converged < 0 || res.converged > 4*tm.interval) {
+		t.Errorf("after the shift the shares converged in %v, want within 4 intervals (%v)", res.converged, 4*tm.interval)
+	}
+	if want := 2 * int64(sc.replicas) * res.intervals; res.storeCalls > want+int64(2*sc.replicas) {
+		t.Errorf("%d store calls, want about %d: two per replica per interval", res.storeCalls, want)
 	}
 }
