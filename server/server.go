@@ -222,7 +222,8 @@ type CheckResponse struct {
 	// same cost is admitted, rounded up: never early.
 	RetryAfterMs int64 `json:"retry_after_ms"`
 	// ResetAfterMs is the time until the key is fully replenished, rounded
-	// up, and for a sliding-window log at most its window.
+	// up, and for a sliding-window log at most its window
+	// (frontend.Shown).
 	ResetAfterMs int64  `json:"reset_after_ms"`
 	Rule         string `json:"rule"`
 	// Shadow is set when the rule is in shadow mode; ShadowDenied then
@@ -271,9 +272,9 @@ func NewCheckResponse(r Rule, res *decide.Result) CheckResponse {
 		LocalFallback:    o.Local,
 	}
 	if o.Decided {
-		d := o.Decision
+		d := frontend.Shown(&res.Checks[0], o.Decision)
 		resp.Limit, resp.Remaining = d.Limit, d.Remaining
-		resp.RetryAfterMs, resp.ResetAfterMs = ceilMillis(d.RetryAfter), resetMillis(d.ResetAfter, r.Limit)
+		resp.RetryAfterMs, resp.ResetAfterMs = ceilMillis(d.RetryAfter), ceilMillis(d.ResetAfter)
 	}
 	return resp
 }
@@ -283,21 +284,6 @@ func NewCheckResponse(r Rule, res *decide.Result) CheckResponse {
 // the same cost is admitted.
 func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// resetMillis is reset_after_ms: the key's reset under limit l, in whole
-// milliseconds rounded up, but never past a sliding-window log's window.
-// The log stamps the entries of requests in one microsecond at consecutive
-// microseconds, so that each has a time of its own: a burst's newest entry
-// leaves the window a few microseconds after the window's length, which
-// rounded up would put reset_after_ms past it (3600001 for an hour). The
-// reset of a log is its window; retry_after_ms, the time after which a
-// retry of the same cost is admitted, stays exact (rounded up).
-func resetMillis(d time.Duration, l floodgate.Limit) int64 {
-	if l.Algorithm == floodgate.SlidingWindowLog {
-		d = min(d, l.Window)
-	}
-	return ceilMillis(d)
 }
 
 // decodeBody reads a JSON body strictly (see decodeStrict); on failure it
