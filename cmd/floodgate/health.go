@@ -30,7 +30,7 @@ const (
 // container's HEALTHCHECK or an exec probe, in an image with no shell and
 // no curl.
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("health", "health [--config FILE | --url URL] [--probe ready|live] [--timeout D] [--ca-file FILE] [--cert-file FILE --key-file FILE]", stderr)
+	fs := newFlagSet("health", "health [--config FILE | --url URL] [--probe ready|live] [--timeout D] [--ca-file FILE] [--cert-file FILE --key-file FILE] [--server-name NAME]", stderr)
 	cfgPath := fs.String("config", "", "the serve's YAML config `file`: the probe is asked on its metrics_listen, or without one on its listen (https with tls)")
 	base := fs.String("url", "", "base `URL` of the listener to ask instead, such as http://127.0.0.1:9090")
 	probe := fs.String("probe", "ready", "`ready` (GET /readyz: the store answers) or live (GET /healthz: the process answers)")
@@ -39,6 +39,7 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&remote.caFile, "ca-file", "", "with an https URL: PEM `file` of the CAs to trust for the server's certificate (default: the system's roots)")
 	fs.StringVar(&remote.certFile, "cert-file", "", "with an https URL: PEM `file` of the client certificate to present, for a server with mutual TLS (with --key-file)")
 	fs.StringVar(&remote.keyFile, "key-file", "", "with an https URL: PEM `file` of the client certificate's key (with --cert-file)")
+	fs.StringVar(&remote.serverName, "server-name", "", "with an https URL: the `name` the server's certificate must hold, when it names no loopback address (default: the URL's host)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -75,7 +76,7 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageErr(fmt.Sprintf("--url %q is not a base URL such as http://127.0.0.1:9090", target))
 	}
 	if remote.tls() && u.Scheme != "https" {
-		return usageErr(fmt.Sprintf("--ca-file, --cert-file and --key-file apply to an https URL only, not %s", target))
+		return usageErr(fmt.Sprintf("--ca-file, --cert-file, --key-file and --server-name apply to an https URL only, not %s", target))
 	}
 	probeURL := strings.TrimSuffix(u.String(), "/") + path
 	msg, err := askProbe(ctx, probeURL, remote, *timeout)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/tlstest"
 )
 
 // freeLoopbackPort returns a loopback port nothing listens on now.
@@ -125,5 +126,47 @@ func TestProbeBase(t *testing.T) {
 		if got := probeBase(&c.cfg); got != c.want {
 			t.Errorf("probeBase(listen %q, metrics_listen %q, tls %v) = %q, want %q", c.cfg.Listen, c.cfg.MetricsListen, c.cfg.TLS.Enabled(), got, c.want)
 		}
+	}
+}
+
+// TestHealthMutualTLS asks the probe of a serve whose only listener is
+// TLS with client certificates, through check's TLS flags.
+func TestHealthMutualTLS(t *testing.T) {
+	ca := tlstest.NewCA(t, "health")
+	srv := ca.Issue("server", tlstest.Leaf{CommonName: "floodgate.internal", Server: true, NoIPs: true, DNSNames: []string{"floodgate.internal"}})
+	client := ca.Issue("client", tlstest.Leaf{CommonName: "prober"})
+	cfg := writeFile(t, t.TempDir(), "floodgate.yaml", fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\nrules:\n  - {name: a, algorithm: fixed_window, limit: 1, window: 1s}\n",
+		srv.CertFile, srv.KeyFile, ca.CertFile))
+	base, _, _ := startServe(t, "--config", cfg)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("serve at %s, want https", base)
+	}
+	url := []string{"--url", base}
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"the system's roots", append(url, "--server-name", "floodgate.internal"), 1, "certificate signed by unknown authority"},
+		{"a certificate for another name", append(url, "--ca-file", ca.CertFile), 1, "cannot validate certificate for 127.0.0.1"},
+		{"no client certificate", append(url, "--ca-file", ca.CertFile, "--server-name", "floodgate.internal"), 1, "floodgate health: " + base + "/readyz: "},
+		{"mutual TLS", append(url, "--ca-file", ca.CertFile, "--server-name", "floodgate.internal", "--cert-file", client.CertFile, "--key-file", client.KeyFile), 0, "healthy: " + base + "/readyz answered 200 OK"},
+		{"a certificate without its key", append(url, "--cert-file", client.CertFile), 2, "--cert-file and --key-file go together"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err, stdout, stderr := runHealthCmd(t, c.args...)
+			if got := exitCode(err); err == nil && c.code != 0 || err != nil && got != c.code {
+				t.Fatalf("exit %d (%v), want %d; stderr:\n%s", got, err, c.code, stderr)
+			}
+			out := stdout
+			if c.code != 0 {
+				out = stderr
+			}
+			if !strings.Contains(out, c.want) {
+				t.Fatalf("output %q, want %q", out, c.want)
+			}
+		})
 	}
 }
