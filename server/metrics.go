@@ -109,6 +109,11 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine, storeLatency *
 		Name: "floodgate_overlimit_cache_waits_total",
 		Help: "Checks that waited for another request's store call for the same key, its cached denial having expired, before looking again.",
 	}, func() float64 { return float64(engine.CacheStats().Waits) })
+	// Both results have a series from the start, at 0: a rate or an alert
+	// on errors sees the first failed reload as a change.
+	for _, result := range []string{"ok", "error"} {
+		m.reloads.WithLabelValues(result)
+	}
 	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.decisionDuration, m.storeErrors, m.failureMode, m.reloads,
 		m.inFlight, m.shed, m.authFailures, m.cacheHits, m.leased, cacheEntries, cacheBytes, cacheEvictions, cacheWaits} {
 		if err := reg.Register(c); err != nil {
