@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -269,71 +268,6 @@ func (t ThroughputRow) Met() bool {
 		t.VsUlule.ratio >= TargetVsUlule && t.VsUlule.fgP99 < t.VsUlule.peerP99
 }
 
-// ------------------------------------------------------------- formatting --
-
-// fmtRate formats decisions/s: 84.2k, 1.23M.
-func fmtRate(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "–"
-	case v >= 1e6:
-		return strconv.FormatFloat(v/1e6, 'f', 2, 64) + "M"
-	case v >= 1e4:
-		return strconv.FormatFloat(v/1e3, 'f', 1, 64) + "k"
-	case v >= 1e3:
-		return strconv.FormatFloat(v/1e3, 'f', 2, 64) + "k"
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
-}
-
-// fmtMs formats milliseconds to 3 significant digits.
-func fmtMs(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "–"
-	case v >= 100:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	case v >= 10:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	case v >= 1:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 3, 64)
-}
-
-func fmtFloat(v float64, prec int) string {
-	if math.IsNaN(v) || v < 0 {
-		return "–"
-	}
-	return strconv.FormatFloat(v, 'f', prec, 64)
-}
-
-// fmtAllocs formats allocations per operation: 0, 0.02, 1.5, 12; "<1"
-// when the count was rounded down to 0 but bytes were allocated (as
-// testing.BenchmarkResult.AllocsPerOp does).
-func fmtAllocs(v, bytes float64) string {
-	switch {
-	case v == 0 && bytes > 0:
-		return "<1"
-	case v == 0:
-		return "0"
-	case v < 10:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
-}
-
-func fmtRatio(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) + "x" }
-
-func fmtPct(v float64) string { return strconv.FormatFloat(100*v, 'f', 1, 64) + "%" }
-
-func yes(ok bool) string {
-	if ok {
-		return "**met**"
-	}
-	return "**missed**"
-}
-
 // --------------------------------------------------------------- markdown --
 
 // WriteMarkdown writes the generated part of docs/PERFORMANCE.md: how the
@@ -462,59 +396,7 @@ func (r *Report) writeTargets(p *printer) {
 		}
 		p.f("")
 	}
-	if rows := r.FloorVerdicts(); len(rows) > 0 {
-		p.f("Redis CPU per decision against the floors, random keys: each algorithm's own command floor runs exactly the Redis commands its script runs to admit (token bucket: `TIME`, `GET`, `SET ... PX`; sliding-window log: `TIME`, `ZREMRANGEBYSCORE`, `ZCARD`, `ZRANGE`, `ZADD`, `PEXPIRE`) with no arithmetic and no branches, through the same client; the no-op floor runs none. What the algorithm costs over its command floor is its arithmetic, its argument checks and its reply.")
-		p.f("")
-		p.f("| backend | callers | floodgate | Redis CPU s/100k | command floor s/100k | ratio | no-op floor s/100k | verdict |")
-		p.f("|---|---|---|---:|---:|---:|---:|---|")
-		for _, f := range rows {
-			p.f("| %s | %d | %s | %s | %s | %s | %s | %s |", f.Backend, f.Concurrency, f.Contender, fmtFloat(f.CPU, 2), fmtFloat(f.Floor, 2), fmtRatio(f.Ratio()), fmtFloat(f.NoOp, 2), yes(f.Ratio() <= TargetVsFloor))
-		}
-		p.f("")
-	}
-}
-
-// FloorRow is one floodgate algorithm's Redis CPU per decision against its
-// command floor and the no-op floor, in one cell.
-type FloorRow struct {
-	Backend, Workload string
-	Concurrency       int
-	Contender         string
-	CPU, Floor, NoOp  float64 // Redis CPU seconds per 100k decisions (medians)
-}
-
-// Ratio is the algorithm's CPU over its command floor's.
-func (f FloorRow) Ratio() float64 { return f.CPU / f.Floor }
-
-// FloorVerdicts compares floodgate's token bucket and sliding-window log
-// with the scripts that run only their commands, in every random-key cell
-// at the target concurrencies (on one hot key the real scripts mostly deny
-// and write nothing, while the floors always write).
-func (r *Report) FloorVerdicts() []FloorRow {
-	backends, workloads, _ := r.cells()
-	var rows []FloorRow
-	for _, b := range backends {
-		for _, w := range workloads {
-			if w != "random" {
-				continue
-			}
-			for _, c := range TargetConcurrencies {
-				for _, fgID := range []string{"fg-tb", "fg-swl"} {
-					fg, ok1 := r.find(b, w, c, fgID)
-					fl, ok2 := r.find(b, w, c, CommandFloors[fgID])
-					if !ok1 || !ok2 || fl.Of(cpu100k).Med <= 0 {
-						continue
-					}
-					row := FloorRow{Backend: b, Workload: w, Concurrency: c, Contender: fg.Name, CPU: fg.Of(cpu100k).Med, Floor: fl.Of(cpu100k).Med, NoOp: -1}
-					if n, ok := r.find(b, w, c, "floor"); ok {
-						row.NoOp = n.Of(cpu100k).Med
-					}
-					rows = append(rows, row)
-				}
-			}
-		}
-	}
-	return rows
+	r.writeFloors(p)
 }
 
 type cpuVerdict struct {
