@@ -44,9 +44,11 @@ EXPOSE 8080 8081 9090
 # Docker's health check: floodgate health asks the probe of the config the
 # CMD serves, /readyz on its metrics_listen (or its listen), with no shell
 # or curl, which distroless lacks; exit 1 and a line saying why when it
-# fails. Run serve with another config and pass the same to health
-# (docker run --health-cmd); Kubernetes ignores this and probes itself.
+# fails. Without that file (the image run as /bin/ratelimit) it asks the
+# listener the peer's HOST and PORT give. Run serve with another config and
+# pass the same to health (docker run --health-cmd); Kubernetes ignores
+# this and probes itself.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=10s --retries=3 \
-  CMD ["/usr/local/bin/floodgate", "health", "--config", "/etc/floodgate/floodgate.yaml", "--timeout", "5s"]
+  CMD ["/usr/local/bin/floodgate", "health", "--config", "/etc/floodgate/floodgate.yaml", "--or-envoy-env", "--timeout", "5s"]
 ENTRYPOINT ["/usr/local/bin/floodgate"]
 CMD ["serve", "--config", "/etc/floodgate/floodgate.yaml"]

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -30,9 +32,11 @@ const (
 // container's HEALTHCHECK or an exec probe, in an image with no shell and
 // no curl.
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("health", "health [--config FILE | --url URL] [--probe ready|live] [--timeout D] [--ca-file FILE] [--cert-file FILE --key-file FILE] [--server-name NAME]", stderr)
+	fs := newFlagSet("health", "health [--config FILE [--or-envoy-env] | --envoy-env | --url URL] [--probe ready|live] [--timeout D] [--ca-file FILE] [--cert-file FILE --key-file FILE] [--server-name NAME]", stderr)
 	cfgPath := fs.String("config", "", "the serve's YAML config `file`: the probe is asked on its metrics_listen, or without one on its listen (https with tls)")
 	base := fs.String("url", "", "base `URL` of the listener to ask instead, such as http://127.0.0.1:9090")
+	envoyEnv := fs.Bool("envoy-env", false, "ask the HTTP listener that envoyproxy/ratelimit's variables (HOST, PORT) give a serve --envoy-env")
+	orEnvoyEnv := fs.Bool("or-envoy-env", false, "with --config: when its file does not exist, do as --envoy-env (the image's HEALTHCHECK, whether the image runs serve --config or /bin/ratelimit)")
 	probe := fs.String("probe", "ready", "`ready` (GET /readyz: the store answers) or live (GET /healthz: the process answers)")
 	timeout := fs.Duration("timeout", healthTimeout, fmt.Sprintf("the longest `wait` for the answer, at most %s", healthMaxTimeout))
 	var remote remoteOpts
@@ -53,15 +57,31 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch {
 	case !ok:
 		return usageErr(fmt.Sprintf("--probe %q: want ready or live", *probe))
-	case *cfgPath != "" && *base != "":
-		return usageErr("--config and --url exclude each other")
+	case *cfgPath != "" && *base != "", *envoyEnv && (*cfgPath != "" || *base != ""):
+		return usageErr("--config, --envoy-env and --url exclude each other")
+	case *orEnvoyEnv && *cfgPath == "":
+		return usageErr("--or-envoy-env goes with --config")
 	case *timeout <= 0 || *timeout > healthMaxTimeout:
 		return usageErr(fmt.Sprintf("--timeout %s: want more than 0 and at most %s", *timeout, healthMaxTimeout))
 	case (remote.certFile == "") != (remote.keyFile == ""):
 		return usageErr("--cert-file and --key-file go together: a client certificate and its key")
 	}
+	if *orEnvoyEnv {
+		if _, err := os.Stat(*cfgPath); errors.Is(err, iofs.ErrNotExist) {
+			*cfgPath, *envoyEnv = "", true
+		}
+	}
 	target := *base
-	if target == "" {
+	switch {
+	case target != "":
+	case *envoyEnv:
+		compat, err := readEnvoyEnv(os.LookupEnv, os.Environ())
+		if err != nil {
+			return fmt.Errorf("floodgate health: %w", err)
+		}
+		// serve --envoy-env keeps its HTTP port plain, as the peer's.
+		target = "http://" + loopbackAddr(compat.cfg.Listen)
+	default:
 		cfg := config.Default()
 		if *cfgPath != "" {
 			var err error

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -153,6 +157,68 @@ func TestHealthMutualTLS(t *testing.T) {
 		{"no client certificate", append(url, "--ca-file", ca.CertFile, "--server-name", "floodgate.internal"), 1, "floodgate health: " + base + "/readyz: "},
 		{"mutual TLS", append(url, "--ca-file", ca.CertFile, "--server-name", "floodgate.internal", "--cert-file", client.CertFile, "--key-file", client.KeyFile), 0, "healthy: " + base + "/readyz answered 200 OK"},
 		{"a certificate without its key", append(url, "--cert-file", client.CertFile), 2, "--cert-file and --key-file go together"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err, stdout, stderr := runHealthCmd(t, c.args...)
+			if got := exitCode(err); err == nil && c.code != 0 || err != nil && got != c.code {
+				t.Fatalf("exit %d (%v), want %d; stderr:\n%s", got, err, c.code, stderr)
+			}
+			out := stdout
+			if c.code != 0 {
+				out = stderr
+			}
+			if !strings.Contains(out, c.want) {
+				t.Fatalf("output %q, want %q", out, c.want)
+			}
+		})
+	}
+}
+
+// TestHealthEnvoyEnv: under the peer's variables, --envoy-env asks the
+// HTTP listener HOST and PORT give serve --envoy-env, and --config FILE
+// --or-envoy-env does so only when FILE does not exist: the image's one
+// HEALTHCHECK for serve --config and /bin/ratelimit alike.
+func TestHealthEnvoyEnv(t *testing.T) {
+	srv := redistest.Spawn(t)
+	root := t.TempDir()
+	writeFile(t, root, "ratelimit/config/rules.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	port := strconv.Itoa(freeLoopbackPort(t))
+	for k, v := range map[string]string{
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": srv.Addr, "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit",
+		"HOST": "127.0.0.1", "PORT": port, "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "USE_STATSD": "false",
+	} {
+		t.Setenv(k, v)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve", "--envoy-env"}, io.Discard, io.Discard) }()
+	t.Cleanup(func() { cancel(); <-done })
+	want := "healthy: http://127.0.0.1:" + port + "/readyz answered 200 OK"
+	// serve starts in the background: wait for its listener.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err, stdout, _ := runHealthCmd(t, "--envoy-env", "--timeout", "1s")
+		if err == nil && strings.Contains(stdout, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health --envoy-env never answered %q: %v", want, err)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "floodgate.yaml")
+	present := writeFile(t, t.TempDir(), "floodgate.yaml", "listen: "+"127.0.0.1:"+strconv.Itoa(freeLoopbackPort(t))+"\n")
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"the peer's listener", []string{"--envoy-env"}, 0, want},
+		{"no config file: the peer's listener", []string{"--config", missing, "--or-envoy-env"}, 0, want},
+		{"a config file: its listener", []string{"--config", present, "--or-envoy-env"}, 1, "connection refused"},
+		{"no config file, no fallback", []string{"--config", missing}, 1, "no such file"},
+		{"--or-envoy-env alone", []string{"--or-envoy-env"}, 2, "goes with --config"},
+		{"--envoy-env and --url", []string{"--envoy-env", "--url", "http://127.0.0.1:1"}, 2, "exclude each other"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -385,6 +385,11 @@ func TestDockerfile(t *testing.T) {
 	if i := slices.Index(hc, "--config"); i < 0 || i+1 >= len(hc) || !strings.Contains(cmd, `"`+hc[i+1]+`"`) {
 		t.Errorf("HEALTHCHECK %q does not ask the config CMD %s serves", hc, cmd)
 	}
+	// Run as /bin/ratelimit, the image reads no config file: the check
+	// falls back to the peer's variables.
+	if slices.Contains(copiedTo, "/bin/ratelimit") && !slices.Contains(hc, "--or-envoy-env") {
+		t.Errorf("HEALTHCHECK %q fails for the image run as /bin/ratelimit: want --or-envoy-env", hc)
+	}
 }
 
 func atoi(s string) int {
