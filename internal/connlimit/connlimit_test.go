@@ -222,12 +222,15 @@ func TestStalledBodies(t *testing.T) {
 				entered.Add(1)
 				tc.handler(w, r)
 			})
-			for range flood {
-				stalled(t, addr)
-			}
 			// Every stalled request reaches its handler: none finds the
-			// places taken by the ones before it.
-			waitFor(t, "every stalled request to be served", func() bool { return entered.Load() >= flood })
+			// places taken by the ones before it. Each is sent once the
+			// one before is in its handler: a connection that has not yet
+			// sent its request is idle too, and a flood of them at once
+			// evicts one another before their requests are read.
+			for i := range flood {
+				stalled(t, addr)
+				waitFor(t, "the stalled request to be served", func() bool { return entered.Load() >= int64(i+1) })
+			}
 			if l.Rejected() != 0 {
 				t.Fatalf("%d connections refused at the cap: stalled bodies held their places", l.Rejected())
 			}
