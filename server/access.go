@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/authtoken"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
 )
 
 // Tokens is a set of bearer tokens with their scopes, from ParseTokens.
@@ -82,6 +83,11 @@ func (s *Server) guard(rt route, h func(http.ResponseWriter, *http.Request, erro
 			problem.Error(w, http.StatusUnsupportedMediaType,
 				fmt.Sprintf("the body must be sent with Content-Type: application/json, not %q", r.Header.Get("Content-Type")))
 			return
+		}
+		if s.traced && rt.limited {
+			// The engine's spans (and the store API's calls) continue
+			// the caller's trace.
+			r = r.WithContext(tracing.FromHeader(r.Context(), r.Header))
 		}
 		if !rt.limited {
 			h(w, r, nil)
