@@ -175,4 +175,3 @@ func TestStoreCallSpanError(t *testing.T) {
 	}
 	t.Fatal("no store call span")
 }
-
