@@ -17,18 +17,22 @@ import (
 	"syscall"
 	"testing"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 
-// Two traceparents, one per request the tests send.
+// The traceparents' trace ids, one per request the tests send.
 const (
 	checkTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	authTrace  = "0af7651916cd43dd8448eb211c80319c"
+	rlsTrace   = "11111111111111111111111111111111"
 )
 
 // tracedRequest sends a POST /v1/check for rule login, or a forward-auth
@@ -240,7 +244,8 @@ func (r *otlpReceiver) byTrace(trace string) map[string][]*tracepb.Span {
 
 // TestOTLPTraces: serve exports its spans over OTLP, gRPC and HTTP, to
 // the endpoint of OTEL_EXPORTER_OTLP_ENDPOINT, under OTEL_SERVICE_NAME;
-// the API and forward auth continue the requests' traceparents.
+// the API, forward auth and Envoy's RLS continue the requests'
+// traceparents.
 func TestOTLPTraces(t *testing.T) {
 	for _, protocol := range []string{"grpc", "http/protobuf"} {
 		t.Run(protocol, func(t *testing.T) {
@@ -265,17 +270,26 @@ func TestOTLPTraces(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+ln.Addr().String())
 			t.Setenv("OTEL_SERVICE_NAME", "floodgate-test")
 			t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-			base, logs, stop := startServe(t)
+			dir := t.TempDir()
+			writeRules(t, dir, "5")
+			base, addr, logs, stop := startServeRLS(t, true, "--envoy-config", dir, "--grpc-listen", "127.0.0.1:0")
 			if got := tracedRequest(t, http.MethodPost, base+"/v1/check", checkTrace); got != 200 {
 				t.Fatalf("check: %d", got)
 			}
 			if got := tracedRequest(t, http.MethodGet, base+"/v1/forward-auth?rule=login", authTrace); got != 200 {
 				t.Fatalf("forward auth: %d", got)
 			}
+			c, conn := rlsClient(t, addr)
+			defer conn.Close()
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+rlsTrace+"-00f067aa0ba902b7-01")
+			if _, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "e2e", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+				{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}}}); err != nil {
+				t.Fatalf("ShouldRateLimit: %v", err)
+			}
 			if err := stop(); err != nil { // flushes the spans
 				t.Fatalf("serve: %v\n%s", err, logs)
 			}
-			for _, trace := range []string{checkTrace, authTrace} {
+			for _, trace := range []string{checkTrace, authTrace, rlsTrace} {
 				spans := recv.byTrace(trace)
 				d := spans["floodgate.decide"]
 				if len(d) != 1 || len(spans["floodgate.store.allow"]) != 1 {
