@@ -74,6 +74,9 @@ type route struct {
 // ErrOverloaded rather than refusing, so that a decision follows its rule's
 // failure mode.
 func (s *Server) guard(rt route, h func(http.ResponseWriter, *http.Request, error)) http.Handler {
+	if rt.limited {
+		s.metrics.shed.WithLabelValues(rt.name) // from 0, for rate()
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rt.scope != 0 && !s.authorize(w, r, rt) {
 			return

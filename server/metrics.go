@@ -109,6 +109,14 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine, storeLatency *
 		Name: "floodgate_overlimit_cache_waits_total",
 		Help: "Checks that waited for another request's store call for the same key, its cached denial having expired, before looking again.",
 	}, func() float64 { return float64(engine.CacheStats().Waits) })
+	// Series of fixed labels start at 0, so that a dashboard's rate() and
+	// an alert on them see the first event.
+	for _, reason := range []string{"missing", "invalid", "forbidden"} {
+		m.authFailures.WithLabelValues(reason)
+	}
+	for _, result := range []string{"ok", "error"} {
+		m.reloads.WithLabelValues(result)
+	}
 	for _, c := range []prometheus.Collector{m.decisions, m.storeLatency, m.decisionDuration, m.storeErrors, m.failureMode, m.reloads,
 		m.inFlight, m.shed, m.authFailures, m.cacheHits, m.leased, cacheEntries, cacheBytes, cacheEvictions, cacheWaits} {
 		if err := reg.Register(c); err != nil {
