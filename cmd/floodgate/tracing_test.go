@@ -320,3 +320,53 @@ func cleanEnv() []string {
 	}
 	return env
 }
+
+// TestExemplars: with tracing on, serve's /metrics in OpenMetrics (as
+// Prometheus negotiates it) carries the decision's trace id as the
+// exemplar of the decision and store latency histograms; with tracing
+// off, none.
+func TestExemplars(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		traced bool
+	}{{"traced", true}, {"off", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			recv := &otlpReceiver{names: map[string]bool{}}
+			srv := httptest.NewServer(recv)
+			defer srv.Close()
+			if tc.traced {
+				t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+				t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+			} else {
+				t.Setenv("OTEL_TRACES_EXPORTER", "")
+			}
+			base, _, _ := startServe(t)
+			if got := tracedRequest(t, http.MethodPost, base+"/v1/check", checkTrace); got != 200 {
+				t.Fatalf("check: %d", got)
+			}
+			req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+			req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") {
+				t.Fatalf("Content-Type %q, want OpenMetrics", ct)
+			}
+			for _, series := range []string{"floodgate_decision_duration_seconds_bucket{", `floodgate_store_latency_seconds_bucket{op="allow",`} {
+				found := false
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.HasPrefix(line, series) && strings.Contains(line, `# {trace_id="`+checkTrace+`"}`) {
+						found = true
+					}
+				}
+				if found != tc.traced {
+					t.Errorf("%s with the request's trace id as exemplar: %v, want %v", series, found, tc.traced)
+				}
+			}
+		})
+	}
+}
