@@ -38,13 +38,20 @@ const (
 	attrStoreItems     = attribute.Key("ratelimit.store.items")
 )
 
+// The spans' start options, made once: an option passed by value to Start
+// would be allocated on every call.
+var (
+	decideStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	storeStart  = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
+
 // startDecision starts the span of a decision on checks; nil without a
 // tracer.
 func (e *Engine) startDecision(ctx context.Context, checks []Check) (context.Context, trace.Span) {
 	if e.tracer == nil {
 		return ctx, nil
 	}
-	ctx, span := e.tracer.Start(ctx, spanDecide, trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := e.tracer.Start(ctx, spanDecide, decideStart...)
 	if !span.IsRecording() {
 		return ctx, span
 	}
@@ -144,18 +151,18 @@ type storeCall struct {
 }
 
 // callStart starts a store call of op on items keys: the time, for
-// OnStoreCall, and a child span of ctx's. Neither costs anything without
-// OnStoreCall and a tracer.
+// OnStoreCall, and a child span of ctx's span when that one is recorded (a
+// decision's that was sampled): none under a decision that is not, nor
+// outside a decision (a background lease refill). Neither costs anything
+// without OnStoreCall and a tracer.
 func (e *Engine) callStart(ctx context.Context, op string, items int) (context.Context, storeCall) {
 	var c storeCall
 	if e.onCall != nil {
 		c.start = time.Now()
 	}
-	if e.tracer != nil {
-		ctx, c.span = e.tracer.Start(ctx, spanStore+op, trace.WithSpanKind(trace.SpanKindClient))
-		if c.span.IsRecording() {
-			c.span.SetAttributes(attrStoreOp.String(op), attrStoreItems.Int(items))
-		}
+	if e.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
+		ctx, c.span = e.tracer.Start(ctx, spanStore+op, storeStart...)
+		c.span.SetAttributes(attrStoreOp.String(op), attrStoreItems.Int(items))
 	}
 	return ctx, c
 }
