@@ -189,7 +189,7 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 	})
 	e.batch, _ = store.(floodgate.BatchStore)
 	if opts.TracerProvider != nil {
-		e.tracer = opts.TracerProvider.Tracer(TracerName)
+		e.tracer = opts.TracerProvider.Tracer(tracerName)
 	}
 	return e, nil
 }

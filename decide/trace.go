@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// TracerName is the instrumentation scope of the engine's spans.
-const TracerName = "github.com/floodgate-rl/floodgate/decide"
+// tracerName is the instrumentation scope of the engine's spans.
+const tracerName = "github.com/floodgate-rl/floodgate/decide"
 
 // Span names and attribute keys (docs/OBSERVABILITY.md). The names follow
 // Limitador's span attributes and ASP.NET Core's rate-limiting metrics:

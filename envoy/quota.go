@@ -198,9 +198,9 @@ func (q *quotaService) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlq
 	}
 }
 
-// TracerName is the instrumentation scope of the quota service's spans;
-// decisions are the engine's (decide.TracerName).
-const TracerName = "github.com/floodgate-rl/floodgate/envoy"
+// tracerName is the instrumentation scope of the quota service's spans;
+// decisions are the engine's.
+const tracerName = "github.com/floodgate-rl/floodgate/envoy"
 
 // traceReport is report in a span of its own, a child of the stream's
 // traceparent, when the service is traced. The sharer decides the

@@ -216,7 +216,7 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		warn:    logthrottle.New(opts.Logger, logInterval, now),
 	}
 	if opts.TracerProvider != nil {
-		s.tracer = opts.TracerProvider.Tracer(TracerName)
+		s.tracer = opts.TracerProvider.Tracer(tracerName)
 	}
 	s.SetRules(rules)
 	s.noRules.Store(rules == nil && opts.RequireRules)
