@@ -71,3 +71,8 @@ require (
 )
 
 replace github.com/floodgate-rl/floodgate => ../..
+
+// The peer calls otelgrpc's interceptors, which v0.71.0 (that
+// go.opentelemetry.io/proto/otlp's grpc-gateway asks for, through floodgate's
+// OpenTelemetry exporters) no longer has: build it with the version it names.
+replace go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc => go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.53.0
