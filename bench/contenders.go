@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,10 +49,17 @@ func (c *Contender) Close() {
 }
 
 // RedisContenderIDs lists the Redis contenders in table order: floodgate's
-// token bucket and sliding-window log first, then the peers, then the floor
-// (a Lua script that does nothing, called like floodgate's: what any
-// script-based limiter costs at least on this machine).
-var RedisContenderIDs = []string{"fg-tb", "fg-swl", "redis_rate", "ulule", "throttled", "floor"}
+// token bucket and sliding-window log first, then the peers, then the
+// floors, called like floodgate's scripts: a Lua script that does nothing
+// (what any script-based limiter costs at least on this machine), and one
+// per algorithm that runs exactly the Redis commands floodgate's script
+// runs to admit a request, with no arithmetic and no branches (what that
+// algorithm's state costs at least).
+var RedisContenderIDs = []string{"fg-tb", "fg-swl", "redis_rate", "ulule", "throttled", "floor", "floor-tb", "floor-swl"}
+
+// CommandFloors maps each floodgate contender to the floor that runs its
+// commands.
+var CommandFloors = map[string]string{"fg-tb": "floor-tb", "fg-swl": "floor-swl"}
 
 // UnguardedContenderIDs are floodgate's Redis contenders with the store's
 // guard taken off: no per-node in-flight bound and no circuit breaker
@@ -62,6 +70,30 @@ var UnguardedContenderIDs = []string{"fg-tb-unguarded", "fg-swl-unguarded"}
 
 // floorScript does nothing and answers like floodgate's scripts.
 const floorScript = "return {1, 0, 0, 0}"
+
+// floorTBScript runs the token bucket's commands when it admits: TIME, GET
+// of the 16-byte state and SET of it with PX (ARGV[1] the state, ARGV[2]
+// the PX in ms), computing nothing.
+const floorTBScript = `redis.call('TIME')
+redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1, 0, 0, 0}`
+
+// floorSWLScript runs the sliding-window log's commands when it admits
+// into a log that holds entries: TIME, ZREMRANGEBYSCORE of what left the
+// window, ZCARD, ZRANGE of the newest entry, ZADD of now and PEXPIRE
+// (ARGV[1] the window in µs, ARGV[2] in ms). The one subtraction and the
+// two formats are the least that names the window's start and the entry.
+const floorSWLScript = `local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local key = KEYS[1]
+redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - ARGV[1]))
+redis.call('ZCARD', key)
+redis.call('ZRANGE', key, '-1', '-1')
+local e = string.format('%d', now)
+redis.call('ZADD', key, e, e)
+redis.call('PEXPIRE', key, ARGV[2])
+return {1, 0, 0, 0}`
 
 // NewRedisContender returns the contender id on backend b, keeping its keys
 // under prefix (which must hold no braces). Every contender has its own
@@ -140,7 +172,7 @@ func NewRedisContender(id string, b Backend, prefix string) (*Contender, error) 
 			limited, _, err := l.RateLimitCtx(ctx, key, 1)
 			return !limited && err == nil, err
 		}}, nil
-	case "floor":
+	case "floor", "floor-tb", "floor-swl":
 		// Connected as redisstore connects, so that the floor is floodgate's.
 		opt := rueidis.ClientOption{InitAddress: b.Addrs, MaxFlushDelay: redisstore.DefaultFlushDelay, PipelineMultiplex: -1}
 		if !b.Cluster {
@@ -150,16 +182,25 @@ func NewRedisContender(id string, b Backend, prefix string) (*Contender, error) 
 		if err != nil {
 			return nil, err
 		}
-		script := rueidis.NewLuaScript(floorScript)
-		return &Contender{ID: id, Name: "floor: no-op Lua script (rueidis)", close: client.Close, Allow: func(ctx context.Context, key string) (bool, error) {
+		src, name, args := floorScript, "floor: no-op Lua script (rueidis)", []string(nil)
+		switch id {
+		case "floor-tb":
+			src, name = floorTBScript, "floor: the token bucket's commands (rueidis)"
+			args = []string{string(make([]byte, 16)), strconv.FormatInt(Window.Milliseconds(), 10)}
+		case "floor-swl":
+			src, name = floorSWLScript, "floor: the sliding-window log's commands (rueidis)"
+			args = []string{strconv.FormatInt(Window.Microseconds(), 10), strconv.FormatInt(Window.Milliseconds(), 10)}
+		}
+		script := rueidis.NewLuaScript(src)
+		return &Contender{ID: id, Name: name, close: client.Close, Allow: func(ctx context.Context, key string) (bool, error) {
 			// The key is hash-tagged as floodgate's are, so a cluster
 			// routes it the same way.
-			vals, err := script.Exec(ctx, client, []string{prefix + "{" + key + "}"}, nil).ToArray()
+			vals, err := script.Exec(ctx, client, []string{prefix + "{" + key + "}"}, args).ToArray()
 			if err != nil {
 				return false, err
 			}
 			if len(vals) != 4 {
-				return false, fmt.Errorf("floor script answered %d values, want 4", len(vals))
+				return false, fmt.Errorf("%s script answered %d values, want 4", id, len(vals))
 			}
 			allowed, err := vals[0].AsInt64()
 			return allowed == 1, err

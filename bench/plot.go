@@ -218,6 +218,9 @@ func (r *Report) redisPlots(latency bool) ([][]*plot.Plot, []legendEntry, error)
 			}
 			p.Add(plotter.NewGrid())
 			for k, id := range ids {
+				if id == "floor-tb" || id == "floor-swl" {
+					continue // in the command-floor table only
+				}
 				var pts plotter.XYs
 				var errs plotter.YErrors
 				for ci, c := range concs {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -78,8 +79,8 @@ func ProbeMemory(ctx context.Context, b Backend, nodes *Nodes, prefix string) (S
 
 	var keys []KeyMemory
 	for _, id := range RedisContenderIDs {
-		if id == "floor" {
-			continue // it keeps no state
+		if strings.HasPrefix(id, "floor") {
+			continue // the floors' state is not a limiter's
 		}
 		p := prefix + "key:"
 		c, err := NewRedisContender(id, b, p)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/floodgate-rl/floodgate/internal/filebound"
 	"github.com/floodgate-rl/floodgate/internal/tlsfiles"
@@ -140,7 +141,14 @@ func (c *Config) checkServe() []error {
 	t := c.TLS
 	switch {
 	case t.CertFile == "" && (t.KeyFile != "" || t.ClientCAFile != ""):
-		bad("tls.cert_file", "", "is required with tls.key_file and tls.client_ca_file")
+		var set []string // only the keys the file sets
+		if t.KeyFile != "" {
+			set = append(set, "tls.key_file")
+		}
+		if t.ClientCAFile != "" {
+			set = append(set, "tls.client_ca_file")
+		}
+		bad("tls.cert_file", "", "is required with "+strings.Join(set, " and ")+": the certificate the listeners serve")
 	case t.CertFile != "" && t.KeyFile == "":
 		bad("tls.key_file", "", "is required with tls.cert_file")
 	case t.Enabled():

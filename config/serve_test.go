@@ -42,22 +42,24 @@ func TestServeKeyErrors(t *testing.T) {
 	if err := os.WriteFile(placeholder, []byte("ops admin replace-me-ops-token-openssl-rand-hex-32\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cases := []struct{ name, yaml, want string }{
-		{"placeholder token", "auth:\n  tokens_file: " + placeholder + "\n", `line 2: auth.tokens_file: ` + placeholder + `:1: token "ops" is a placeholder`},
-		{"token under 128 bits", "auth:\n  tokens_env: FG_CONFIG_TEST_WEAK\n", `token "a" holds at most 80 bits`},
-		{"missing tokens file", "auth:\n  tokens_file: " + filepath.Join(dir, "none") + "\n", "line 2: auth.tokens_file"},
-		{"weak token", "auth:\n  tokens_file: " + weak + "\n", "shorter than 16"},
-		{"both token sources", "auth:\n  tokens_file: " + weak + "\n  tokens_env: X\n", "auth.tokens_env"},
-		{"unset token variable", "auth:\n  tokens_env: FG_SURELY_UNSET\n", "FG_SURELY_UNSET is not set"},
-		{"key without cert", "tls:\n  key_file: k.pem\n", "tls.cert_file"},
-		{"cert without key", "tls:\n  cert_file: c.pem\n", "tls.key_file"},
-		{"unreadable cert", "tls:\n  cert_file: " + filepath.Join(dir, "c.pem") + "\n  key_file: k.pem\n", "line 2: tls.cert_file: " + filepath.Join(dir, "c.pem") + " no such file"},
-		{"bad metrics address", "metrics_listen: nine-thousand\n", "line 1: metrics_listen"},
-		{"metrics on the API's address", "listen: 127.0.0.1:8080\nmetrics_listen: 127.0.0.1:8080\n", "line 2: metrics_listen: 127.0.0.1:8080 takes the same address as listen (127.0.0.1:8080); give metrics_listen a port of its own"},
-		{"negative connections", "max_connections: -1\n", "max_connections"},
-		{"negative in flight", "max_in_flight: -5\n", "max_in_flight"},
-		{"max_keys on redis", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  max_keys: 5\n", "store.max_keys"},
-		{"tls_* without tls", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls_server_name: r\n", "store.tls_server_name"},
+	cases := []struct{ name, yaml, want, not string }{
+		{"placeholder token", "auth:\n  tokens_file: " + placeholder + "\n", `line 2: auth.tokens_file: ` + placeholder + `:1: token "ops" is a placeholder`, ""},
+		{"token under 128 bits", "auth:\n  tokens_env: FG_CONFIG_TEST_WEAK\n", `token "a" holds at most 80 bits`, ""},
+		{"missing tokens file", "auth:\n  tokens_file: " + filepath.Join(dir, "none") + "\n", "line 2: auth.tokens_file", ""},
+		{"weak token", "auth:\n  tokens_file: " + weak + "\n", "shorter than 16", ""},
+		{"both token sources", "auth:\n  tokens_file: " + weak + "\n  tokens_env: X\n", "auth.tokens_env", ""},
+		{"unset token variable", "auth:\n  tokens_env: FG_SURELY_UNSET\n", "FG_SURELY_UNSET is not set", ""},
+		{"key without cert", "tls:\n  key_file: k.pem\n", "tls.cert_file: is required with tls.key_file:", "client_ca_file"},
+		{"client CA without cert", "tls:\n  client_ca_file: ca.pem\n", "tls.cert_file: is required with tls.client_ca_file:", "key_file"},
+		{"key and client CA without cert", "tls:\n  key_file: k.pem\n  client_ca_file: ca.pem\n", "tls.cert_file: is required with tls.key_file and tls.client_ca_file:", ""},
+		{"cert without key", "tls:\n  cert_file: c.pem\n", "tls.key_file", ""},
+		{"unreadable cert", "tls:\n  cert_file: " + filepath.Join(dir, "c.pem") + "\n  key_file: k.pem\n", "line 2: tls.cert_file: " + filepath.Join(dir, "c.pem") + " no such file", ""},
+		{"bad metrics address", "metrics_listen: nine-thousand\n", "line 1: metrics_listen", ""},
+		{"metrics on the API's address", "listen: 127.0.0.1:8080\nmetrics_listen: 127.0.0.1:8080\n", "line 2: metrics_listen: 127.0.0.1:8080 takes the same address as listen (127.0.0.1:8080); give metrics_listen a port of its own", ""},
+		{"negative connections", "max_connections: -1\n", "max_connections", ""},
+		{"negative in flight", "max_in_flight: -5\n", "max_in_flight", ""},
+		{"max_keys on redis", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  max_keys: 5\n", "store.max_keys", ""},
+		{"tls_* without tls", "store:\n  type: redis\n  addrs: [127.0.0.1:6379]\n  tls_server_name: r\n", "store.tls_server_name", ""},
 	}
 	t.Setenv("FG_CONFIG_TEST_WEAK", "a decide 0123456789abcdef0123")
 	for _, c := range cases {
@@ -65,6 +67,9 @@ func TestServeKeyErrors(t *testing.T) {
 			_, err := Parse([]byte(c.yaml), "f.yaml")
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one with %q", err, c.want)
+			}
+			if c.not != "" && strings.Contains(err.Error(), c.not) {
+				t.Fatalf("error %v names %s, which the file does not set", err, c.not)
 			}
 			if strings.Contains(err.Error(), "short\n") {
 				t.Fatalf("the error shows a token: %v", err)

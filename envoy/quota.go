@@ -130,17 +130,25 @@ type quotaStream struct {
 	q       *quotaService
 	domain  string
 	mu      sync.Mutex
-	buckets map[string]*streamBucket // by the bucket's quota key
+	buckets map[string]*streamBucket            // by the bucket id's key
+	groups  map[string]map[string]*streamBucket // by the sharer's key: the ids that share one limit
 	pending map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction
 	order   []string
 	sent    map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction // the last assignment sent per bucket
 	wake    chan struct{}
 }
 
-// streamBucket is a bucket of the stream that the sharer shares.
+// streamBucket is a bucket of the stream that the sharer shares. Bucket
+// ids whose rule has a share_threshold wildcard share one quota.Bucket,
+// as they share one counter under RLS: the stream reports their usage
+// summed, and splits the share it is given among them by their usage.
 type streamBucket struct {
-	id *rlqsv3.BucketId
-	b  quota.Bucket
+	id     *rlqsv3.BucketId
+	idKey  string
+	b      quota.Bucket
+	used   float64   // the usage reported, smoothed over reports: its part of a split
+	usedAt time.Time // its last report with use
+	tokens int64     // its part of the group's share in force, for damping
 }
 
 // StreamRateLimitQuotas serves one Envoy's stream: its usage reports in,
@@ -155,7 +163,7 @@ func (q *quotaService) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlq
 	defer q.streams.Done()
 	q.svc.metrics.quotaStreams.Inc()
 	defer q.svc.metrics.quotaStreams.Dec()
-	st := &quotaStream{q: q, buckets: map[string]*streamBucket{}, pending: map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction{},
+	st := &quotaStream{q: q, buckets: map[string]*streamBucket{}, groups: map[string]map[string]*streamBucket{}, pending: map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction{},
 		sent: map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction{}, wake: make(chan struct{}, 1)}
 	client := q.sharer.Join(st.share)
 	defer client.Leave()
@@ -236,15 +244,19 @@ func (st *quotaStream) report(client *quota.Client, msg *rlqsv3.RateLimitQuotaUs
 		return status.Errorf(codes.InvalidArgument, "the stream's domain is %q; a report named %q: one stream, one domain", st.domain, truncate(d))
 	}
 	rules := q.svc.rules.Load().rules
+	now := time.Now()
+	var reports []quota.Bucket // in order of first use, each group once
+	sums := map[string]int64{}
 	for _, u := range msg.GetBucketQuotaUsages() {
 		id := u.GetBucketId()
 		if len(id.GetBucket()) == 0 {
 			return status.Error(codes.InvalidArgument, "a usage report has a bucket with no id")
 		}
 		used := int64(min(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), 1<<40))
-		key, entries, ok := q.bucketKey(st.domain, id)
+		d, entries, ok := q.bucketDescriptor(id)
+		idKey := storeKey(newQuotaKeySpace(st.domain), d, nil)
 		st.mu.Lock()
-		sb := st.buckets[key]
+		sb := st.buckets[idKey]
 		if sb == nil && ok && len(st.buckets) >= q.maxBucket {
 			ok = false
 		}
@@ -255,17 +267,71 @@ func (st *quotaStream) report(client *quota.Client, msg *rlqsv3.RateLimitQuotaUs
 		}
 		switch blanket, shared := q.answer(rule); {
 		case shared:
+			key := idKey
+			if rule.shared { // a share_threshold wildcard: one counter for every value it matches
+				key = storeKey(newQuotaKeySpace(st.domain), d, rule)
+			}
 			b := quota.Bucket{Rule: rule.Key, Key: key, Limit: floodgate.NewLimit(floodgate.FixedWindow, int64(rule.RequestsPerUnit), UnitDuration(rule.Unit)),
 				Failure: q.svc.failureOf(rule).mode}
 			st.mu.Lock()
-			st.buckets[key] = &streamBucket{id: id, b: b}
+			st.join(idKey, id, b, used, now)
 			st.mu.Unlock()
-			client.Report(b, used)
+			if _, seen := sums[key]; !seen {
+				reports = append(reports, b)
+			}
+			sums[key] += used
 		default:
-			st.queue(key, q.action(id, quota.Share{Blanket: blanket, TTL: q.ttl}, 0))
+			st.mu.Lock()
+			st.leave(idKey)
+			st.mu.Unlock()
+			st.queue(idKey, q.action(id, quota.Share{Blanket: blanket, TTL: q.ttl}, 0))
 		}
 	}
+	for _, b := range reports {
+		client.Report(b, sums[b.Key])
+	}
 	return nil
+}
+
+// join records that bucket id (of key idKey) shares b, with used units in
+// its report at now; st.mu is held.
+func (st *quotaStream) join(idKey string, id *rlqsv3.BucketId, b quota.Bucket, used int64, now time.Time) {
+	sb := st.buckets[idKey]
+	if sb != nil && sb.b.Key != b.Key { // a reload moved it to another rule
+		st.leave(idKey)
+		sb = nil
+	}
+	if sb == nil {
+		sb = &streamBucket{id: id, idKey: idKey, used: float64(used), usedAt: now}
+		st.buckets[idKey] = sb
+		g := st.groups[b.Key]
+		if g == nil {
+			g = map[string]*streamBucket{}
+			st.groups[b.Key] = g
+		}
+		g[idKey] = sb
+	} else {
+		sb.used = (sb.used + float64(used)) / 2
+	}
+	sb.b = b
+	if used > 0 {
+		sb.usedAt = now
+	}
+}
+
+// leave forgets bucket idKey; st.mu is held.
+func (st *quotaStream) leave(idKey string) {
+	sb := st.buckets[idKey]
+	if sb == nil {
+		return
+	}
+	delete(st.buckets, idKey)
+	if g := st.groups[sb.b.Key]; g != nil {
+		delete(g, idKey)
+		if len(g) == 0 {
+			delete(st.groups, sb.b.Key)
+		}
+	}
 }
 
 // answer returns what a bucket under rule gets without the sharer: a
@@ -282,17 +348,17 @@ func (q *quotaService) answer(r *Rule) (quota.Blanket, bool) {
 	return quota.None, true
 }
 
-// bucketKey returns a bucket id's entries in key order, as a descriptor's,
-// and its demand counter's store key; ok false when the id is over
-// MaxBucketIDBytes.
-func (q *quotaService) bucketKey(domain string, id *rlqsv3.BucketId) (key string, entries []Entry, ok bool) {
+// bucketDescriptor returns a bucket id's entries in key order, as a
+// descriptor's and as Entries; ok false when the id is over
+// MaxBucketIDBytes (the descriptor is then empty).
+func (q *quotaService) bucketDescriptor(id *rlqsv3.BucketId) (d *ratelimitv3.RateLimitDescriptor, entries []Entry, ok bool) {
 	size := 0
 	for k, v := range id.GetBucket() {
 		size += len(k) + len(v)
 		entries = append(entries, Entry{Key: k, Value: v})
 	}
 	if size > q.maxID {
-		return "", nil, false
+		return &ratelimitv3.RateLimitDescriptor{}, nil, false
 	}
 	slices.SortFunc(entries, func(a, b Entry) int {
 		switch {
@@ -303,11 +369,11 @@ func (q *quotaService) bucketKey(domain string, id *rlqsv3.BucketId) (key string
 		}
 		return 0
 	})
-	d := &ratelimitv3.RateLimitDescriptor{Entries: make([]*ratelimitv3.RateLimitDescriptor_Entry, len(entries))}
+	d = &ratelimitv3.RateLimitDescriptor{Entries: make([]*ratelimitv3.RateLimitDescriptor_Entry, len(entries))}
 	for i, e := range entries {
 		d.Entries[i] = &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
 	}
-	return storeKey(newQuotaKeySpace(domain), d, nil), entries, true
+	return d, entries, true
 }
 
 // newQuotaKeySpace returns the key space of a domain's demand counters.
@@ -331,15 +397,74 @@ func truncate(s string) string {
 
 // share queues a share the sharer gives the stream.
 func (st *quotaStream) share(b quota.Bucket, sh quota.Share) {
+	type answer struct {
+		key string
+		a   *rlqsv3.RateLimitQuotaResponse_BucketAction
+	}
+	var out []answer
 	st.mu.Lock()
-	sb := st.buckets[b.Key]
-	if sb != nil && sh.Blanket == quota.Abandon {
-		delete(st.buckets, b.Key)
+	g := st.groups[b.Key]
+	idle := st.q.sharer.Options().Idle
+	now := time.Now()
+	var parts []*streamBucket
+	for _, sb := range g {
+		switch {
+		case sh.Blanket == quota.Abandon:
+			st.leave(sb.idKey)
+			out = append(out, answer{sb.idKey, st.q.action(sb.id, sh, b.Limit.Window)})
+		case len(g) > 1 && now.Sub(sb.usedAt) >= idle: // one value of a shared wildcard gone quiet
+			st.leave(sb.idKey)
+			out = append(out, answer{sb.idKey, st.q.action(sb.id, quota.Share{Blanket: quota.Abandon}, b.Limit.Window)})
+		case sh.Blanket != quota.None:
+			out = append(out, answer{sb.idKey, st.q.action(sb.id, sh, b.Limit.Window)})
+		default:
+			parts = append(parts, sb)
+		}
+	}
+	for _, p := range split(parts, sh) {
+		out = append(out, answer{p.sb.idKey, st.q.action(p.sb.id, p.sh, b.Limit.Window)})
 	}
 	st.mu.Unlock()
-	if sb != nil {
-		st.queue(b.Key, st.q.action(sb.id, sh, b.Limit.Window))
+	for _, a := range out {
+		st.queue(a.key, a.a)
 	}
+}
+
+// idShare is one bucket id's part of its group's share.
+type idShare struct {
+	sb *streamBucket
+	sh quota.Share
+}
+
+// split divides sh among the bucket ids of one group in proportion to
+// their usage (evenly when none was used): the parts' tokens add up to at
+// most sh's, and a part in force stays while it is at most 2% under its
+// new target, so that a small change in the ids' mix does not replace
+// Envoy's buckets. One id takes sh whole.
+func split(ids []*streamBucket, sh quota.Share) []idShare {
+	if len(ids) == 1 {
+		ids[0].tokens = sh.Tokens
+		return []idShare{{ids[0], sh}}
+	}
+	var total float64
+	for _, sb := range ids {
+		total += sb.used
+	}
+	out := make([]idShare, 0, len(ids))
+	for _, sb := range ids {
+		part := 1 / float64(len(ids))
+		if total > 0 {
+			part = sb.used / total
+		}
+		target := int64(float64(sh.Tokens) * part)
+		if sb.tokens > target || float64(sb.tokens) < float64(target)*0.98 {
+			sb.tokens = target
+		}
+		p := sh
+		p.Tokens, p.Burst = sb.tokens, max(2, int64(float64(sh.Burst)*part))
+		out = append(out, idShare{sb, p})
+	}
+	return out
 }
 
 // queue adds an answer for the bucket of key, replacing one not yet sent.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,13 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: shut
     rate_limit: {unit: second, requests_per_unit: 0}
+  - key: path
+    value: /api/*
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 600}
+  - key: path
+    value: /own/*
+    rate_limit: {unit: second, requests_per_unit: 100}
 `
 
 // quotaReplica starts a Service over store serving the quota service on a
@@ -144,7 +152,7 @@ func sameBucket(a, b *typev3.TokenBucket) bool {
 
 func bucketName(id map[string]string) string {
 	var s string
-	for _, k := range []string{"tenant", "open", "shut", "nobody"} {
+	for _, k := range []string{"tenant", "open", "shut", "nobody", "path"} {
 		if v, ok := id[k]; ok {
 			s += k + "=" + v + ";"
 		}
@@ -303,9 +311,11 @@ func runQuotaShares(t *testing.T, a, b floodgate.Store) {
 	for i, e := range envoys {
 		wg.Go(func() {
 			next := start.Add(time.Duration(i) * interval / 4)
-			due := 0.0
+			due, last := 0.0, start
 			for now := time.Now(); now.Sub(start) < run; now = time.Now() {
-				due += demands[i] * 0.005
+				// By the time passed, not the loop's turns: a loaded
+				// machine's late turns must not lower the demand.
+				due, last = due+demands[i]*now.Sub(last).Seconds(), now
 				for ; due >= 1; due-- {
 					e.request(id, now)
 				}
@@ -438,5 +448,100 @@ func TestQuotaDomain(t *testing.T) {
 				t.Errorf("%v, want InvalidArgument", err)
 			}
 		})
+	}
+}
+
+// TestQuotaSharedWildcard: bucket ids that a share_threshold wildcard
+// matches share the rule's one limit, as they share one counter under
+// RLS, across streams and replicas: each stream reports their usage summed
+// and splits its share among them by their usage, so the rates assigned
+// to every id add up to at most the limit, near it, and each id's follows
+// its demand. A wildcard without share_threshold gives each value a limit
+// of its own.
+func TestQuotaSharedWildcard(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		s := memory.New()
+		runQuotaSharedWildcard(t, s, s)
+	})
+	t.Run("redis", func(t *testing.T) {
+		addr := redistest.StandaloneAddr(t)
+		open := func() floodgate.Store {
+			st, err := redisstore.New(redisstore.Config{Addrs: []string{addr}, KeyPrefix: "fgtest:rlqs:" + t.Name() + ":", Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(st.Close)
+			return st
+		}
+		runQuotaSharedWildcard(t, open(), open())
+	})
+}
+
+func runQuotaSharedWildcard(t *testing.T, a, b floodgate.Store) {
+	const interval = 100 * time.Millisecond
+	o := QuotaOptions{Interval: interval}
+	var addrs []string
+	for _, s := range []floodgate.Store{a, b} {
+		addr, _ := quotaReplica(t, s, o)
+		addrs = append(addrs, addr)
+	}
+	type load struct {
+		envoy  int
+		id     map[string]string
+		demand float64 // requests per second
+	}
+	// The /api/* values demand 1200/s in all for a shared 600/s; each
+	// /own/* value 150/s for 100/s of its own.
+	loads := []load{
+		{0, map[string]string{"path": "/api/a"}, 100},
+		{0, map[string]string{"path": "/api/b"}, 300},
+		{1, map[string]string{"path": "/api/a"}, 200},
+		{1, map[string]string{"path": "/api/c"}, 600},
+		{0, map[string]string{"path": "/own/x"}, 150},
+		{1, map[string]string{"path": "/own/y"}, 150},
+	}
+	envoys := []*fakeEnvoy{dialEnvoy(t, addrs[0], "edge"), dialEnvoy(t, addrs[1], "edge")}
+	start := time.Now()
+	const run = 3 * time.Second
+	var wg sync.WaitGroup
+	for i, e := range envoys {
+		wg.Go(func() {
+			next := start.Add(time.Duration(i) * interval / 2)
+			due, last := make([]float64, len(loads)), start
+			for now := time.Now(); now.Sub(start) < run; now = time.Now() {
+				for j, l := range loads {
+					if l.envoy != i {
+						continue
+					}
+					for due[j] += l.demand * now.Sub(last).Seconds(); due[j] >= 1; due[j]-- {
+						e.request(l.id, now)
+					}
+				}
+				last = now
+				if !now.Before(next) {
+					e.report(now)
+					next = next.Add(interval)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	var shared float64
+	for _, l := range loads {
+		r := envoys[l.envoy].assigned(l.id)
+		fair := 600 * l.demand / 1200
+		if strings.HasPrefix(l.id["path"], "/own/") {
+			fair = 100
+		} else {
+			shared += r
+		}
+		t.Logf("envoy %d %s (demand %v/s): assigned %.1f/s, fair %.0f/s", l.envoy, l.id["path"], l.demand, r, fair)
+		if r < 0.85*fair || r > 1.05*fair {
+			t.Errorf("envoy %d %s assigned %.1f/s, want near its fair part %.0f/s", l.envoy, l.id["path"], r, fair)
+		}
+	}
+	if shared > 600 || shared < 0.95*600 {
+		t.Errorf("the /api/* ids are assigned %.1f/s in all; want at most their shared limit (600/s) and at least 95%% of it", shared)
 	}
 }

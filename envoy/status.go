@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/frontend"
 )
 
 // outcome is what became of a descriptor: the "outcome" label of
@@ -142,7 +143,7 @@ func (s *Service) status(d *descriptor, res *decide.Result, now time.Time, b *st
 		case o.Decision.Allowed:
 			switch {
 			case o.Decision.ResetAfter > 0:
-				b.reset(o.Decision.ResetAfter)
+				b.reset(frontend.Shown(&res.Checks[d.check], o.Decision).ResetAfter)
 			case r.Limit.Algorithm == floodgate.FixedWindow:
 				// A check-only look at an empty fixed window: the
 				// window's end, as the reference reports it.

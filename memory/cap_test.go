@@ -139,3 +139,14 @@ func BenchmarkAllowCapped(b *testing.B) {
 		})
 	}
 }
+
+// Stats reports the cap as configured, not as the shards round it.
+func TestMaxKeysReportedAsConfigured(t *testing.T) {
+	for _, n := range []int{1, 255, 256, 1000, 1_000_000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			if got := memory.New(memory.WithMaxKeys(n)).Stats().MaxKeys; got != int64(n) {
+				t.Errorf("Stats().MaxKeys = %d, want %d", got, n)
+			}
+		})
+	}
+}

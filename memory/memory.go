@@ -59,6 +59,7 @@ type Store struct {
 	// algorithm, and the most a shard holds before it evicts.
 	shardKeys []shardKeys
 	perShard  int64
+	maxKeys   int64 // WithMaxKeys's n, as configured
 	evictions atomic.Int64
 
 	listeners listeners // Listen's callers, for Broadcast
@@ -105,9 +106,10 @@ func WithEvictionGrace(d time.Duration) Option {
 func WithMaxKeys(n int) Option {
 	return func(s *Store) {
 		if n <= 0 {
-			s.shardKeys, s.perShard = nil, 0
+			s.shardKeys, s.perShard, s.maxKeys = nil, 0, 0
 			return
 		}
+		s.maxKeys = int64(n)
 		s.perShard = int64((n + shardCount - 1) / shardCount)
 		s.shardKeys = make([]shardKeys, shardCount)
 	}
@@ -254,14 +256,16 @@ type Stats struct {
 	// Evictions counts the keys evicted to keep within WithMaxKeys (not
 	// those dropped because they were replenished).
 	Evictions int64
-	// MaxKeys is the cap of WithMaxKeys, rounded up to a multiple of the
-	// shards; 0 without one.
+	// MaxKeys is the cap of WithMaxKeys, as configured; 0 without one.
+	// Each shard holds up to its share, MaxKeys/256 rounded up, so the
+	// store may briefly hold up to 255 keys more than MaxKeys before a
+	// shard evicts.
 	MaxKeys int64
 }
 
 // Stats returns the store's counts. It takes every table's lock in turn.
 func (s *Store) Stats() Stats {
-	st := Stats{Evictions: s.evictions.Load(), MaxKeys: s.perShard * shardCount}
+	st := Stats{Evictions: s.evictions.Load(), MaxKeys: s.maxKeys}
 	for _, k := range s.keyspaces {
 		if k == nil {
 			continue

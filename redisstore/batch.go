@@ -159,7 +159,7 @@ func (s *Store) refundBatch(ctx context.Context, items []floodgate.BatchItem, re
 				continue
 			}
 			l := items[i].Limit
-			calls = append(calls, evalCall{script: &scripts[l.Algorithm], keys: []string{groups[g].keys[j]}, args: scriptArgs(opRefund, l, items[i].Cost, now)})
+			calls = append(calls, evalCall{script: &scripts[l.Algorithm], keys: []string{groups[g].keys[j]}, args: s.numbers.scriptArgs(opRefund, l, items[i].Cost, now)})
 			whom = append(whom, i)
 		}
 	}

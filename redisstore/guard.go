@@ -198,16 +198,19 @@ func (g *guard) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResu
 	if err := g.enter(ctx, n, own); err != nil {
 		return rueidis.NewErrorResult(err)
 	}
-	call := func(ctx context.Context) rueidis.RedisResult {
-		mark := n.abandoned.Load()
-		res := c.client.Do(ctx, cmd)
-		g.leave(ctx, n, res.Error(), mark)
-		return res
+	if !own { // the closure escapes to detached's goroutine: only here
+		return detached(g, ctx, func(ctx context.Context) rueidis.RedisResult { return g.call(ctx, c, n, cmd) }, rueidis.NewErrorResult)
 	}
-	if !own {
-		return detached(g, ctx, call, rueidis.NewErrorResult)
-	}
-	return call(ctx)
+	return g.call(ctx, c, n, cmd)
+}
+
+// call sends cmd to n, holding its place in flight, and gives the place
+// back with the outcome.
+func (g *guard) call(ctx context.Context, c *connection, n *node, cmd rueidis.Completed) rueidis.RedisResult {
+	mark := n.abandoned.Load()
+	res := c.client.Do(ctx, cmd)
+	g.leave(ctx, n, res.Error(), mark)
+	return res
 }
 
 // ownDeadline reports whether ctx's deadline, if it passes, says something

@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math/rand/v2"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
@@ -124,5 +126,33 @@ func TestKeyProperties(t *testing.T) {
 			}
 			seen[k] = id
 		}
+	}
+}
+
+// TestNumberStrings: the cache of decimal strings answers every number
+// right, whether its slot holds it, another number or nothing, from many
+// goroutines at once.
+func TestNumberStrings(t *testing.T) {
+	var c numberStrings
+	values := []int64{0, 1, 99, 100, 1000, 1_000_000, 60_000_000, 1 << 40, -5, 9007199254740992}
+	for i := range int64(500) {
+		values = append(values, 100+i*7919)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 3 {
+				for _, v := range values {
+					if got, want := c.format(v), strconv.FormatInt(v, 10); got != want {
+						t.Errorf("format(%d) = %q, want %q", v, got, want)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := (*numberStrings)(nil).format(12345); got != "12345" {
+		t.Errorf("nil cache: format(12345) = %q", got)
 	}
 }

@@ -59,6 +59,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -92,6 +93,7 @@ type Store struct {
 	timeout time.Duration
 	clock   floodgate.Clock
 	cluster bool // the client is a cluster client: a script's keys share a slot
+	numbers numberStrings
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -424,7 +426,7 @@ func (s *Store) exec(ctx context.Context, key string, limit floodgate.Limit, op 
 		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
 	}
 	k := s.Key(key, limit.Algorithm)
-	args := scriptArgs(op, limit, n, now)
+	args := s.numbers.scriptArgs(op, limit, n, now)
 	if op == opAllow || op == opRefund && limit.Algorithm == floodgate.FixedWindow {
 		slot := 0
 		if s.cluster {
@@ -441,20 +443,45 @@ func (s *Store) exec(ctx context.Context, key string, limit floodgate.Limit, op 
 }
 
 // scriptArgs returns the ARGV of a call of limit's script for op, of cost n,
-// at now ("" for Redis's clock).
-func scriptArgs(op string, limit floodgate.Limit, n int64, now string) []string {
+// at now ("" for Redis's clock). A nil c formats every number.
+func (c *numberStrings) scriptArgs(op string, limit floodgate.Limit, n int64, now string) []string {
 	args := make([]string, 5, 7)
 	args[0] = op
-	args[1] = strconv.FormatInt(limit.Quota, 10)
-	args[2] = strconv.FormatInt(limit.Window.Microseconds(), 10)
-	args[3] = strconv.FormatInt(n, 10)
+	args[1] = c.format(limit.Quota)
+	args[2] = c.format(limit.Window.Microseconds())
+	args[3] = c.format(n)
 	args[4] = now
 	// The script's refill defaults to the capacity: leaving it out then
 	// saves Redis parsing a number.
 	if limit.Algorithm == floodgate.TokenBucket && limit.Refill != 0 && limit.Refill != limit.Quota {
-		args = append(args, strconv.FormatInt(limit.Refill, 10))
+		args = append(args, c.format(limit.Refill))
 	}
 	return args
+}
+
+// numberStrings keeps the decimal strings of recent quotas, windows and
+// costs, so that a decision under a limit seen before formats none of
+// them: each slot holds the last number that hashed to it. It is safe for
+// concurrent use; its zero value is empty.
+type numberStrings [64]atomic.Pointer[numberString]
+
+type numberString struct {
+	v int64
+	s string
+}
+
+// format returns v in decimal.
+func (c *numberStrings) format(v int64) string {
+	if c == nil || uint64(v) < 100 { // strconv has the small ones ready
+		return strconv.FormatInt(v, 10)
+	}
+	slot := &c[uint64(v)*0x9E3779B97F4A7C15>>58]
+	if p := slot.Load(); p != nil && p.v == v {
+		return p.s
+	}
+	p := &numberString{v, strconv.FormatInt(v, 10)}
+	slot.Store(p)
+	return p.s
 }
 
 func replyError(limit floodgate.Limit, reply rueidis.RedisMessage, want string) error {

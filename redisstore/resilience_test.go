@@ -451,7 +451,7 @@ func TestDeadlineScripts(t *testing.T) {
 		l := floodgate.NewLimit(a, 10, time.Minute)
 		key := Key(prefix, "deadline", a)
 		args := func(dl int64) []string {
-			return append(scriptArgs(opAllow, l, 1, "")[:5], "", strconv.FormatInt(dl, 10))
+			return append((*numberStrings)(nil).scriptArgs(opAllow, l, 1, "")[:5], "", strconv.FormatInt(dl, 10))
 		}
 		err := client.Do(t.Context(), client.B().Eval().Script(scripts[a].source).Numkeys(1).Key(key).Arg(args(now()-1000)...).Build()).Error()
 		if got := classify(t.Context(), scripts[a].file, err); !errors.Is(got, floodgate.ErrStoreUnavailable) || !errors.Is(got, context.DeadlineExceeded) {
@@ -471,7 +471,7 @@ func TestDeadlineScripts(t *testing.T) {
 	fw := floodgate.NewLimit(floodgate.FixedWindow, 10, time.Minute)
 	fwKey := Key(prefix, "late-refund", floodgate.FixedWindow)
 	eval := func(op string, dl int64) error {
-		args := append(scriptArgs(op, fw, 4, "")[:5], "", strconv.FormatInt(dl, 10))
+		args := append((*numberStrings)(nil).scriptArgs(op, fw, 4, "")[:5], "", strconv.FormatInt(dl, 10))
 		return client.Do(t.Context(), client.B().Eval().Script(scripts[floodgate.FixedWindow].source).Numkeys(1).Key(fwKey).Arg(args...).Build()).Error()
 	}
 	if err := eval(opAllow, now()+10_000_000); err != nil {
@@ -480,7 +480,7 @@ func TestDeadlineScripts(t *testing.T) {
 	if err := eval(opRefund, now()-1000); !errors.Is(classify(t.Context(), scripts[floodgate.FixedWindow].file, err), context.DeadlineExceeded) {
 		t.Errorf("a fixed window's refund past its deadline: %v, want DeadlineExceeded", err)
 	}
-	last, err := client.Do(t.Context(), client.B().Eval().Script(scripts[floodgate.FixedWindow].source).Numkeys(1).Key(fwKey).Arg(append(scriptArgs(opAllow, fw, 0, "")[:5], "")...).Build()).ToMessage()
+	last, err := client.Do(t.Context(), client.B().Eval().Script(scripts[floodgate.FixedWindow].source).Numkeys(1).Key(fwKey).Arg(append((*numberStrings)(nil).scriptArgs(opAllow, fw, 0, "")[:5], "")...).Build()).ToMessage()
 	if d, derr := decode(fw, last); err != nil || derr != nil || d.Remaining != 6 {
 		t.Errorf("after a late refund: %+v, %v, %v; want 6 remaining, nothing given back", d, err, derr)
 	}

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -227,10 +228,15 @@ type checkRequest struct {
 
 // CheckResponse is the body of a POST /v1/check answer.
 type CheckResponse struct {
-	Allowed      bool   `json:"allowed"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMs int64  `json:"retry_after_ms"`
+	Allowed   bool  `json:"allowed"`
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	// RetryAfterMs is, for a denial, the wait after which a retry of the
+	// same cost is admitted, rounded up: never early.
+	RetryAfterMs int64 `json:"retry_after_ms"`
+	// ResetAfterMs is the time until the key is fully replenished, rounded
+	// up, and for a sliding-window log at most its window
+	// (frontend.Shown).
 	ResetAfterMs int64  `json:"reset_after_ms"`
 	Rule         string `json:"rule"`
 	// Shadow is set when the rule is in shadow mode; ShadowDenied then
@@ -279,7 +285,7 @@ func NewCheckResponse(r Rule, res *decide.Result) CheckResponse {
 		LocalFallback:    o.Local,
 	}
 	if o.Decided {
-		d := o.Decision
+		d := frontend.Shown(&res.Checks[0], o.Decision)
 		resp.Limit, resp.Remaining = d.Limit, d.Remaining
 		resp.RetryAfterMs, resp.ResetAfterMs = ceilMillis(d.RetryAfter), ceilMillis(d.ResetAfter)
 	}
@@ -287,7 +293,8 @@ func NewCheckResponse(r Rule, res *decide.Result) CheckResponse {
 }
 
 // ceilMillis rounds a duration up to whole milliseconds, so a client that
-// waits that long is never early.
+// waits that long is never early: retry_after_ms, after which a retry of
+// the same cost is admitted.
 func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
@@ -321,7 +328,7 @@ func (p *policy) ruleFor(w http.ResponseWriter, name string) (*rule, bool) {
 	r, ok := p.rules[name]
 	if !ok {
 		problem.Write(w, problem.Details{Status: http.StatusNotFound, Title: "Unknown rule",
-			Detail: fmt.Sprintf("no rule named %q; GET /v1/rules lists them", name)})
+			Detail: fmt.Sprintf("no rule named %q; GET /v1/rules lists them", echoName(name))})
 		return nil, false
 	}
 	return r, true
@@ -339,11 +346,33 @@ func (s *Server) readRuleAndKey(w http.ResponseWriter, r *http.Request) (*policy
 	if !ok {
 		return nil, nil, req, false
 	}
-	if req.Key == nil {
+	switch {
+	case req.Key == nil:
 		problem.Error(w, http.StatusBadRequest, `"key" is required`)
+		return nil, nil, req, false
+	case *req.Key == "":
+		problem.Error(w, http.StatusBadRequest, `"key" is empty: an empty key would be one counter shared by every caller; send the key to limit, such as a client's address or an API key`)
 		return nil, nil, req, false
 	}
 	return p, rl, req, true
+}
+
+// maxEchoedName is the most of an unknown rule's name a 404 repeats: a
+// rule's name is at most 64 bytes, and a caller's mistaken one is echoed
+// no longer.
+const maxEchoedName = 64
+
+// echoName returns name cut to its first maxEchoedName bytes (at a UTF-8
+// boundary) with "…" after them, or name itself if it is no longer.
+func echoName(name string) string {
+	if len(name) <= maxEchoedName {
+		return name
+	}
+	cut := maxEchoedName
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "…"
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request, shed error) {

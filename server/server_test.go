@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,10 +129,8 @@ func TestCheckDecisions(t *testing.T) {
 			if got.RetryAfterMs != 60000 || rec.Header().Get("Retry-After") != "60" {
 				t.Fatalf("denied: retry_after_ms %d, Retry-After %q", got.RetryAfterMs, rec.Header().Get("Retry-After"))
 			}
-		} else if got.ResetAfterMs < 60000 || got.ResetAfterMs > 60001 {
-			// Log entries of one key sit at distinct microseconds, so the
-			// newest may end a microsecond later (rounded up to 1ms).
-			t.Fatalf("reset_after_ms = %d, want 60000 or 60001", got.ResetAfterMs)
+		} else if got.ResetAfterMs != 60000 {
+			t.Fatalf("reset_after_ms = %d, want 60000", got.ResetAfterMs)
 		}
 	}
 	// Another key is untouched; a cost of 3 fits it exactly.
@@ -156,6 +155,8 @@ func TestCheckErrors(t *testing.T) {
 		{"unknown rule", `{"rule":"nope","key":"k"}`, 404, "nope"},
 		{"missing rule", `{"key":"k"}`, 400, "rule"},
 		{"missing key", `{"rule":"login"}`, 400, "key"},
+		{"empty key", `{"rule":"login","key":""}`, 400, `"key" is empty`},
+		{"long unknown rule", `{"rule":"` + strings.Repeat("r", 10<<10) + `","key":"k"}`, 404, `"` + strings.Repeat("r", 64) + `…"`},
 		{"malformed json", `{"rule":"login",`, 400, "JSON"},
 		{"not an object", `[1,2]`, 400, "JSON"},
 		{"unknown field", `{"rule":"login","key":"k","kost":1}`, 400, "kost"},
@@ -181,6 +182,9 @@ func TestCheckErrors(t *testing.T) {
 			if p["status"] != float64(c.status) || !strings.Contains(fmt.Sprint(p["detail"]), c.detail) {
 				t.Fatalf("problem %v, want status %d and detail mentioning %q", p, c.status, c.detail)
 			}
+			if n := len(fmt.Sprint(p["detail"])); n > 256 {
+				t.Fatalf("detail of %d bytes: the caller's input echoed whole?", n)
+			}
 		})
 	}
 	// Wrong method and unknown path are problems too.
@@ -188,14 +192,66 @@ func TestCheckErrors(t *testing.T) {
 		rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Errorf("GET /v1/check: %d %v", rec.Code, rec.Header())
 	}
+	// Forward auth takes the rule's name from a query parameter or a
+	// header, with no body bound: 60 KB of it are not repeated.
+	rec := f.do("GET", "/v1/forward-auth?rule="+strings.Repeat("é", 30<<10), "")
+	if p := decode[map[string]any](t, rec); rec.Code != 404 || fmt.Sprint(p["detail"]) != `no rule named "`+strings.Repeat("é", 32)+`…"; GET /v1/rules lists them` {
+		t.Errorf("forward auth with a 60 KB rule name: %d %v", rec.Code, p)
+	}
 	if rec := f.do("GET", "/v2/nothing", ""); rec.Code != 404 || rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Errorf("unknown path: %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
 }
 
+// reset_after_ms never passes the window of an hour, whatever the burst in
+// one instant; retry_after_ms is still a wait after which the retry is
+// admitted, never one earlier.
+func TestResetAfterWithinWindow(t *testing.T) {
+	cases := []struct{ name, rule string }{
+		{"sliding_window_log", "algorithm: sliding_window_log\n    limit: 5\n    window: 1h"},
+		{"fixed_window", "algorithm: fixed_window\n    limit: 5\n    window: 1h"},
+		{"token_bucket", "algorithm: token_bucket\n    capacity: 5\n    refill: 5/h"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, "rules:\n  - name: hour\n    "+c.rule+"\n", nil)
+			for i, cost := range []int{1, 3, 1} { // one instant: entries at consecutive microseconds
+				rec := f.do("POST", "/v1/check", fmt.Sprintf(`{"rule":"hour","key":"k","cost":%d}`, cost))
+				got := decode[server.CheckResponse](t, rec)
+				if rec.Code != 200 || got.ResetAfterMs > 3_600_000 || got.ResetAfterMs <= 0 {
+					t.Fatalf("request %d of cost %d: status %d, reset_after_ms %d, want at most 3600000", i+1, cost, rec.Code, got.ResetAfterMs)
+				}
+				// The headers too: RateLimit's t and X-RateLimit-Reset.
+				h := rec.Header()
+				rl, reset := h.Get("RateLimit"), h.Get("X-RateLimit-Reset")
+				_, tp, _ := strings.Cut(rl, ";t=")
+				secs, err1 := strconv.ParseInt(tp, 10, 64)
+				at, err2 := strconv.ParseInt(reset, 10, 64)
+				if err1 != nil || err2 != nil || secs <= 0 || secs > 3600 || at > f.clock.Now().Unix()+3600 {
+					t.Fatalf("request %d of cost %d: RateLimit %q, X-RateLimit-Reset %s (now %d): past the hour", i+1, cost, rl, reset, f.clock.Now().Unix())
+				}
+			}
+			rec := f.do("POST", "/v1/check", `{"rule":"hour","key":"k"}`)
+			got := decode[server.CheckResponse](t, rec)
+			if rec.Code != 429 || got.ResetAfterMs > 3_600_000 {
+				t.Fatalf("over the limit: status %d, reset_after_ms %d", rec.Code, got.ResetAfterMs)
+			}
+			wait := time.Duration(got.RetryAfterMs) * time.Millisecond
+			f.clock.Advance(wait - time.Millisecond)
+			if rec := f.do("POST", "/v1/check", `{"rule":"hour","key":"k"}`); rec.Code != 429 {
+				t.Fatalf("a millisecond before retry_after_ms (%d): status %d", got.RetryAfterMs, rec.Code)
+			}
+			f.clock.Advance(time.Millisecond)
+			if rec := f.do("POST", "/v1/check", `{"rule":"hour","key":"k"}`); rec.Code != 200 {
+				t.Fatalf("at retry_after_ms (%d): status %d %s", got.RetryAfterMs, rec.Code, rec.Body)
+			}
+		})
+	}
+}
+
 func TestHostileKeysAreDistinct(t *testing.T) {
 	f := newFixture(t, testConfig, nil)
-	keys := []string{"", "{", "}", "{}", "}{", "\x00", "a\nb", "\xff", strings.Repeat("k", 8<<10)}
+	keys := []string{"{", "}", "{}", "}{", "\x00", "a\nb", "\xff", strings.Repeat("k", 8<<10)}
 	for i, k := range keys {
 		body, _ := json.Marshal(map[string]any{"rule": "login", "key": k, "cost": 3})
 		if rec := f.do("POST", "/v1/check", string(body)); rec.Code != 200 {
@@ -225,6 +281,9 @@ func TestResetAndRules(t *testing.T) {
 	}
 	if rec := f.do("POST", "/v1/reset", `{"rule":"nope","key":"k"}`); rec.Code != 404 {
 		t.Fatalf("reset of unknown rule: %d", rec.Code)
+	}
+	if rec := f.do("POST", "/v1/reset", `{"rule":"login","key":""}`); rec.Code != 400 || rec.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("reset of the empty key: %d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
 	rules := decode[struct{ Rules []server.RuleInfo }](t, f.do("GET", "/v1/rules", ""))
 	if len(rules.Rules) != 3 || rules.Rules[0].Name != "api" || rules.Rules[0].Refill != 1 || rules.Rules[1].FailureMode != "closed" {
@@ -609,10 +668,10 @@ func TestForwardAuthHeaders(t *testing.T) {
 	}
 	want := []string{`RateLimit-Policy: "login";q=3;w=60`, `RateLimit: "login";r=0;t=60`, "X-RateLimit-Limit: 3",
 		"X-RateLimit-Remaining: 0", "Retry-After: 60"}
-	// The log's entries sit at distinct microseconds: the reset may be a
-	// second later.
+	// The log's entries sit at distinct microseconds, yet its reset is its
+	// window, not a second more.
 	h := rec.Header().Clone()
-	if reset, now := h.Get("X-RateLimit-Reset"), f.clock.Now().Unix(); reset != fmt.Sprint(now+60) && reset != fmt.Sprint(now+61) {
+	if reset, now := h.Get("X-RateLimit-Reset"), f.clock.Now().Unix(); reset != fmt.Sprint(now+60) {
 		t.Errorf("X-RateLimit-Reset %s, want %d", reset, now+60)
 	}
 	h.Del("X-RateLimit-Reset")
@@ -730,6 +789,12 @@ func TestPolicyErrors(t *testing.T) {
 
 func TestReloadErrorCounted(t *testing.T) {
 	f := newFixture(t, testConfig, nil)
+	before := f.do("GET", "/metrics", "").Body.String()
+	for _, want := range []string{`floodgate_config_reloads_total{result="error"} 0`, `floodgate_config_reloads_total{result="ok"} 0`} {
+		if !strings.Contains(before, want) {
+			t.Errorf("metrics before any reload lack %q", want)
+		}
+	}
 	if err := f.srv.Reload(server.Policy{Rules: []server.Rule{{Name: "bad"}}}); err == nil {
 		t.Fatal("Reload accepted a rule with no limit")
 	}

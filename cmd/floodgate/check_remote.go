@@ -29,10 +29,13 @@ const checkTimeout = 10 * time.Second
 type remoteOpts struct {
 	tokenFile                 string
 	caFile, certFile, keyFile string
+	serverName                string // the name the server's certificate must hold; "": the URL's host
 }
 
-// tls reports whether any TLS file is given.
-func (o remoteOpts) tls() bool { return o.caFile != "" || o.certFile != "" || o.keyFile != "" }
+// tls reports whether any TLS setting is given.
+func (o remoteOpts) tls() bool {
+	return o.caFile != "" || o.certFile != "" || o.keyFile != "" || o.serverName != ""
+}
 
 // client returns the HTTP client that asks the server: with the TLS
 // files' CAs and client certificate when given.
@@ -40,7 +43,7 @@ func (o remoteOpts) client() (*http.Client, error) {
 	if !o.tls() {
 		return http.DefaultClient, nil
 	}
-	c, err := tlsfiles.Client(o.caFile, o.certFile, o.keyFile, "")
+	c, err := tlsfiles.Client(o.caFile, o.certFile, o.keyFile, o.serverName)
 	if err != nil {
 		var fe *tlsfiles.FileError
 		if errors.As(err, &fe) {

@@ -97,6 +97,7 @@ func commands() map[string]command {
 		"simulate": {"run traffic patterns against every algorithm on a virtual clock", runSimulate},
 		"scripts":  {"print or export the Redis Lua scripts, for use from other languages", runScripts},
 		"bench":    {"load-test a store, or a running floodgate serve over HTTP or gRPC", runBench},
+		"health":   {"ask a running floodgate serve's readiness or liveness probe; exit 0 only if healthy", runHealth},
 	}
 }
 

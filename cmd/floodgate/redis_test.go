@@ -131,8 +131,13 @@ func TestServeOnRedis(t *testing.T) {
 			if err := run(context.Background(), []string{"check", "--config", path, "--rule", "login", "--key", "user-42"}, &out, io.Discard); !errors.Is(err, errDenied) {
 				t.Fatalf("check after the server's denial: %v %s, want denied", err, out.String())
 			}
-			// Hostile keys work and stay apart, on the cluster too.
-			for i, k := range []string{"", "{", "}", "{}", "}{", "\x00", "a\nb", strings.Repeat("x", 4096)} {
+			// Hostile keys work and stay apart, on the cluster too; the
+			// empty key, one counter every such caller would share, is
+			// refused.
+			if code, _, _ := check(t, base, "login", ""); code != 400 {
+				t.Fatalf("the empty key: %d, want 400", code)
+			}
+			for i, k := range []string{"{", "}", "{}", "}{", "\x00", "a\nb", strings.Repeat("x", 4096)} {
 				for j := range 3 {
 					if code, _, _ := check(t, base, "login", k); code != 200 {
 						t.Fatalf("hostile key #%d request %d: %d", i, j+1, code)

@@ -176,7 +176,7 @@ rules:
 	p, banner := startBinary(t, nil, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
 	base := find(t, banner, `listening on (https://\S+)`)
 	ops := find(t, banner, `metrics and probes on (http://\S+)`)
-	grpcAddr := find(t, banner, `on grpc://(\S+),`)
+	grpcAddr := find(t, banner, `on grpcs://(\S+),`) // TLS, as the API's https://
 	if strings.Contains(p.stderr.String(), "WARNING") {
 		t.Errorf("warned although every listener is on loopback:\n%s", p.stderr)
 	}

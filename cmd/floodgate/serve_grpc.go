@@ -44,6 +44,7 @@ type rlsServer struct {
 	metrics *http.Server       // USE_PROMETHEUS's listener, if any
 	statsd  func()             // USE_STATSD's push: its last flush, if any
 	rules   bool               // health requires loaded rules
+	tls     bool               // the listener serves TLS: grpcs:// in the banner
 	once    sync.Once
 }
 
@@ -111,7 +112,7 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	g, h := envoy.NewGRPCServer(svc, gopts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &rlsServer{addr: ln.Addr().String(), dir: dir, load: plan.load, svc: svc, grpc: g, health: h, logger: logger,
-		cancel: cancel, rules: gs.requireRulesHealth}
+		cancel: cancel, rules: gs.requireRulesHealth, tls: nw.tls != nil}
 	go func() {
 		if err := g.Serve(ln); err != nil {
 			logger.Error("envoy rate-limit gRPC server stopped", "err", err)
@@ -225,8 +226,12 @@ func (r *rlsServer) banner(w io.Writer) {
 	if r.dir != "" {
 		src = "rules: " + r.dir
 	}
-	fmt.Fprintf(w, "envoy rate-limit service (RLS v3) and quota service (rate_limit_quota) on grpc://%s, POST /json on the HTTP API (%s; domains: %s)\n",
-		r.addr, src, strings.Join(r.svc.Rules().Domains(), ", "))
+	scheme := "grpc"
+	if r.tls {
+		scheme = "grpcs"
+	}
+	fmt.Fprintf(w, "envoy rate-limit service (RLS v3) and quota service (rate_limit_quota) on %s://%s, POST /json on the HTTP API (%s; domains: %s)\n",
+		scheme, r.addr, src, strings.Join(r.svc.Rules().Domains(), ", "))
 }
 
 // stop reports NOT_SERVING to health checkers, then stops gracefully: calls

@@ -46,7 +46,7 @@ func startServeRLS(t *testing.T, wantGRPC bool, args ...string) (base, grpcAddr 
 		pw.Close()
 	}()
 	httpRE := regexp.MustCompile(`listening on (https?://\S+)`)
-	grpcRE := regexp.MustCompile(`on grpc://(\S+),`)
+	grpcRE := regexp.MustCompile(`on grpcs?://(\S+),`)
 	sc := bufio.NewScanner(pr)
 	for sc.Scan() {
 		line := sc.Text()
@@ -334,5 +334,23 @@ func TestGRPCInFlightBound(t *testing.T) {
 	}()
 	if _, err := rlsv3.NewRateLimitServiceClient(client()).ShouldRateLimit(ctx, req); err != nil {
 		t.Fatalf("a call after the held ones ended: %v", err)
+	}
+}
+
+// The banner's scheme says whether the gRPC listener serves TLS.
+func TestRLSBannerScheme(t *testing.T) {
+	svc, err := envoy.New(memory.New(), nil, envoy.Options{Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tls  bool
+		want string
+	}{{false, " on grpc://127.0.0.1:8081,"}, {true, " on grpcs://127.0.0.1:8081,"}} {
+		var b strings.Builder
+		(&rlsServer{addr: "127.0.0.1:8081", svc: svc, tls: c.tls}).banner(&b)
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("tls %v: banner %q, want %q", c.tls, b.String(), c.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package docstest
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -113,20 +114,26 @@ func TestKubernetesExample(t *testing.T) {
 		t.Error("the pod does not require a non-root user")
 	}
 	c := dig(pod, "containers", 0)
-	if img, _ := dig(c, "image").(string); img == "" {
-		t.Error("the container has no image")
+	// On a release: a version tag or a digest, never :latest nor no tag.
+	img, _ := dig(c, "image").(string)
+	if !regexp.MustCompile(`^[\w./-]+(:v\d+\.\d+\.\d+[\w.-]*)?(@sha256:[0-9a-f]{64})?$`).MatchString(img) ||
+		!strings.Contains(img, ":v") && !strings.Contains(img, "@sha256:") {
+		t.Errorf("the container's image %q is on no release: want a version tag (:v1.2.3) or a digest, never :latest", img)
 	}
 	ports := map[string]int{}
 	for _, p := range dig(c, "ports").([]any) {
 		ports[dig(p, "name").(string)] = dig(p, "containerPort").(int)
 	}
+	probePorts := map[string]int{} // probe -> the container port it asks
 	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
 		if got := dig(c, probe, "httpGet", "path"); got != path {
 			t.Errorf("%s asks %v, want %s", probe, got, path)
 		}
-		if port, _ := dig(c, probe, "httpGet", "port").(string); ports[port] == 0 {
+		port, _ := dig(c, probe, "httpGet", "port").(string)
+		if ports[port] == 0 {
 			t.Errorf("%s's port %v is none of the container's ports %v", probe, dig(c, probe, "httpGet", "port"), ports)
 		}
+		probePorts[probe] = ports[port]
 	}
 	if tp, _ := dig(svc, "spec", "ports", 0, "targetPort").(string); ports[tp] == 0 {
 		t.Errorf("the Service's targetPort %v is none of the container's ports", dig(svc, "spec", "ports", 0, "targetPort"))
@@ -263,6 +270,20 @@ func TestKubernetesExample(t *testing.T) {
 	if port != "8080" || ports["http"] != 8080 {
 		t.Errorf("listen %s, container port %d: they differ", cfg.Listen, ports["http"])
 	}
+	// The probes ask the metrics listener, never the API's port, which a
+	// flood of callers can fill.
+	if cfg.MetricsListen == "" {
+		t.Fatal("the config has no metrics_listen: the probes would share the API's port with its callers")
+	}
+	mhost, mport, _ := net.SplitHostPort(cfg.MetricsListen)
+	if mhost != "0.0.0.0" && mhost != "" && mhost != "::" {
+		t.Errorf("metrics_listen %s is not reachable by the kubelet's probes from outside the pod", cfg.MetricsListen)
+	}
+	for probe, p := range probePorts {
+		if strconv.Itoa(p) != mport {
+			t.Errorf("%s asks port %d, want the metrics listener's %s (metrics_listen %s; listen %s)", probe, p, mport, cfg.MetricsListen, cfg.Listen)
+		}
+	}
 	if cfg.Store.Type == config.StoreMemory {
 		t.Error("several replicas on the memory store would each count alone")
 	}
@@ -308,18 +329,25 @@ func checkScrape(t *testing.T, objs map[string]object, cfg *config.Config, ports
 func TestDockerfile(t *testing.T) {
 	src := readDoc(t, "Dockerfile")
 	var froms, runs []string
-	var user, cmd string
+	var user, cmd, healthcheck string
+	args := map[string]string{} // the ARGs before the first FROM, which FROM may use
 	copiedFromBuild := false
 	var copiedTo []string
-	for _, line := range strings.Split(src, "\n") {
+	for _, line := range strings.Split(strings.ReplaceAll(src, "\\\n", " "), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		instr, rest, _ := strings.Cut(line, " ")
 		switch strings.ToUpper(instr) {
+		case "ARG":
+			if name, value, ok := strings.Cut(rest, "="); ok && len(froms) == 0 {
+				args[name] = value
+			}
+		case "HEALTHCHECK":
+			healthcheck = rest
 		case "FROM":
-			froms = append(froms, rest)
+			froms = append(froms, os.Expand(rest, func(name string) string { return args[name] }))
 			user = ""
 		case "RUN":
 			runs = append(runs, rest)
@@ -356,4 +384,38 @@ func TestDockerfile(t *testing.T) {
 	if !strings.Contains(cmd, `"serve"`) || !strings.Contains(cmd, "/etc/floodgate/floodgate.yaml") {
 		t.Errorf("CMD %s does not serve /etc/floodgate/floodgate.yaml, where the Kubernetes example mounts it", cmd)
 	}
+
+	// The base images: the build's on an exact Go release no older than
+	// go.mod's, each by digest or with the documented way to pin one.
+	goImage := regexp.MustCompile(`^golang:(\d+)\.(\d+)\.\d+-\w+(@sha256:[0-9a-f]{64})?( AS \w+)?$`).FindStringSubmatch(froms[0])
+	goMod := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)`).FindStringSubmatch(readDoc(t, "go.mod"))
+	if goImage == nil || goMod == nil {
+		t.Errorf("the build stage %q is not on an exact Go release (golang:1.N.P-VARIANT)", froms[0])
+	} else if v, min := goImage[1]+"."+goImage[2], goMod[1]+"."+goMod[2]; goImage[1] != goMod[1] || atoi(goImage[2]) < atoi(goMod[2]) {
+		t.Errorf("the build stage's Go %s is older than go.mod's %s", v, min)
+	}
+	for _, from := range froms {
+		if !strings.Contains(from, "@sha256:") && !strings.Contains(src, "docker buildx imagetools inspect "+strings.Fields(from)[0]) {
+			t.Errorf("FROM %s has no digest, and the Dockerfile does not say how to find its digest (docker buildx imagetools inspect %s)", from, strings.Fields(from)[0])
+		}
+	}
+
+	// The health check runs floodgate health, in exec form (distroless has
+	// no shell), on the config CMD serves.
+	var hc []string
+	_, exec, _ := strings.Cut(healthcheck, "CMD ")
+	if err := json.Unmarshal([]byte(exec), &hc); err != nil || len(hc) < 2 {
+		t.Fatalf("HEALTHCHECK %q does not run a command in exec form: %v", healthcheck, err)
+	}
+	if !slices.Contains(copiedTo, hc[0]) || hc[1] != "health" {
+		t.Errorf("HEALTHCHECK runs %q, want the image's floodgate (one of %q) health", hc, copiedTo)
+	}
+	if i := slices.Index(hc, "--config"); i < 0 || i+1 >= len(hc) || !strings.Contains(cmd, `"`+hc[i+1]+`"`) {
+		t.Errorf("HEALTHCHECK %q does not ask the config CMD %s serves", hc, cmd)
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

@@ -33,10 +33,25 @@ func Headers(r *decide.Result) HeaderView {
 	if r.Verdict == decide.Admitted || r.Verdict == decide.Denied {
 		v.Local = r.LocalFallback()
 		if r.Deciding >= 0 {
-			v.Deciding, v.Decision = r.Deciding, r.Outcomes[r.Deciding].Decision
+			v.Deciding, v.Decision = r.Deciding, Shown(&r.Checks[r.Deciding], r.Outcomes[r.Deciding].Decision)
 		}
 	}
 	return v
+}
+
+// Shown returns d, check c's decision, as every front end shows it: a
+// sliding-window log's reset at most its window. The log stamps the
+// entries of requests in one microsecond at consecutive microseconds, so
+// that each has a time of its own, and a burst's newest entry leaves the
+// window a few microseconds after its length: rounded up to the
+// millisecond or second a front end shows, that would be past the window
+// (3600001 ms, or 3601 s, for an hour). RetryAfter, the wait after which a
+// retry of the same cost is admitted, is left exact.
+func Shown(c *decide.Check, d floodgate.Decision) floodgate.Decision {
+	if c.Limit.Algorithm == floodgate.SlidingWindowLog {
+		d.ResetAfter = min(d.ResetAfter, c.Limit.Window)
+	}
+	return d
 }
 
 // Listed reports whether check i appears in RateLimit-Policy: every check
