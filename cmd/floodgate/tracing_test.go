@@ -370,3 +370,69 @@ func TestExemplars(t *testing.T) {
 		})
 	}
 }
+
+// TestNewTracing: what each OTEL_TRACES_EXPORTER gives, and the errors of
+// values no exporter takes, naming the variable.
+func TestNewTracing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		traced  bool
+		wantErr string
+	}{
+		{name: "unset"},
+		{name: "empty", env: map[string]string{"OTEL_TRACES_EXPORTER": ""}},
+		{name: "none", env: map[string]string{"OTEL_TRACES_EXPORTER": "none"}},
+		{name: "console", env: map[string]string{"OTEL_TRACES_EXPORTER": "console"}, traced: true},
+		{name: "otlp", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, traced: true},
+		{name: "unknown exporter", env: map[string]string{"OTEL_TRACES_EXPORTER": "zipkin2"}, wantErr: "OTEL_TRACES_EXPORTER=zipkin2"},
+		{name: "unknown protocol", env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}, wantErr: "OTEL_TRACES_EXPORTER=otlp"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+				t.Setenv(k, tc.env[k])
+			}
+			tp, shutdown, err := newTracing(context.Background(), os.Getenv)
+			defer func() { _ = shutdown(context.Background()) }()
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one naming %q", err, tc.wantErr)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case (tp != nil) != tc.traced:
+				t.Fatalf("provider %v, want one: %v", tp, tc.traced)
+			}
+		})
+	}
+}
+
+// TestTracingSampler: the provider samples as OTEL_TRACES_SAMPLER(_ARG) say.
+func TestTracingSampler(t *testing.T) {
+	for _, tc := range []struct {
+		sampler, arg string
+		recorded     bool
+	}{
+		{"", "", true}, // parentbased_always_on
+		{"always_off", "", false},
+		{"traceidratio", "0", false},
+		{"traceidratio", "1", true},
+	} {
+		t.Run(tc.sampler+"="+tc.arg, func(t *testing.T) {
+			t.Setenv("OTEL_TRACES_EXPORTER", "console")
+			t.Setenv("OTEL_TRACES_SAMPLER", tc.sampler)
+			t.Setenv("OTEL_TRACES_SAMPLER_ARG", tc.arg)
+			tp, shutdown, err := newTracing(context.Background(), os.Getenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = shutdown(context.Background()) }()
+			_, span := tp.Tracer("test").Start(context.Background(), "s")
+			defer span.End()
+			if got := span.IsRecording(); got != tc.recorded {
+				t.Errorf("recorded %v, want %v", got, tc.recorded)
+			}
+		})
+	}
+}
