@@ -625,7 +625,7 @@ func TestCacheTurnsPanic(t *testing.T) {
 func TestOnStoreCall(t *testing.T) {
 	calls := map[string]int{}
 	var mu sync.Mutex
-	_, _, e, _ := clocked(t, decide.Options{OnStoreCall: func(op string, took time.Duration) {
+	_, _, e, _ := clocked(t, decide.Options{OnStoreCall: func(_ context.Context, op string, took time.Duration) {
 		if took < 0 {
 			t.Errorf("%s took %v", op, took)
 		}

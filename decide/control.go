@@ -18,9 +18,9 @@ import (
 func (e *Engine) Reset(ctx context.Context, key string, limit floodgate.Limit) error {
 	e.invalidate(key)
 	e.dropLeases(key)
-	start := e.callStart()
-	err := e.store.Reset(ctx, key, limit)
-	e.called("reset", start)
+	cctx, call := e.callStart(ctx, "reset", 1)
+	err := e.store.Reset(cctx, key, limit)
+	e.called(cctx, "reset", call, err)
 	e.invalidate(key)
 	e.dropLeases(key)
 	if err == nil {
@@ -98,9 +98,9 @@ func (e *Engine) refundTo(ctx context.Context, store floodgate.Store, key string
 		return store.RefundN(ctx, key, limit, n)
 	}
 	e.invalidate(key)
-	start := e.callStart()
-	err := store.RefundN(ctx, key, limit, n)
-	e.called("refund", start)
+	cctx, call := e.callStart(ctx, "refund", 1)
+	err := store.RefundN(cctx, key, limit, n)
+	e.called(cctx, "refund", call, err)
 	e.invalidate(key)
 	return err
 }

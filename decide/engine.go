@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/fielderr"
 	"github.com/floodgate-rl/floodgate/internal/limitcheck"
@@ -82,9 +84,14 @@ type Options struct {
 	LocalMaxKeys int
 	// OnStoreCall, if set, is told the time each call to the store took:
 	// op is "allow" (one AllowN, or one AllowBatch for all of a request's
-	// checks), "refund" or "reset". Answers from the over-limit cache and
-	// the local fallback make no store call.
-	OnStoreCall func(op string, took time.Duration)
+	// checks), "lease", "refund" or "reset". Answers from the over-limit
+	// cache and the local fallback make no store call. ctx carries the
+	// call's span, if traced (for exemplars).
+	OnStoreCall func(ctx context.Context, op string, took time.Duration)
+	// TracerProvider, if set, gives the engine's tracer: a span per
+	// decision, and a child span per store call (docs/OBSERVABILITY.md).
+	// Nil: no spans, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultLocalMaxKeys is the most keys the local fallback holds by default
@@ -108,7 +115,8 @@ type Engine struct {
 	inProcess   bool                 // the store decides in this process: no cache, no leases
 	local       func() *memory.Store // the FailLocal store, made on first use
 	localMade   atomic.Bool          // local has been made
-	onCall      func(op string, took time.Duration)
+	onCall      func(ctx context.Context, op string, took time.Duration)
+	tracer      trace.Tracer // nil: no spans
 }
 
 // New returns an engine deciding with store. An unusable option is an
@@ -180,6 +188,9 @@ func New(store floodgate.Store, opts Options) (*Engine, error) {
 		return memory.New(memory.WithClock(clockFunc(opts.Now)), memory.WithMaxKeys(localKeys))
 	})
 	e.batch, _ = store.(floodgate.BatchStore)
+	if opts.TracerProvider != nil {
+		e.tracer = opts.TracerProvider.Tracer(tracerName)
+	}
 	return e, nil
 }
 
@@ -206,11 +217,16 @@ func (e *Engine) DecideInto(ctx context.Context, checks []Check, outcomes []Outc
 	}
 	r := Result{Deciding: -1, Checks: checks, Outcomes: outcomes[:len(checks)]}
 	clear(r.Outcomes)
+	ctx, span := e.startDecision(ctx, checks)
 	e.decide(ctx, checks, &r)
 	for i := range r.Outcomes {
 		if o := &r.Outcomes[i]; !o.Local {
 			o.Limit = checks[i].Limit
 		}
+	}
+	if span != nil {
+		r.SpanContext = span.SpanContext()
+		endDecision(span, &r)
 	}
 	return r
 }
@@ -380,26 +396,10 @@ func checkCost(c *Check) error {
 
 // allowOne asks the store about one check.
 func (e *Engine) allowOne(ctx context.Context, c *Check, o *Outcome) {
-	start := e.callStart()
-	d, err := e.store.AllowN(ctx, c.Key, c.Limit, c.cost())
-	e.called("allow", start)
+	cctx, call := e.callStart(ctx, "allow", 1)
+	d, err := e.store.AllowN(cctx, c.Key, c.Limit, c.cost())
+	e.called(cctx, "allow", call, err)
 	setOutcome(o, d, err)
-}
-
-// callStart returns the time a store call starts, for OnStoreCall; zero
-// (no clock read) without one.
-func (e *Engine) callStart() time.Time {
-	if e.onCall == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// called tells OnStoreCall that the store call op begun at start ended.
-func (e *Engine) called(op string, start time.Time) {
-	if e.onCall != nil {
-		e.onCall(op, time.Since(start))
-	}
 }
 
 // allowBatch asks a BatchStore about every enforced check at once.
@@ -415,9 +415,15 @@ func (e *Engine) allowBatch(ctx context.Context, checks []Check, out []Outcome) 
 			idx = append(idx, i)
 		}
 	}
-	start := e.callStart()
-	e.batch.AllowBatch(ctx, items, results)
-	e.called("allow", start)
+	cctx, call := e.callStart(ctx, "allow", len(items))
+	e.batch.AllowBatch(cctx, items, results)
+	var err error
+	for j := range results {
+		if err = results[j].Err; err != nil {
+			break
+		}
+	}
+	e.called(cctx, "allow", call, err)
 	for j, i := range idx {
 		setOutcome(&out[i], results[j].Decision, results[j].Err)
 		out[i].RefundErr = results[j].RefundErr

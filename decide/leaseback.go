@@ -137,9 +137,9 @@ func (e *Engine) returnUnits(ctx context.Context, k leaseKey, back []block) {
 
 // refundLease gives n of k's leased units back to the store.
 func (e *Engine) refundLease(ctx context.Context, k leaseKey, n int64) {
-	start := e.callStart()
-	err := e.store.RefundN(ctx, k.key, k.limit, n)
-	e.called("refund", start)
+	cctx, call := e.callStart(ctx, "refund", 1)
+	err := e.store.RefundN(cctx, k.key, k.limit, n)
+	e.called(cctx, "refund", call, err)
 	if err != nil {
 		e.warn.Warn(ctx, "floodgate: giving back a lease's unspent units failed: they stay taken until the window ends or the bucket refills",
 			slog.Int64("units", n), slog.String("error", err.Error()))

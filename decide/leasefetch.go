@@ -107,9 +107,9 @@ func ceilMicros(d time.Duration) int64 {
 func (e *Engine) take(ctx context.Context, c *Check, want, cost int64) (int64, floodgate.Decision, error) {
 	n := want
 	for {
-		start := e.callStart()
-		d, err := e.store.AllowN(ctx, c.Key, c.Limit, n)
-		e.called("lease", start)
+		cctx, call := e.callStart(ctx, "lease", 1)
+		d, err := e.store.AllowN(cctx, c.Key, c.Limit, n)
+		e.called(cctx, "lease", call, err)
 		switch {
 		case err != nil:
 			return 0, d, err

@@ -6,6 +6,8 @@ package decide
 import (
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/floodgate-rl/floodgate"
 )
 
@@ -161,6 +163,9 @@ type Result struct {
 	// cost above the quota), for Unavailable the engine's
 	// UnavailableRetryAfter, otherwise 0.
 	RetryAfter time.Duration
+	// SpanContext is the decision's span's (Options.TracerProvider), for
+	// exemplars and logs; the zero value when not traced.
+	SpanContext trace.SpanContext
 }
 
 // Allowed reports whether the request is admitted.

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,14 +14,19 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/storekey"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
 	"github.com/floodgate-rl/floodgate/quota"
 )
 
@@ -162,11 +168,17 @@ func (q *quotaService) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlq
 	client := q.sharer.Join(st.share)
 	defer client.Leave()
 	recvErr := make(chan error, 1)
+	ctx := stream.Context()
+	if q.svc.tracer != nil {
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			ctx = tracing.FromMetadata(ctx, md)
+		}
+	}
 	go func() {
 		for {
 			msg, err := stream.Recv()
 			if err == nil {
-				err = st.report(client, msg)
+				err = st.traceReport(ctx, client, msg)
 			}
 			if err != nil {
 				recvErr <- err
@@ -192,6 +204,29 @@ func (q *quotaService) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlq
 			return stream.Context().Err()
 		}
 	}
+}
+
+// tracerName is the instrumentation scope of the quota service's spans;
+// decisions are the engine's.
+const tracerName = "github.com/floodgate-rl/floodgate/envoy"
+
+// traceReport is report in a span of its own, a child of the stream's
+// traceparent, when the service is traced. The sharer decides the
+// reported demand later, for every instance at once, in spans of its own.
+func (st *quotaStream) traceReport(ctx context.Context, client *quota.Client, msg *rlqsv3.RateLimitQuotaUsageReports) error {
+	t := st.q.svc.tracer
+	if t == nil {
+		return st.report(client, msg)
+	}
+	_, span := t.Start(ctx, "floodgate.quota.report", trace.WithSpanKind(trace.SpanKindServer))
+	err := st.report(client, msg)
+	span.SetAttributes(attribute.String("ratelimit.domain", st.domain), attribute.Int("ratelimit.quota.buckets", len(msg.GetBucketQuotaUsages())))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
+	span.End()
+	return err
 }
 
 // report takes one usage report: each bucket is matched to its rule, its

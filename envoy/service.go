@@ -16,12 +16,15 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/logthrottle"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
 )
 
 // Options are a Service's settings and dependencies. The zero value of each
@@ -88,6 +91,12 @@ type Options struct {
 	RequireRules bool
 	// Quota configures the Rate Limit Quota Service ([Service.RegisterQuota]).
 	Quota QuotaOptions
+	// TracerProvider, if set, traces each decision and store call
+	// (decide.Options.TracerProvider) and each quota usage report,
+	// continuing the W3C traceparent of a call's gRPC metadata, and puts
+	// trace ids on floodgate_envoy_request_duration_seconds as exemplars.
+	// Nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // NoRulesMessage is the error of every call while a service with
@@ -139,6 +148,7 @@ type Service struct {
 	warn    *logthrottle.Logger
 	noRules atomic.Bool // Options.RequireRules, until rules are set
 	quotaSv *quotaService
+	tracer  trace.Tracer // nil: not traced
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -186,7 +196,7 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		opts.OverLimitCache.Disabled = true
 	}
 	engine, err := decide.New(store, decide.Options{Logger: opts.Logger, LogInterval: logInterval, Now: now,
-		OverLimitCache: opts.OverLimitCache})
+		OverLimitCache: opts.OverLimitCache, TracerProvider: opts.TracerProvider})
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
@@ -204,6 +214,9 @@ func New(store floodgate.Store, rules *Rules, opts Options) (*Service, error) {
 		metrics: m,
 		unknown: newSeries(unknownLabel, ""),
 		warn:    logthrottle.New(opts.Logger, logInterval, now),
+	}
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer(tracerName)
 	}
 	s.SetRules(rules)
 	s.noRules.Store(rules == nil && opts.RequireRules)
@@ -319,8 +332,14 @@ const maxInline = 8
 // with UNKNOWN and NoRulesMessage.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
-	resp, err := s.shouldRateLimit(ctx, req)
-	s.metrics.duration.Observe(time.Since(start).Seconds())
+	if s.tracer != nil {
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			ctx = tracing.FromMetadata(ctx, md)
+		}
+	}
+	var sc trace.SpanContext
+	resp, err := s.shouldRateLimit(ctx, req, &sc)
+	tracing.Observe(s.metrics.duration, sc, time.Since(start).Seconds())
 	switch {
 	case err != nil:
 		c := status.Code(err)
@@ -338,7 +357,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, err
 }
 
-func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+// shouldRateLimit answers req; sc is set to the decision's span context.
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, sc *trace.SpanContext) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, err
 	}
@@ -392,6 +412,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	var outcomes [maxInline]decide.Outcome
 	res := s.engine.DecideInto(ctx, checks, outcomes[:])
+	*sc = res.SpanContext
 	for i := range ds {
 		if d := &ds[i]; d.kind == kindNegative && d.key != "" {
 			s.giveBack(ctx, d)

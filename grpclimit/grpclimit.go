@@ -51,6 +51,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -60,6 +61,7 @@ import (
 	"github.com/floodgate-rl/floodgate/decide"
 	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
 )
 
 // FailureMode says what a rule does when it cannot decide: the store is
@@ -164,6 +166,11 @@ type Config struct {
 	// OverLimitCache bounds the over-limit cache, or turns it off
 	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
 	OverLimitCache decide.CacheOptions
+	// TracerProvider, if set, traces each decision and store call
+	// (decide.Options.TracerProvider), under the span the request's
+	// context holds, else the W3C traceparent the request carries. Nil: no
+	// tracing.
+	TracerProvider trace.TracerProvider
 	// Timeout, if positive, bounds each call's decision; passing it is an
 	// outage. Zero: the store's own per-call timeout is the one budget.
 	// Negative is an error, and so is one at or above the store's own
@@ -263,6 +270,7 @@ type Limiter struct {
 	skip        func(context.Context, string) bool
 	report      *frontend.Reporter[context.Context] // the counters and hooks
 	anyMessages bool                                // a rule counts stream messages
+	traced      bool                                // Config.TracerProvider is set
 }
 
 // rule is a Rule checked and prepared for serving.
@@ -289,7 +297,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	front, err := frontend.New(frontend.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
-			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
+			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache, TracerProvider: cfg.TracerProvider}})
 	if err != nil {
 		field, value, reason, err := frontend.ErrorFields(err)
 		return nil, &ConfigError{Field: field, Value: value, Reason: reason, Err: err}
@@ -299,6 +307,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{
 		front:   front,
+		traced:  cfg.TracerProvider != nil,
 		headers: cfg.Headers,
 		skip:    cfg.Skip,
 		report:  frontend.NewReporter("grpclimit", cfg.OnStoreError, cfg.OnShadowDeny),
@@ -477,6 +486,11 @@ func (ru *rule) applies(p phase) bool {
 // when the call must not go on, its status error.
 func (l *Limiter) decide(ctx context.Context, fullMethod string, p phase) (md metadata.MD, err error) {
 	var q frontend.Request
+	if l.traced {
+		if in, ok := metadata.FromIncomingContext(ctx); ok {
+			ctx = tracing.FromMetadata(ctx, in)
+		}
+	}
 	d := l.front.Decide(ctx, &q, ErrKey,
 		func(i int) bool { ru := &l.rules[i]; return ru.applies(p) && ru.matches(fullMethod) },
 		func(i int) (string, error) { return l.rules[i].key(ctx, fullMethod) })

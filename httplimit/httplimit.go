@@ -59,6 +59,8 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/frontend"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -231,6 +233,11 @@ type Config struct {
 	// OverLimitCache bounds the over-limit cache, or turns it off
 	// (decide.Options.OverLimitCache). The zero value: on, default bounds.
 	OverLimitCache decide.CacheOptions
+	// TracerProvider, if set, traces each decision and store call
+	// (decide.Options.TracerProvider), under the span the request's
+	// context holds, else the W3C traceparent the request carries. Nil: no
+	// tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // ErrKey marks a key function's failure, as passed to OnStoreError.
@@ -286,6 +293,7 @@ type Limiter struct {
 	deny    func(http.ResponseWriter, *http.Request, Denial)
 	onError func(http.ResponseWriter, *http.Request, error)
 	report  *frontend.Reporter[*http.Request] // the counters and hooks
+	traced  bool                              // Config.TracerProvider is set
 }
 
 // New checks cfg and returns its Limiter. The error is a *ConfigError naming
@@ -297,7 +305,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	front, err := frontend.New(frontend.Library{Store: cfg.Store, Clock: cfg.Clock, Rules: lib, KeyPrefix: cfg.KeyPrefix,
 		Options: decide.Options{Timeout: cfg.Timeout, UnavailableRetryAfter: cfg.UnavailableRetryAfter, Logger: cfg.Logger,
-			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache}})
+			LogInterval: cfg.LogInterval, OverLimitCache: cfg.OverLimitCache, TracerProvider: cfg.TracerProvider}})
 	if err != nil {
 		field, value, reason, err := frontend.ErrorFields(err)
 		return nil, &ConfigError{Field: field, Value: value, Reason: reason, Err: err}
@@ -307,6 +315,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{
 		front:   front,
+		traced:  cfg.TracerProvider != nil,
 		headers: cfg.Headers,
 		skip:    cfg.Skip,
 		deny:    cfg.DenyHandler,
@@ -357,7 +366,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // answered r.
 func (l *Limiter) check(w http.ResponseWriter, r *http.Request) bool {
 	var q frontend.Request
-	d := l.front.Decide(r.Context(), &q, ErrKey,
+	ctx := r.Context()
+	if l.traced {
+		ctx = tracing.FromHeader(ctx, r.Header)
+	}
+	d := l.front.Decide(ctx, &q, ErrKey,
 		func(i int) bool { return l.rules[i].matches(r) },
 		func(i int) (string, error) { return l.rules[i].key(r) })
 	res := &d.Result

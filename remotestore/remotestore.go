@@ -16,6 +16,12 @@
 // ("@store|" by default); a Config.KeyPrefix of httplimit (or grpclimit)
 // keeps several applications apart within it.
 //
+// # Tracing
+//
+// A call whose context holds a span (the engine's store-call span, when
+// its Options.TracerProvider is set) sends its W3C traceparent and
+// tracestate, so the server's side of the call joins the caller's trace.
+//
 // # Failures
 //
 // Errors keep the store's kinds, so the engine's failure modes work:
@@ -47,6 +53,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 	"github.com/floodgate-rl/floodgate/internal/storewire"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
 )
 
 // Defaults for the zero fields of a Config.
@@ -304,6 +311,7 @@ func (s *Store) call(ctx context.Context, path string, body, out any) error {
 	if s.auth != nil {
 		req.Header["Authorization"] = s.auth
 	}
+	tracing.Inject(ctx, req.Header)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: remotestore: %w", floodgate.ErrStoreUnavailable, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/authtoken"
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
 )
 
 // Tokens is a set of bearer tokens with their scopes, from ParseTokens.
@@ -73,6 +74,9 @@ type route struct {
 // ErrOverloaded rather than refusing, so that a decision follows its rule's
 // failure mode.
 func (s *Server) guard(rt route, h func(http.ResponseWriter, *http.Request, error)) http.Handler {
+	if rt.limited {
+		s.metrics.shed.WithLabelValues(rt.name) // from 0, for rate()
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rt.scope != 0 && !s.authorize(w, r, rt) {
 			return
@@ -82,6 +86,11 @@ func (s *Server) guard(rt route, h func(http.ResponseWriter, *http.Request, erro
 			problem.Error(w, http.StatusUnsupportedMediaType,
 				fmt.Sprintf("the body must be sent with Content-Type: application/json, not %q", r.Header.Get("Content-Type")))
 			return
+		}
+		if s.traced && rt.limited {
+			// The engine's spans (and the store API's calls) continue
+			// the caller's trace.
+			r = r.WithContext(tracing.FromHeader(r.Context(), r.Header))
 		}
 		if !rt.limited {
 			h(w, r, nil)

@@ -109,8 +109,11 @@ func newMetrics(reg prometheus.Registerer, engine *decide.Engine, storeLatency *
 		Name: "floodgate_overlimit_cache_waits_total",
 		Help: "Checks that waited for another request's store call for the same key, its cached denial having expired, before looking again.",
 	}, func() float64 { return float64(engine.CacheStats().Waits) })
-	// Both results have a series from the start, at 0: a rate or an alert
-	// on errors sees the first failed reload as a change.
+	// Series of fixed labels start at 0, so that a dashboard's rate() and
+	// an alert on them see the first event.
+	for _, reason := range []string{"missing", "invalid", "forbidden"} {
+		m.authFailures.WithLabelValues(reason)
+	}
 	for _, result := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(result)
 	}

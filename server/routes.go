@@ -99,7 +99,8 @@ func (s *Server) probes(mux *http.ServeMux) {
 }
 
 func (s *Server) metricsHandler() http.Handler {
-	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})
+	// OpenMetrics, when the scraper asks for it, carries the exemplars.
+	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry, EnableOpenMetrics: true})
 }
 
 // problemsForUnrouted answers requests the mux has no route for (404, or 405

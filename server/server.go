@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
@@ -31,6 +32,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/internal/storeerr"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
 )
 
 // MaxBodyBytes bounds request bodies; larger ones are answered 413.
@@ -89,6 +91,11 @@ type Options struct {
 	// StoreAPI, if not nil, serves the store API (POST /v1/store/...) for
 	// remote stores; see [StoreAPI]. Nil: off.
 	StoreAPI *StoreAPI
+	// TracerProvider, if set, traces each decision and store call
+	// (decide.Options.TracerProvider), continuing a request's W3C
+	// traceparent, and puts trace ids on the latency histograms as
+	// exemplars. Nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is the HTTP API. Create it with New; it is safe for concurrent use.
@@ -106,6 +113,7 @@ type Server struct {
 	storeAPI    *storeAPI // nil: off
 	logger      *slog.Logger
 	failLog     *logthrottle.Logger // 503s' log lines
+	traced      bool                // Options.TracerProvider is set
 }
 
 // New returns a server deciding with store under p. The error names the
@@ -134,9 +142,10 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		Logger:                opts.Logger,
 		Now:                   now,
 		OverLimitCache:        opts.OverLimitCache,
-		OnStoreCall: func(op string, took time.Duration) {
-			storeLatency.WithLabelValues(op).Observe(took.Seconds())
+		OnStoreCall: func(ctx context.Context, op string, took time.Duration) {
+			tracing.Observe(storeLatency.WithLabelValues(op), trace.SpanContextFromContext(ctx), took.Seconds())
 		},
+		TracerProvider: opts.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -165,10 +174,14 @@ func New(store floodgate.Store, p Policy, opts Options) (*Server, error) {
 		probeRoutes: opts.Probes,
 		logger:      opts.Logger,
 		failLog:     logthrottle.New(opts.Logger, failLogInterval, now),
+		traced:      opts.TracerProvider != nil,
 	}
 	if opts.StoreAPI != nil {
 		if s.storeAPI, err = newStoreAPI(opts.StoreAPI, store, m, engine.UnavailableRetryAfter()); err != nil {
 			return nil, err
+		}
+		if opts.TracerProvider != nil {
+			s.storeAPI.tracer = opts.TracerProvider.Tracer("github.com/floodgate-rl/floodgate/server")
 		}
 	}
 	s.policy.Store(pol)
@@ -393,7 +406,7 @@ func (s *Server) decide(ctx context.Context, q *oneCheck, rl *rule, key string, 
 	q.checks[0].Err = shed
 	start := time.Now()
 	res := s.engine.DecideInto(ctx, q.checks[:], q.outcomes[:])
-	s.metrics.decisionDuration.Observe(time.Since(start).Seconds())
+	tracing.Observe(s.metrics.decisionDuration, res.SpanContext, time.Since(start).Seconds())
 	s.metrics.count(&res)
 	return res
 }

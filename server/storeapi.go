@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate-rl/floodgate/internal/rulecheck"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/problem"
 	"github.com/floodgate-rl/floodgate/internal/ratelimitheader"
 	"github.com/floodgate-rl/floodgate/internal/storewire"
+	"github.com/floodgate-rl/floodgate/internal/tracing"
 )
 
 // DefaultStoreNamespace is the namespace of the store API's keys when
@@ -61,6 +65,7 @@ type storeAPI struct {
 	mu          sync.Mutex // held around each call when clock is set
 	metrics     *metrics
 	unavailable time.Duration
+	tracer      trace.Tracer // nil: not traced
 }
 
 func newStoreAPI(c *StoreAPI, store floodgate.Store, m *metrics, unavailable time.Duration) (*storeAPI, error) {
@@ -161,7 +166,7 @@ func (a *storeAPI) item(req *storewire.Request) (string, floodgate.Limit, *store
 
 // at runs call at the client's time nowUs when the API decides at the
 // clients' times, and at the store's own time otherwise.
-func (a *storeAPI) at(nowUs int64, op string, call func()) *storewire.Error {
+func (a *storeAPI) at(ctx context.Context, nowUs int64, op string, call func()) *storewire.Error {
 	switch {
 	case a.clock == nil && nowUs != 0:
 		return badRequest(`"now_us" is accepted only by a server whose store API decides at the clients' times (StoreAPI.Clock); this one reads its own clock`)
@@ -174,8 +179,19 @@ func (a *storeAPI) at(nowUs int64, op string, call func()) *storewire.Error {
 		a.clock.Set(time.UnixMicro(nowUs))
 		defer a.mu.Unlock()
 	}
+	var span trace.Span
+	if a.tracer != nil {
+		// The server's side of a remote store's call, in the caller's
+		// trace (its traceparent).
+		_, span = a.tracer.Start(ctx, "floodgate.store_api."+strings.TrimPrefix(op, "store_"), trace.WithSpanKind(trace.SpanKindServer))
+	}
 	call()
-	a.metrics.storeLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	var sc trace.SpanContext
+	if span != nil {
+		sc = span.SpanContext()
+		span.End()
+	}
+	tracing.Observe(a.metrics.storeLatency.WithLabelValues(op), sc, time.Since(start).Seconds())
 	return nil
 }
 
@@ -191,7 +207,7 @@ func (a *storeAPI) handleAllow(w http.ResponseWriter, r *http.Request) {
 	}
 	var d floodgate.Decision
 	var err error
-	if e := a.at(req.NowUs, "store_allow", func() { d, err = a.store.AllowN(r.Context(), key, l, req.Cost) }); e != nil {
+	if e := a.at(r.Context(), req.NowUs, "store_allow", func() { d, err = a.store.AllowN(r.Context(), key, l, req.Cost) }); e != nil {
 		a.writeError(w, e)
 		return
 	}
@@ -229,7 +245,7 @@ func (a *storeAPI) handleWrite(w http.ResponseWriter, r *http.Request, op string
 		return
 	}
 	var err error
-	if e := a.at(req.NowUs, op, func() { err = call(r.Context(), key, l, req.Cost) }); e != nil {
+	if e := a.at(r.Context(), req.NowUs, op, func() { err = call(r.Context(), key, l, req.Cost) }); e != nil {
 		a.writeError(w, e)
 		return
 	}
@@ -274,7 +290,7 @@ func (a *storeAPI) handleBatch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	results := make([]floodgate.BatchResult, len(items))
-	if e := a.at(req.NowUs, "store_batch", func() {
+	if e := a.at(r.Context(), req.NowUs, "store_batch", func() {
 		if len(items) > 0 {
 			a.store.AllowBatch(r.Context(), items, results)
 		}

@@ -72,6 +72,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, w := range plan.warnings {
 		logger.Warn(w)
 	}
+	tracer, stopTracing, err := newTracing(ctx, os.Getenv)
+	if err != nil {
+		return err
+	}
+	if tracer != nil {
+		logOtelErrors(logger)
+		logger.Info("tracing on", "exporter", os.Getenv(tracesExporterVar))
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), tracingShutdownGrace)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			logger.Warn("flushing the last spans failed", "err", err)
+		}
+	}()
 	if *pprofListen != "" {
 		_, stop, err := startPprof(*pprofListen, logger)
 		if err != nil {
@@ -132,13 +147,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	sec := newSecrets(cfg.Auth, tlsSrv, tokens, logger)
-	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue(), connErr: connErr, maxInFlight: cfg.MaxInFlight})
+	rls, err := startRLS(plan, store, logger, reg, compat, rlsNet{tls: tlsSrv, tokens: sec.current, maxConns: cfg.MaxConnectionsValue(), connErr: connErr, maxInFlight: cfg.MaxInFlight, tracer: tracer})
 	if err != nil {
 		return err
 	}
 	defer rls.stop()
 	srv, err := server.New(store, policy, server.Options{Logger: logger, Registry: reg, Routes: rls.routes(), Probes: rls.probes(),
-		MaxInFlight: cfg.MaxInFlight, Tokens: tokens, OverLimitCache: cfg.OverLimitCache(), StoreAPI: storeOpts})
+		MaxInFlight: cfg.MaxInFlight, Tokens: tokens, OverLimitCache: cfg.OverLimitCache(), StoreAPI: storeOpts, TracerProvider: tracer})
 	if err != nil {
 		return err
 	}

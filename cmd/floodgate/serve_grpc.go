@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
@@ -73,7 +74,7 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 		// call fails as the peer's does until the folder first loads.
 		opts.RequireRules = compat.force
 	}
-	opts.Logger, opts.Registerer = logger, reg
+	opts.Logger, opts.Registerer, opts.TracerProvider = logger, reg, nw.tracer
 	q := plan.cfg.EnvoyQuota
 	opts.Quota = envoy.QuotaOptions{Interval: q.Interval, TTL: q.TTL, Idle: q.Idle, Unmatched: q.Unmatched,
 		MaxBuckets: q.MaxBuckets, MaxBucketIDBytes: q.MaxBucketIDBytes}
@@ -133,7 +134,7 @@ func startRLS(plan *servePlan, store floodgate.Store, logger *slog.Logger, reg *
 	}
 	if compat != nil && compat.metrics != "" {
 		mux := http.NewServeMux()
-		mux.Handle("GET "+compat.metricsP, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.Handle("GET "+compat.metricsP, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 		mln, err := net.Listen("tcp", compat.metrics)
 		if err != nil {
 			r.stop()
@@ -157,6 +158,8 @@ type rlsNet struct {
 	connErr  *connErrors
 	// maxInFlight bounds the calls in progress over every connection.
 	maxInFlight int
+	// tracer traces the service's decisions; nil: off.
+	tracer trace.TracerProvider
 }
 
 // address is the gRPC listener's address, or "" when disabled.

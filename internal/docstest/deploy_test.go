@@ -293,6 +293,34 @@ func TestKubernetesExample(t *testing.T) {
 	if _, err := cfg.RedisConfig(); err != nil {
 		t.Error(err)
 	}
+	checkScrape(t, objs, cfg, ports)
+}
+
+// checkScrape: the pods' prometheus.io annotations name the container's
+// metrics port, on which the config serves /metrics (metrics_listen), and
+// the NetworkPolicy, if any, names only ports the container has.
+func checkScrape(t *testing.T, objs map[string]object, cfg *config.Config, ports map[string]int) {
+	t.Helper()
+	ann, _ := dig(objs["Deployment"], "spec", "template", "metadata", "annotations").(map[string]any)
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" {
+		t.Errorf("the pods' annotations %v do not ask Prometheus to scrape /metrics", ann)
+	}
+	_, port, _ := net.SplitHostPort(cfg.MetricsListen)
+	if p, _ := ann["prometheus.io/port"].(string); p == "" || p != port || strconv.Itoa(ports["metrics"]) != p {
+		t.Errorf("prometheus.io/port %v, metrics_listen %q, container port metrics %d: they differ", ann["prometheus.io/port"], cfg.MetricsListen, ports["metrics"])
+	}
+	np := objs["NetworkPolicy"]
+	if np == nil {
+		return
+	}
+	rules, _ := dig(np, "spec", "ingress").([]any)
+	for i := range rules {
+		for j := 0; dig(rules[i], "ports", j) != nil; j++ {
+			if name, _ := dig(rules[i], "ports", j, "port").(string); ports[name] == 0 {
+				t.Errorf("the NetworkPolicy's ingress %d names port %v, none of the container's %v", i, dig(rules[i], "ports", j, "port"), ports)
+			}
+		}
+	}
 }
 
 // TestDockerfile: a multi-stage build of a static binary (CGO_ENABLED=0)

@@ -160,7 +160,7 @@ type bench struct {
 // demand reaches) or against a fixed window of limit per second.
 func (b bench) phase(variant string, round int, limit int64) (result, error) {
 	var calls atomic.Int64
-	onCall := func(op string, _ time.Duration) {
+	onCall := func(_ context.Context, op string, _ time.Duration) {
 		if op == "allow" || op == "lease" {
 			calls.Add(1)
 		}
