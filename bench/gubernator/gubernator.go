@@ -98,9 +98,25 @@ func (c *guberCluster) owner(ctx context.Context, name, key string) (int, error)
 	return -1, fmt.Errorf("no daemon owns %s_%s (%s)", name, key, p.Info().GRPCAddress)
 }
 
-func (c *guberCluster) close() {
-	for _, d := range c.daemons {
-		d.Close()
+// close closes the daemons, waiting for them at most a few seconds:
+// v2.13.0's Daemon.Close can hang for good when an interval's goroutine
+// is blocked handing its tick to a global manager that stopped reading
+// (Interval.run's send on C, waited for by globalManager.Close). It
+// reports whether every daemon closed; one that did not is left running
+// until the process ends.
+func (c *guberCluster) close() bool {
+	done := make(chan struct{})
+	go func() {
+		for _, d := range c.daemons {
+			d.Close()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(5 * time.Second):
+		return false
 	}
 }
 
