@@ -274,7 +274,7 @@ func (r *report) table() string {
 	fmt.Fprintf(&b, "| contender | decisions/s, admitted or denied (median of %d) | p50 | p99 | demand / limit | unavailable answers | admitted per window, %% of limit: max | mean (whole windows) | windows over the limit | units over the limit, all windows | admitted, not placed in a window |\n|---|---|---|---|---|---|---|---|---|---|---|\n", c.rounds)
 	row := func(name string, s summary) {
 		fmt.Fprintf(&b, "| %s | %.0f | %v | %v | %.0fx | %d of %d | %.1f%% | %.1f%% | %d of %d | %d | %d of %d |\n",
-			name, s.rate, s.p50.Round(time.Nanosecond), s.p99.Round(time.Microsecond/10), s.demand/float64(r.limit), s.errors, s.decisions, 100*s.maxF, 100*s.meanF, s.over, s.windows, s.excess, s.unplaced, s.admitted)
+			name, s.rate, short(s.p50), short(s.p99), s.demand/float64(r.limit), s.errors, s.decisions, 100*s.maxF, 100*s.meanF, s.over, s.windows, s.excess, s.unplaced, s.admitted)
 	}
 	row("floodgate lease", f)
 	row("gubernator GLOBAL", g)
@@ -286,10 +286,19 @@ func (r *report) table() string {
 	fmt.Fprintf(&b, "gubernator states no bound. As measured, the most any window admitted was %.1f%% of the limit (%+.1f%%); %d of %d windows were over it, by %d units in all; a whole window admitted %.1f%% of the limit on average.",
 		100*g.maxF, 100*(g.maxF-1), g.over, g.windows, g.excess, 100*g.meanF)
 	if g.byTime+g.unplaced > 0 {
-		fmt.Fprintf(&b, " %d of its admissions were answered from a non-owner's own bucket (made before the owner's state reached it), which names none of the owner's windows: %d of them placed by the time of the call, %d not placed (in a window's first moments, before the owner's first answer in it; not counted above).", g.byTime+g.unplaced, g.byTime, g.unplaced)
+		fmt.Fprintf(&b, " %d of its admissions were answered from a non-owner's own bucket (made before the owner's state reached it), which names none of the owner's windows: %d of them placed by the time of the call, %d not placed (their calls overlapped the moments around a window's start, before the owner's first answer in it, when either window could have held them; not counted above).", g.byTime+g.unplaced, g.byTime, g.unplaced)
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// short rounds d to three significant digits.
+func short(d time.Duration) time.Duration {
+	unit := time.Duration(1)
+	for d >= 1000*unit {
+		unit *= 10
+	}
+	return d.Round(unit)
 }
 
 // loadavg returns the first three fields of /proc/loadavg.

@@ -314,3 +314,11 @@ func TestFloodgateTiny(t *testing.T) {
 		t.Errorf("%d windows over %d, %d whole: %v", over, limit, whole, r.t.counts)
 	}
 }
+
+func TestShort(t *testing.T) {
+	for d, want := range map[time.Duration]string{451: "451ns", 7281: "7.28µs", 57274661: "57.3ms", 999: "999ns", 1000: "1µs"} {
+		if got := short(d).String(); got != want {
+			t.Errorf("short(%d) = %s, want %s", d, got, want)
+		}
+	}
+}
