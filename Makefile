@@ -9,6 +9,9 @@
 #                   then leased quota on one hot key (bench/cmd/leasebench), its block
 #                   (a few minutes; PEERBENCHFLAGS=-long for steadier figures)
 #   make bench-envoy floodgate's Envoy service against envoyproxy/ratelimit (compat/envoyratelimit)
+#   make bench-gubernator floodgate's leased quota beside gubernator GLOBAL, three peers
+#                   each (bench/gubernator, a module of its own): its block of
+#                   docs/PERFORMANCE.md (about two minutes; not in make test nor CI)
 #   make bench-go   every package's go test benchmarks, against the Redis harness
 #   make redis-up   start the Redis harness (scripts/redis-harness.sh)
 #   make redis-down stop it
@@ -54,7 +57,7 @@ define with_harness
 	exit $$rc
 endef
 
-.PHONY: all test bench bench-envoy bench-go vet fmt run redis-up redis-down
+.PHONY: all test bench bench-envoy bench-gubernator bench-go vet fmt run redis-up redis-down
 
 all: test
 
@@ -98,6 +101,15 @@ bench:
 RLSBENCHFLAGS ?= -server-cpus 0,0.5
 bench-envoy:
 	$(GO) -C compat/envoyratelimit run ./cmd/rlsbench $(RLSBENCHFLAGS)
+
+# bench-gubernator: floodgate's lease cell beside gubernator v2.13.0 (GLOBAL,
+# three daemons in process) on the harness's Redis Cluster, in interleaved
+# rounds; bench/gubernator is its own module so gubernator never enters
+# floodgate's go.mod nor bench/go.mod (docs/PERFORMANCE.md, "Beside
+# gubernator"). It fails if floodgate broke its stated bound.
+GUBERBENCHFLAGS ?= -rounds 5 -duration 5s
+bench-gubernator:
+	$(call with_harness,$(GO) -C bench/gubernator run . -docs ../../docs/PERFORMANCE.md $(GUBERBENCHFLAGS))
 
 bench-go:
 	$(call with_harness,FLOODGATE_REQUIRE_REDIS=1 $(GO) test $(BENCHFLAGS) $(PKGS))
