@@ -272,10 +272,14 @@ func (e *fakeEnvoy) assigned(id map[string]string) float64 {
 // 1000 per second, over the memory store and Redis: after convergence the
 // rates assigned add up to at most the limit (and near it), every Envoy's
 // part follows its demand, and what they admit stays within the limit.
-func TestQuotaShares(t *testing.T) {
+func TestQuotaShares(t *testing.T) { onTwoStores(t, runQuotaShares) }
+
+// onTwoStores runs run for two replicas' stores: one memory store both
+// share, then two clients of the harness's Redis.
+func onTwoStores(t *testing.T, run func(t *testing.T, a, b floodgate.Store)) {
 	t.Run("memory", func(t *testing.T) {
 		s := memory.New()
-		runQuotaShares(t, s, s)
+		run(t, s, s)
 	})
 	t.Run("redis", func(t *testing.T) {
 		addr := redistest.StandaloneAddr(t)
@@ -287,7 +291,7 @@ func TestQuotaShares(t *testing.T) {
 			t.Cleanup(st.Close)
 			return st
 		}
-		runQuotaShares(t, open(), open())
+		run(t, open(), open())
 	})
 }
 
@@ -458,24 +462,7 @@ func TestQuotaDomain(t *testing.T) {
 // to every id add up to at most the limit, near it, and each id's follows
 // its demand. A wildcard without share_threshold gives each value a limit
 // of its own.
-func TestQuotaSharedWildcard(t *testing.T) {
-	t.Run("memory", func(t *testing.T) {
-		s := memory.New()
-		runQuotaSharedWildcard(t, s, s)
-	})
-	t.Run("redis", func(t *testing.T) {
-		addr := redistest.StandaloneAddr(t)
-		open := func() floodgate.Store {
-			st, err := redisstore.New(redisstore.Config{Addrs: []string{addr}, KeyPrefix: "fgtest:rlqs:" + t.Name() + ":", Timeout: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(st.Close)
-			return st
-		}
-		runQuotaSharedWildcard(t, open(), open())
-	})
-}
+func TestQuotaSharedWildcard(t *testing.T) { onTwoStores(t, runQuotaSharedWildcard) }
 
 func runQuotaSharedWildcard(t *testing.T, a, b floodgate.Store) {
 	const interval = 100 * time.Millisecond

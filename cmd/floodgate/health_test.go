@@ -41,6 +41,32 @@ func runHealthCmd(t *testing.T, args ...string) (err error, stdout, stderr strin
 	return err, out.String(), errOut.String()
 }
 
+// healthCase is one run of floodgate health and what it must give.
+type healthCase struct {
+	name string
+	args []string
+	code int    // exit status
+	want string // in stdout when 0, in stderr otherwise
+}
+
+// check runs the case, fails t unless it exits and prints as wanted, and
+// returns what it wrote on stderr.
+func (c healthCase) check(t *testing.T) string {
+	t.Helper()
+	err, stdout, stderr := runHealthCmd(t, c.args...)
+	if got := exitCode(err); err == nil && c.code != 0 || err != nil && got != c.code {
+		t.Fatalf("exit %d (%v), want %d; stderr:\n%s", got, err, c.code, stderr)
+	}
+	out := stdout
+	if c.code != 0 {
+		out = stderr
+	}
+	if !strings.Contains(out, c.want) {
+		t.Fatalf("output %q, want %q", out, c.want)
+	}
+	return stderr
+}
+
 // TestHealth asks a real serve's probes on its metrics listener, found
 // through its config file or given as --url, and listeners that do not
 // answer.
@@ -57,12 +83,7 @@ func TestHealth(t *testing.T) {
 	}
 	defer silent.Close()
 
-	cases := []struct {
-		name string
-		args []string
-		code int    // exit status
-		want string // in stdout when 0, in stderr otherwise
-	}{
+	cases := []healthCase{
 		{"ready through the config", []string{"--config", cfg}, 0, "healthy: http://" + ops + "/readyz answered 200 OK"},
 		{"live through the config", []string{"--config", cfg, "--probe", "live"}, 0, "healthy: http://" + ops + "/healthz answered 200 OK"},
 		{"ready at --url", []string{"--url", "http://" + ops + "/"}, 0, "healthy: http://" + ops + "/readyz answered 200 OK"},
@@ -76,17 +97,7 @@ func TestHealth(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err, stdout, stderr := runHealthCmd(t, c.args...)
-			if got := exitCode(err); err == nil && c.code != 0 || err != nil && got != c.code {
-				t.Fatalf("exit %d (%v), want %d; stderr:\n%s", got, err, c.code, stderr)
-			}
-			out := stdout
-			if c.code != 0 {
-				out = stderr
-			}
-			if !strings.Contains(out, c.want) {
-				t.Fatalf("output %q, want %q", out, c.want)
-			}
+			stderr := c.check(t)
 			if c.code == 1 && strings.Count(stderr, "\n") != 1 {
 				t.Errorf("the reason is not one line: %q", stderr)
 			}
@@ -146,12 +157,7 @@ func TestHealthMutualTLS(t *testing.T) {
 		t.Fatalf("serve at %s, want https", base)
 	}
 	url := []string{"--url", base}
-	cases := []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	cases := []healthCase{
 		{"the system's roots", append(url, "--server-name", "floodgate.internal"), 1, "certificate signed by unknown authority"},
 		{"a certificate for another name", append(url, "--ca-file", ca.CertFile), 1, "cannot validate certificate for 127.0.0.1"},
 		{"no client certificate", append(url, "--ca-file", ca.CertFile, "--server-name", "floodgate.internal"), 1, "floodgate health: " + base + "/readyz: "},
@@ -159,19 +165,7 @@ func TestHealthMutualTLS(t *testing.T) {
 		{"a certificate without its key", append(url, "--cert-file", client.CertFile), 2, "--cert-file and --key-file go together"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			err, stdout, stderr := runHealthCmd(t, c.args...)
-			if got := exitCode(err); err == nil && c.code != 0 || err != nil && got != c.code {
-				t.Fatalf("exit %d (%v), want %d; stderr:\n%s", got, err, c.code, stderr)
-			}
-			out := stdout
-			if c.code != 0 {
-				out = stderr
-			}
-			if !strings.Contains(out, c.want) {
-				t.Fatalf("output %q, want %q", out, c.want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { c.check(t) })
 	}
 }
 
@@ -207,12 +201,7 @@ func TestHealthEnvoyEnv(t *testing.T) {
 	}
 	missing := filepath.Join(t.TempDir(), "floodgate.yaml")
 	present := writeFile(t, t.TempDir(), "floodgate.yaml", "listen: "+"127.0.0.1:"+strconv.Itoa(freeLoopbackPort(t))+"\n")
-	cases := []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	cases := []healthCase{
 		{"the peer's listener", []string{"--envoy-env"}, 0, want},
 		{"no config file: the peer's listener", []string{"--config", missing, "--or-envoy-env"}, 0, want},
 		{"a config file: its listener", []string{"--config", present, "--or-envoy-env"}, 1, "connection refused"},
@@ -221,18 +210,6 @@ func TestHealthEnvoyEnv(t *testing.T) {
 		{"--envoy-env and --url", []string{"--envoy-env", "--url", "http://127.0.0.1:1"}, 2, "exclude each other"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			err, stdout, stderr := runHealthCmd(t, c.args...)
-			if got := exitCode(err); err == nil && c.code != 0 || err != nil && got != c.code {
-				t.Fatalf("exit %d (%v), want %d; stderr:\n%s", got, err, c.code, stderr)
-			}
-			out := stdout
-			if c.code != 0 {
-				out = stderr
-			}
-			if !strings.Contains(out, c.want) {
-				t.Fatalf("output %q, want %q", out, c.want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { c.check(t) })
 	}
 }
