@@ -272,25 +272,29 @@ type bucket struct {
 
 // member is one client's part in a bucket.
 type member struct {
-	client *Client
-	rate   float64   // units per second: the estimate in force
-	acc    int64     // units reported since from
-	from   time.Time // when the estimate's measurement began
-	moved  bool      // the demand changed at the last report, which may hold some of before
-	last   time.Time // its last report
-	prev   time.Time // the one before
-	prevN  int64     // the units of the last report
-	used   time.Time // the last report with use
-	demand int64     // its demand as added to the store this interval
-	sent   *Share    // the share in force
-	sentAt time.Time
+	client  *Client
+	rate    float64   // units per second: the estimate in force
+	acc     int64     // units reported since from
+	from    time.Time // when the estimate's measurement began
+	moved   bool      // the demand changed at the last report, which may hold some of before
+	last    time.Time // its last report
+	prev    time.Time // the one before
+	prevN   int64     // the units of the last report
+	spread  float64   // the mean squared relative deviation of a report from the rate, over about 8 reports
+	reports int       // reports taken
+	used    time.Time // the last report with use
+	demand  int64     // its demand as added to the store this interval
+	sent    *Share    // the share in force
+	sentAt  time.Time
 }
 
 // report takes a report of n units at now into m's rate. The rate in
 // force is the mean since the demand last changed, over at most ten
 // intervals, so that a slow client's few requests per report do not
 // shake it; a change is seen when the last two reports' rate is off by
-// more than their counting's noise (1.5/√units, at least 2%), and the
+// more than their counting's noise (1.5/√units, at least 2%) or the last
+// report alone is off by more than four times the spread of those before
+// it, and the
 // measurement starts again from the last report, then from the next (the
 // report that saw the change may hold some of the demand before it).
 func (m *member) report(n int64, now time.Time, interval time.Duration) {
@@ -308,14 +312,28 @@ func (m *member) report(n int64, now time.Time, interval time.Duration) {
 	}
 	fast := float64(units) / max(now.Sub(from), interval/2).Seconds()
 	noise := max(band, 1.5/math.Sqrt(float64(max(1, units))))
+	// The last report alone, against the spread the reports before it
+	// showed: a demand steadier than counting noise shows its change at
+	// once. A report's count is off by up to a unit from where its
+	// interval cut the requests: 2/n.
+	one := float64(n) / max(now.Sub(m.last), interval/2).Seconds()
+	dev := 0.0
+	if m.rate > 0 {
+		dev = (one - m.rate) / m.rate
+	}
+	jumped := m.reports >= 3 && math.Abs(dev) > max(band, 2/float64(max(1, n)), 4*math.Sqrt(m.spread))
 	switch {
-	case math.Abs(fast-m.rate) > noise*m.rate || m.rate == 0:
+	case math.Abs(fast-m.rate) > noise*m.rate || m.rate == 0 || jumped:
 		m.acc, m.from, m.moved = n, m.last, true
 	case m.moved: // the report that saw the change may hold some of before: start after it
 		m.acc, m.from, m.moved = n, m.last, false
 	default:
 		m.acc += n
 	}
+	if !jumped && m.rate > 0 {
+		m.spread += (dev*dev - m.spread) / 8
+	}
+	m.reports++
 	if span := now.Sub(m.from); span > 10*interval { // forget the oldest half
 		m.acc, m.from = int64(float64(m.acc)*(5*interval).Seconds()/span.Seconds()), now.Add(-5*interval)
 	}
