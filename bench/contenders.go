@@ -79,19 +79,18 @@ redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, 0, 0, 0}`
 
-// floorSWLScript runs the sliding-window log's commands when it admits
-// into a log that holds entries: TIME, ZREMRANGEBYSCORE of what left the
-// window, ZCARD, ZRANGE of the newest entry, ZADD of now and PEXPIRE
-// (ARGV[1] the window in µs, ARGV[2] in ms). The one subtraction and the
-// two formats are the least that names the window's start and the entry.
+// floorSWLScript runs the sliding-window log's commands when it admits a
+// request of cost 1 into a log that holds entries: TIME, ZREMRANGEBYSCORE
+// of what left the window, ZCARD, ZADD NX of now and PEXPIRE (ARGV[1] the
+// window in µs, ARGV[2] in ms). The one subtraction and the two formats are
+// the least that names the window's start and the entry.
 const floorSWLScript = `local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local key = KEYS[1]
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - ARGV[1]))
 redis.call('ZCARD', key)
-redis.call('ZRANGE', key, '-1', '-1')
 local e = string.format('%d', now)
-redis.call('ZADD', key, e, e)
+redis.call('ZADD', key, 'NX', e, e)
 redis.call('PEXPIRE', key, ARGV[2])
 return {1, 0, 0, 0}`
 

@@ -49,7 +49,7 @@ func (r *Report) writeFloors(p *printer) {
 	if len(rows) == 0 {
 		return
 	}
-	p.f("Redis CPU per decision against the floors, random keys: each algorithm's own command floor runs exactly the Redis commands its script runs to admit (token bucket: `TIME`, `GET`, `SET ... PX`; sliding-window log: `TIME`, `ZREMRANGEBYSCORE`, `ZCARD`, `ZRANGE`, `ZADD`, `PEXPIRE`) with no arithmetic and no branches, through the same client; the no-op floor runs none. What the algorithm costs over its command floor is its arithmetic, its argument checks and its reply.")
+	p.f("Redis CPU per decision against the floors, random keys: each algorithm's own command floor runs exactly the Redis commands its script runs to admit (token bucket: `TIME`, `GET`, `SET ... PX`; sliding-window log: `TIME`, `ZREMRANGEBYSCORE`, `ZCARD`, `ZADD NX`, `PEXPIRE`) with no arithmetic and no branches, through the same client; the no-op floor runs none. What the algorithm costs over its command floor is its arithmetic, its argument checks and its reply.")
 	p.f("")
 	p.f("| backend | callers | floodgate | Redis CPU s/100k | command floor s/100k | ratio | no-op floor s/100k | verdict |")
 	p.f("|---|---|---|---:|---:|---:|---:|---|")

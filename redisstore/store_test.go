@@ -422,3 +422,42 @@ func TestReplyShape(t *testing.T) {
 		}
 	}
 }
+
+// TestLogClockBack: after the clock runs back (a failover to a server whose
+// clock is behind), the log still admits at most its quota, keeps every
+// entry distinct, and its expiry is not shortened.
+func TestLogClockBack(t *testing.T) {
+	onBackends(t, func(t *testing.T, client rueidis.Client) {
+		clock := clocktest.NewManual(storetest.Epoch.Add(time.Hour))
+		s := testStore(t, client, clock)
+		ctx := t.Context()
+		l := floodgate.NewLimit(floodgate.SlidingWindowLog, 5, time.Minute)
+		key := s.Key("k", l.Algorithm)
+		for range 3 {
+			if d, err := s.Allow(ctx, "k", l); err != nil || !d.Allowed {
+				t.Fatalf("Allow = %+v, %v", d, err)
+			}
+		}
+		before, _ := doKey(t, client, "PTTL", key).AsInt64()
+		clock.Set(clock.Now().Add(-30 * time.Second))
+		admitted := 0
+		for range 4 {
+			d, err := s.Allow(ctx, "k", l)
+			if err != nil {
+				t.Fatalf("Allow after the clock ran back: %v", err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 2 {
+			t.Errorf("admitted %d after the clock ran back with 3 of 5 used, want 2", admitted)
+		}
+		if n, _ := doKey(t, client, "ZCARD", key).AsInt64(); n != 5 {
+			t.Errorf("the log holds %d entries, want 5", n)
+		}
+		if after, _ := doKey(t, client, "PTTL", key).AsInt64(); after < before-1000 {
+			t.Errorf("PTTL %d ms after the clock ran back 30 s, was %d: shortened", after, before)
+		}
+	})
+}

@@ -4,7 +4,10 @@
 -- `quota` requests in any interval of `window_us` microseconds. A request of
 -- cost n occupies n consecutive microseconds starting at now, or just after
 -- the newest entry if that is not earlier, so every entry of a key has a
--- distinct time even for many requests in the same microsecond.
+-- distinct time even for many requests in the same microsecond. (After a
+-- clock that ran back, as in a failover to a server whose clock is behind,
+-- a request of cost 1 takes now if no entry holds it: the expiry it sets,
+-- a whole window, is still no shorter than what the log had left.)
 --
 -- KEYS[1]  the log: a ZSET whose members are the entries' times in
 --          microseconds since the epoch, each member equal to its score
@@ -30,30 +33,25 @@
 -- Reply to "refund": 1 if entries were dropped, 0 if the log was empty.
 --
 -- Every number is an integer below 2^53 (exact in Lua's doubles); times are
--- written with int() ('%d', or '%.0f'), never tostring (which keeps only 14
--- significant digits).
+-- written with format(int, x) ('%d', or '%.0f'), never tostring (which
+-- keeps only 14 significant digits).
 
--- int formats an integer exactly. '%d' is several times faster than
--- '%.0f', and exact wherever a C long holds the value: always within 2^31,
--- and up to 2^53 on 64-bit builds of Redis, which wide tests.
-local wide = string.format('%d', MAX) == '9007199254740992'
-local function int(x)
-  if wide or (x < 2147483648 and x > -2147483648) then
-    return string.format('%d', x)
-  end
-  return string.format('%.0f', x)
-end
+-- int is the format of an exact integer: '%d' is several times faster
+-- than '%.0f', and exact up to 2^53 wherever a C long holds 64 bits, as on
+-- every 64-bit build of Redis.
+local format = string.format
+local int = format('%d', MAX) == '9007199254740992' and '%d' or '%.0f'
 
 local key = KEYS[1]
 if op == 'refund' then
-  if redis.call('ZREMRANGEBYRANK', key, int(-cost), '-1') == 0 then
+  if redis.call('ZREMRANGEBYRANK', key, format(int, -cost), '-1') == 0 then
     return 0
   end
   local newest = redis.call('ZRANGE', key, '-1', '-1')[1]
   if newest then
     local reset = tonumber(newest) + window - now
     if reset > 0 then
-      redis.call('PEXPIRE', key, int(ceil(reset / 1000)))
+      redis.call('PEXPIRE', key, format(int, ceil(reset / 1000)))
     else
       redis.call('DEL', key) -- only entries that left the window remain
     end
@@ -65,35 +63,42 @@ end
 -- every entry left counts. (Trimming is idempotent housekeeping, so a
 -- denied request may do it too; it changes no decision.)
 if cost == 0 then -- a check that takes nothing: count the live entries, write nothing
-  local live = redis.call('ZCOUNT', key, '(' .. int(now - window), '+inf')
+  local live = redis.call('ZCOUNT', key, '(' .. format(int, now - window), '+inf')
   local reset = 0
   if live > 0 then
     reset = tonumber(redis.call('ZRANGE', key, '-1', '-1')[1]) + window - now
   end
   return {1, math.max(0, quota - live), 0, reset}
 end
-redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
+redis.call('ZREMRANGEBYSCORE', key, '-inf', format(int, now - window))
 local count = redis.call('ZCARD', key)
-local newest
-if count > 0 then
-  newest = tonumber(redis.call('ZRANGE', key, '-1', '-1')[1])
-end
 if count + cost <= quota then
   local first = now
-  if newest and newest >= now then
-    first = newest + 1
-  end
   if cost == 1 then
-    local t = int(first)
-    redis.call('ZADD', key, t, t)
+    -- With a clock that never runs back, an entry at now exists exactly
+    -- when the newest is not earlier (runs of entries are consecutive from
+    -- the now they started at): ZADD NX both tests and adds, and only a
+    -- clash reads the newest.
+    local t = format(int, now)
+    if redis.call('ZADD', key, 'NX', t, t) == 0 then
+      first = tonumber(redis.call('ZRANGE', key, '-1', '-1')[1]) + 1
+      t = format(int, first)
+      redis.call('ZADD', key, t, t)
+    end
   else
+    if count > 0 then
+      local newest = tonumber(redis.call('ZRANGE', key, '-1', '-1')[1])
+      if newest >= now then
+        first = newest + 1
+      end
+    end
     -- ZADD in chunks: unpack() is limited to a few thousand values.
     local added = 0
     while added < cost do
       local chunk = math.min(cost - added, 256)
       local entries = {}
       for i = 0, chunk - 1 do
-        local t = int(first + added + i)
+        local t = format(int, first + added + i)
         entries[2 * i + 1] = t
         entries[2 * i + 2] = t
       end
@@ -102,12 +107,14 @@ if count + cost <= quota then
     end
   end
   local reset = first + cost - 1 + window - now
-  redis.call('PEXPIRE', key, int(ceil(reset / 1000)))
+  redis.call('PEXPIRE', key, format(int, ceil(reset / 1000)))
   return {1, quota - count - cost, 0, reset}
 end
 
+local newest = tonumber(redis.call('ZRANGE', key, '-1', '-1')[1])
+
 -- Denied: the (count + cost - quota)-th oldest entry must leave the window
 -- before the same cost fits.
-local rank = int(count + cost - quota - 1)
+local rank = format(int, count + cost - quota - 1)
 local oldest = tonumber(redis.call('ZRANGE', key, rank, rank)[1])
 return {0, math.max(0, quota - count), oldest + window - now, newest + window - now}
