@@ -43,6 +43,16 @@ type result struct {
 	p50, p99            time.Duration
 	overBound           int // windows that admitted more than the limit
 	windows             int
+	errors              int64 // decisions that carried a store error (denied: the rule fails closed)
+}
+
+// decisions sums rs's decisions.
+func decisions(rs []result) int64 {
+	var n int64
+	for _, r := range rs {
+		n += r.decisions
+	}
+	return n
 }
 
 func (r result) rate() float64 { return float64(r.decisions) / r.elapsed.Seconds() }
@@ -92,16 +102,16 @@ func run(args []string, out io.Writer) error {
 				return err
 			}
 			all[v] = append(all[v], [2]result{admitted, over})
-			fmt.Fprintf(os.Stderr, "round %d %-8s admitted: %8.0f/s p99 %v, %7.3f calls/1k | over %d/s: %8.0f/s admitted %d, %7.3f calls/1k, windows over %d of %d\n",
-				round, v, admitted.rate(), admitted.p99, admitted.callsPerK(), limit, over.rate(), over.admitted, over.callsPerK(), over.overBound, over.windows)
+			fmt.Fprintf(os.Stderr, "round %d %-8s admitted: %8.0f/s p99 %v, %7.3f calls/1k, errors %d | over %d/s: %8.0f/s admitted %d, %7.3f calls/1k, errors %d, windows over %d of %d\n",
+				round, v, admitted.rate(), admitted.p99, admitted.callsPerK(), admitted.errors, limit, over.rate(), over.admitted, over.callsPerK(), over.errors, over.overBound, over.windows)
 		}
 	}
 	var table strings.Builder
-	defer func() {
-		fmt.Fprint(out, table.String())
-	}()
+	defer func(w io.Writer) {
+		fmt.Fprint(w, table.String())
+	}(out)
 	out = &table
-	fmt.Fprintf(out, "| variant | phase | decisions/s (median of %d) | p50 | p99 | store calls per 1,000 admitted | windows over the limit |\n|---|---|---|---|---|---|---|\n", *rounds)
+	fmt.Fprintf(out, "| variant | phase | decisions/s (median of %d) | p50 | p99 | store calls per 1,000 admitted | store errors (denied) | windows over the limit |\n|---|---|---|---|---|---|---|---|\n", *rounds)
 	for _, v := range variants {
 		for p, name := range []string{"all admitted", "3x over"} {
 			var rs []result
@@ -110,16 +120,17 @@ func run(args []string, out io.Writer) error {
 			}
 			slices.SortFunc(rs, func(a, b result) int { return int(a.rate() - b.rate()) })
 			m := rs[len(rs)/2]
-			over, windows := 0, 0
+			over, windows, errs := 0, 0, int64(0)
 			for _, r := range rs {
 				over += r.overBound
 				windows += r.windows
+				errs += r.errors
 			}
 			bound := "-"
 			if p == 1 {
 				bound = fmt.Sprintf("%d of %d", over, windows)
 			}
-			fmt.Fprintf(out, "| %s | %s | %.0f | %v | %v | %.3f (%d calls) | %s |\n", v, name, m.rate(), m.p50, m.p99, m.callsPerK(), m.calls, bound)
+			fmt.Fprintf(out, "| %s | %s | %.0f | %v | %v | %.3f (%d calls) | %d of %d | %s |\n", v, name, m.rate(), m.p50, m.p99, m.callsPerK(), m.calls, errs, decisions(rs), bound)
 		}
 	}
 	if *docs != "" {
@@ -211,6 +222,7 @@ func (b bench) phase(variant string, round int, limit int64) (result, error) {
 		admitted []int64 // per window
 		unplaced int64   // admitted, across a window's edge
 		n        int64
+		errors   int64
 	}
 	cs := make([]caller, b.instances*b.callers)
 	var wg sync.WaitGroup
@@ -231,6 +243,11 @@ func (b bench) phase(variant string, round int, limit int64) (result, error) {
 					c.lat = append(c.lat, took)
 				}
 				c.n++
+				if out[0].Err != nil {
+					if c.errors++; c.errors == 1 && i == 0 {
+						fmt.Fprintf(os.Stderr, "  %s: first store error: %v\n", variant, out[0].Err)
+					}
+				}
 				if r.Allowed() {
 					// Counted in a window only when the call began and
 					// ended in it: then it was decided there, by any clock
@@ -254,6 +271,7 @@ func (b bench) phase(variant string, round int, limit int64) (result, error) {
 	perWindow := map[int]int64{}
 	for _, c := range cs {
 		res.decisions += c.n
+		res.errors += c.errors
 		res.admitted += c.unplaced
 		lat = append(lat, c.lat...)
 		for w, n := range c.admitted {
