@@ -176,9 +176,10 @@ type leaseResult int
 const (
 	leaseAdmitted leaseResult = iota // spent from units held
 	leaseDenied                      // answered by the store's last refusal
-	leaseFetch                       // the caller fetches a block, then spends
+	leaseFetch                       // the caller starts a fetch (wait is its end), then spends
 	leaseWait                        // a fetch is under way: wait for it, then spend
 	leaseFailed                      // the last fetch failed a moment ago: its error (failErr)
+	leaseGone                        // dropped (idle, reset or closed) since the caller found it: find it again
 )
 
 // spend takes cost from l's units at now, or says what to do instead. It
@@ -186,6 +187,9 @@ const (
 func (l *lease) spend(cost, now int64) (r leaseResult, d floodgate.Decision, wait chan struct{}, prefetch bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.gone {
+		return leaseGone, d, nil, false
+	}
 	held := l.prune(now)
 	if held >= cost {
 		for i := 0; cost > 0; i++ {
@@ -213,7 +217,7 @@ func (l *lease) spend(cost, now int64) (r leaseResult, d floodgate.Decision, wai
 		return leaseWait, d, l.fetch, false
 	}
 	l.fetch = make(chan struct{})
-	return leaseFetch, d, nil, false
+	return leaseFetch, d, l.fetch, false
 }
 
 // prune drops blocks that are spent or whose time ran out (keeping the
@@ -346,6 +350,9 @@ func (e *Engine) decideLeased(ctx context.Context, checks []Check, out []Outcome
 				}
 			case leaseDenied:
 				o.set(Outcome{Decision: d, Verdict: Denied, Decided: true, Leased: true})
+			case leaseGone:
+				l = e.leaseFor(c, now)
+				continue
 			case leaseFailed:
 				err := l.lastErr()
 				if err == nil {
@@ -354,14 +361,24 @@ func (e *Engine) decideLeased(ctx context.Context, checks []Check, out []Outcome
 				setOutcome(o, floodgate.Decision{}, err)
 				o.Leased = true
 			case leaseWait:
-				select {
-				case <-wait:
+				if waitFetch(ctx, wait, waitBound(l)) {
 					continue
-				case <-ctx.Done():
-					setOutcome(o, floodgate.Decision{}, ctx.Err())
-					o.Leased = true
 				}
+				setOutcome(o, floodgate.Decision{}, waitErr(ctx))
+				o.Leased = true
 			case leaseFetch:
+				// In the background, under its own bound, as a prefetch:
+				// a fetch late on a busy machine then lands for the
+				// requests after this one, instead of failing them all
+				// for half a refresh; this one waits for it as any would.
+				if e.fetchInBackground(ctx, *c, l, cost) {
+					if waitFetch(ctx, wait, waitBound(l)) {
+						continue
+					}
+					setOutcome(o, floodgate.Decision{}, waitErr(ctx))
+					o.Leased = true
+					break
+				}
 				res, d, err := e.fetchLease(ctx, c, l, cost)
 				switch {
 				case err != nil:
@@ -383,6 +400,39 @@ func (e *Engine) decideLeased(ctx context.Context, checks []Check, out []Outcome
 		}
 	}
 	return denied
+}
+
+// errFetchUnderWay answers a request whose lease ran out while a fetch is
+// under way for longer than the request may wait: an outage, as far as it
+// can tell.
+var errFetchUnderWay = fmt.Errorf("%w: the lease's fetch from the store is still under way", floodgate.ErrStoreUnavailable)
+
+// waitErr is the error of a request that stopped waiting for a fetch.
+func waitErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errFetchUnderWay
+}
+
+// waitFetch waits for the fetch under way (wait closed) for at most d, or
+// until ctx ends, and reports whether it ended.
+func waitFetch(ctx context.Context, wait chan struct{}, d time.Duration) bool {
+	select {
+	case <-wait:
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-wait:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return false
+	}
 }
 
 // unsettled counts the enforced checks still to ask the store about.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/callbound"
 	"github.com/floodgate-rl/floodgate/internal/fielderr"
 	"github.com/floodgate-rl/floodgate/memory"
 )
@@ -514,4 +515,91 @@ func TestLeaseOptionsValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gatedStore is a sharedStore whose calls, once gated, block until
+// released, noting the bound each carried for the store (callbound).
+type gatedStore struct {
+	sharedStore
+	gated   atomic.Bool
+	release chan struct{}
+	bounds  chan time.Duration
+}
+
+func (s *gatedStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	if s.gated.Load() {
+		d, _ := callbound.From(ctx)
+		s.bounds <- d
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return floodgate.Decision{}, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, ctx.Err())
+		}
+	}
+	return s.sharedStore.AllowN(ctx, key, l, n)
+}
+
+// TestLeaseFetchInBackground: a fetch in the background may take longer
+// than a request's timeout (it carries a bound of its own, at least a
+// second, for the store), and a request that runs out of units while it is
+// under way waits for it at most half a refresh, then answers the rule's
+// failure; once the fetch lands, requests are admitted again.
+func TestLeaseFetchInBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &gatedStore{sharedStore: sharedStore{Store: memory.New()}, release: make(chan struct{}), bounds: make(chan time.Duration, 8)}
+		e := instance(t, s)
+		checks := leasedCheck(floodgate.NewLimit(floodgate.FixedWindow, 1_000_000, time.Hour), &decide.LeaseOptions{})
+		ctx := context.Background()
+		for range 100 { // a steady flow, so that blocks last a while
+			for range 100 {
+				if r := e.Decide(ctx, checks); !r.Allowed() {
+					t.Fatalf("warming up: %+v", r.Outcomes[0])
+				}
+			}
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+		}
+		s.gated.Store(true)
+		var bound time.Duration
+		admitted := 0
+		for bound == 0 {
+			r := e.Decide(ctx, checks)
+			if !r.Allowed() {
+				t.Fatalf("request %d denied before the fetch began: %+v", admitted+1, r.Outcomes[0])
+			}
+			admitted++
+			select {
+			case bound = <-s.bounds:
+			default:
+			}
+			if admitted > 1_000_000 {
+				t.Fatal("no fetch in the background began")
+			}
+		}
+		if bound < time.Second {
+			t.Errorf("the background fetch's bound for the store is %v, want at least 1s", bound)
+		}
+		// Spend what is held; the first request the units cannot pay waits
+		// half a refresh for the fetch under way, then fails closed.
+		for {
+			began := time.Now()
+			r := e.Decide(ctx, checks)
+			if r.Allowed() {
+				continue
+			}
+			waited := time.Since(began)
+			if err := r.Outcomes[0].Err; !errors.Is(err, floodgate.ErrStoreUnavailable) {
+				t.Fatalf("a request past the units held: %+v, want a store error", r.Outcomes[0])
+			}
+			if want := decide.DefaultLeaseRefresh / 2; waited != want {
+				t.Errorf("it waited %v for the fetch, want %v", waited, want)
+			}
+			break
+		}
+		close(s.release)
+		synctest.Wait()
+		if r := e.Decide(ctx, checks); !r.Allowed() {
+			t.Errorf("after the fetch landed: %+v, want admitted", r.Outcomes[0])
+		}
+	})
 }

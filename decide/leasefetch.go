@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/callbound"
 	"github.com/floodgate-rl/floodgate/internal/fixedpoint"
 )
 
@@ -127,23 +130,49 @@ func (e *Engine) take(ctx context.Context, c *Check, want, cost int64) (int64, f
 
 // prefetch fetches l's next block in the background.
 func (e *Engine) prefetch(c Check, l *lease) {
-	if !e.leases.startWork() {
+	if !e.fetchInBackground(nil, c, l, c.cost()) {
 		l.mu.Lock()
 		close(l.fetch)
 		l.fetch = nil
 		l.mu.Unlock()
-		return
+	}
+}
+
+// fetchInBackground starts l's fetch (begun by spend) for a request of cost
+// in the background, unless the engine is closing: then it reports false
+// and the fetch is the caller's to make or end. The store call's span is a
+// child of parent's, when a request (parent) starts the fetch and waits.
+func (e *Engine) fetchInBackground(parent context.Context, c Check, l *lease, cost int64) bool {
+	if !e.leases.startWork() {
+		return false
 	}
 	go func() {
 		defer e.leases.wg.Done()
-		ctx, cancel := context.WithTimeout(e.leases.ctx, e.leaseTimeout())
+		// No request waits on this call while units are held (those that
+		// run out wait at most waitBound): it may take longer than a
+		// request's timeout, as the goroutines that carry it may wait
+		// that long to run on a busy machine.
+		bound := max(e.leaseTimeout(), backgroundBound)
+		ctx := callbound.With(e.leases.ctx, bound)
+		if parent != nil {
+			ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(parent))
+		}
+		ctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()
-		if _, _, err := e.fetchLease(ctx, &c, l, c.cost()); err != nil && e.leases.ctx.Err() == nil {
+		if _, _, err := e.fetchLease(ctx, &c, l, cost); err != nil && e.leases.ctx.Err() == nil {
 			e.warn.Warn(ctx, "floodgate: fetching a lease failed; the units held are spent first, then the rule's failure mode applies",
 				slog.String("rule", c.Rule), slog.String("error", err.Error()))
 		}
 	}()
+	return true
 }
+
+// backgroundBound is the least bound of a fetch in the background.
+const backgroundBound = time.Second
+
+// waitBound bounds a request's wait for a fetch under way: half a refresh,
+// as long as a failed fetch makes requests fail at once.
+func waitBound(l *lease) time.Duration { return l.opts.Refresh / 2 }
 
 // leaseTimeout bounds a background fetch or give-back.
 func (e *Engine) leaseTimeout() time.Duration {

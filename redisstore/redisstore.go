@@ -65,6 +65,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/callbound"
 	"github.com/floodgate-rl/floodgate/internal/limitcheck"
 )
 
@@ -388,15 +389,21 @@ const (
 
 // bounded returns ctx bounded by the store's timeout: ctx itself when its
 // own deadline comes first, so that a call sets one deadline, not two;
-// otherwise a child of ctx with the timeout.
+// otherwise a child of ctx with the timeout. A call the engine makes in
+// the background, which no request waits on, may carry a bound of its own
+// (internal/callbound) in place of the timeout.
 func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx.Err() != nil {
 		return ctx, func() {} // gone already: nothing is sent
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.timeout {
+	timeout := s.timeout
+	if d, ok := callbound.From(ctx); ok {
+		timeout = d
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= timeout {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, s.timeout)
+	return context.WithTimeout(ctx, timeout)
 }
 
 // run executes limit's script for op on key under the store's timeout and

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/callbound"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -179,5 +180,30 @@ func TestDeadServer(t *testing.T) {
 	}
 	if _, err := New(Config{Addrs: []string{server.Addr}}); !errors.Is(err, floodgate.ErrStoreUnavailable) {
 		t.Errorf("New with nothing listening = %v, want ErrStoreUnavailable", err)
+	}
+}
+
+// TestCallBound: a call the engine makes in the background carries a
+// bound of its own for the store (internal/callbound), in place of the
+// store's timeout: through a proxy that adds 80 ms to a round trip, a call
+// under a 20 ms timeout fails and the same call with a bound of 2 s is
+// decided.
+func TestCallBound(t *testing.T) {
+	addr := redistest.DelayProxy(t, redistest.StandaloneAddr(t), 40*time.Millisecond)
+	s, err := New(Config{Addrs: []string{addr}, KeyPrefix: uniquePrefix(t), Timeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	l := floodgate.NewLimit(floodgate.FixedWindow, 10, time.Minute)
+	bounded := callbound.With(t.Context(), 2*time.Second)
+	for i, ctx := range []context.Context{bounded, t.Context(), bounded} {
+		d, err := s.Allow(ctx, "k", l)
+		switch {
+		case ctx == bounded && (err != nil || !d.Allowed):
+			t.Errorf("call %d, with a bound of 2s: %+v, %v; want admitted", i+1, d, err)
+		case ctx != bounded && !errors.Is(err, floodgate.ErrStoreUnavailable):
+			t.Errorf("call %d, under the 20ms timeout through 80ms round trips: %+v, %v; want ErrStoreUnavailable", i+1, d, err)
+		}
 	}
 }
