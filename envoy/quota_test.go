@@ -47,11 +47,17 @@ descriptors:
 // loopback port, and returns its address and the service.
 func quotaReplica(t *testing.T, store floodgate.Store, o QuotaOptions) (string, *Service) {
 	t.Helper()
+	return quotaServer(t, store, Options{Logger: slog.New(slog.DiscardHandler), Quota: o})
+}
+
+// quotaServer is quotaReplica with the Service's whole Options.
+func quotaServer(t *testing.T, store floodgate.Store, o Options) (string, *Service) {
+	t.Helper()
 	rules, err := Parse(Source{Name: "edge.yaml", Data: []byte(quotaRules)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(store, rules, Options{Logger: slog.New(slog.DiscardHandler), Quota: o})
+	svc, err := New(store, rules, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -24,22 +23,8 @@ func TestQuotaReportSpan(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	rules, err := Parse(Source{Name: "edge.yaml", Data: []byte(quotaRules)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := New(memory.New(), rules, Options{Logger: slog.New(slog.DiscardHandler), TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, _ := NewGRPCServer(svc)
-	go func() { _ = g.Serve(ln) }()
-	defer func() { svc.DrainQuota(); g.Stop() }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr, _ := quotaServer(t, memory.New(), Options{Logger: slog.New(slog.DiscardHandler), TracerProvider: tp})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,18 +26,10 @@ func TestServeReloadAuth(t *testing.T) {
 	base, logs, _ := startServe(t, "--config", path)
 	checkWith := func(token string) int {
 		t.Helper()
-		req, _ := http.NewRequest("POST", base+"/v1/check", strings.NewReader(`{"rule":"r","key":"k"}`))
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
+		if token == "" {
+			return sendStatus(t, http.MethodPost, base+"/v1/check", `{"rule":"r","key":"k"}`)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		return sendStatus(t, http.MethodPost, base+"/v1/check", `{"rule":"r","key":"k"}`, "Authorization", "Bearer "+token)
 	}
 	hup := func(wantLog string) {
 		t.Helper()

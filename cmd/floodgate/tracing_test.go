@@ -39,23 +39,11 @@ const (
 // sub-request, with a traceparent of trace id, and returns the status.
 func tracedRequest(t *testing.T, method, url, trace string) int {
 	t.Helper()
-	var body io.Reader
+	body := ""
 	if method == http.MethodPost {
-		body = strings.NewReader(`{"rule":"login","key":"user-42"}`)
+		body = `{"rule":"login","key":"user-42"}`
 	}
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	return sendStatus(t, method, url, body, "Traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
 }
 
 // consoleSpan is what the console exporter writes of a span (one JSON

@@ -24,6 +24,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/decide"
+	"github.com/floodgate-rl/floodgate/internal/docblock"
 	"github.com/floodgate-rl/floodgate/memory"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
@@ -146,19 +147,10 @@ const (
 
 // writeDocs replaces the leasebench block of the file at path.
 func writeDocs(path, table string, rounds int, d time.Duration, callers, instances int) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	doc := string(data)
-	i, j := strings.Index(doc, docsBegin), strings.Index(doc, docsEnd)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no leasebench block (%q ... %q)", path, docsBegin, docsEnd)
-	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	block := fmt.Sprintf("%s\n\n`go -C bench run ./cmd/leasebench -rounds %d -duration %s` (%s UTC, %d instances x %d callers, load %s): one fixed window per second on one key of the harness's 3+3 Redis Cluster; `memory` is the same three engines on one memory store.\n\n%s\n%s",
-		docsBegin, rounds, d, time.Now().UTC().Format("2006-01-02 15:04"), instances, callers, strings.Join(strings.Fields(string(load))[:3], " "), table, docsEnd)
-	return os.WriteFile(path, []byte(doc[:i]+block+doc[j+len(docsEnd):]), 0o644)
+	body := fmt.Sprintf("\n\n`go -C bench run ./cmd/leasebench -rounds %d -duration %s` (%s UTC, %d instances x %d callers, load %s): one fixed window per second on one key of the harness's 3+3 Redis Cluster; `memory` is the same three engines on one memory store.\n\n%s\n",
+		rounds, d, time.Now().UTC().Format("2006-01-02 15:04"), instances, callers, strings.Join(strings.Fields(string(load))[:3], " "), table)
+	return docblock.Replace(path, docsBegin, docsEnd, body)
 }
 
 type bench struct {
