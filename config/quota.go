@@ -41,6 +41,8 @@ func (c *Config) checkQuota() []error {
 	switch {
 	case q.Interval < 0 || q.Interval > 0 && q.Interval < 10*time.Millisecond:
 		bad("interval", q.Interval.String(), "must be at least 10ms (default 1s; match the filter's reporting_interval)")
+	case q.Interval%(4*time.Microsecond) != 0:
+		bad("interval", q.Interval.String(), fmt.Sprintf("must be a whole number of 4µs (it is shared in four rounds of whole microseconds); try %v", q.Interval.Truncate(time.Millisecond)))
 	}
 	if q.TTL != 0 && (q.TTL%time.Second != 0 || q.TTL <= 2*interval) {
 		bad("ttl", q.TTL.String(), fmt.Sprintf("must be a whole number of seconds longer than two intervals (%v): Envoy applies whole seconds only; try %v", 2*interval, (3*interval+time.Second-1)/time.Second*time.Second))

@@ -13,6 +13,7 @@ func TestEnvoyQuotaErrors(t *testing.T) {
 		want []string
 	}{
 		{"envoy_quota:\n  interval: 5ms\n", []string{"line 2", "envoy_quota.interval", "5ms", "at least 10ms"}},
+		{"envoy_quota:\n  interval: 1.000001s\n", []string{"line 2", "envoy_quota.interval", "1.000001s", "whole number of 4µs", "try 1s"}},
 		{"envoy_quota:\n  ttl: 1500ms\n", []string{"line 2", "envoy_quota.ttl", "1.5s", "whole number of seconds", "try 3s"}},
 		{"envoy_quota:\n  interval: 2s\n  ttl: 3s\n", []string{"line 3", "envoy_quota.ttl", "longer than two intervals (4s)", "try 6s"}},
 		{"envoy_quota:\n  idle: 1s\n", []string{"line 2", "envoy_quota.idle", "at least two intervals"}},

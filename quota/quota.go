@@ -4,18 +4,20 @@
 // a token bucket the server gives it and reports what it admitted and
 // denied.
 //
-// Every instance runs a [Sharer] over its decision engine. Each reporting
-// interval, on the store's own clock, every instance adds its clients'
-// demand for a bucket to one counter in the store (a quarter into the
-// interval) and reads the total back (three quarters in): all instances
-// read the same total, so the parts they hand out, each in proportion to
-// its own clients' demand, add up to the limit's rate. Two store calls per
+// Every instance runs a [Sharer] over its decision engine. Four times per
+// reporting interval, on the store's own clock, every instance adds its
+// clients' demand for a bucket to one counter in the store and, a
+// sixteenth of an interval later, reads the total back: all instances read
+// the same total, so the parts they hand out, each in proportion to its
+// own clients' demand, add up to the limit's rate. Eight store calls per
 // bucket per instance per interval, whatever the number of requests.
 //
-// A share in force changes only when its target moves by more than 2% (more
-// for a small demand, whose estimate is coarse), and targets are set below
-// the exact parts by the same bands, so the shares in force never add up to
-// more than the limit: see docs/ENVOY.md's quota section for the bound.
+// The shares an instance has in force add up to at most 98% of its part
+// (the rest absorbs the full bucket Envoy starts each changed share with);
+// a share changes only when its target moves by more than its client's
+// counting noise (at least 2%) or when the sum needs it, so that noise
+// alone refills no bucket. See docs/ENVOY.md's quota section for the
+// bound.
 package quota
 
 import (
@@ -98,13 +100,29 @@ const (
 	Abandon
 )
 
-// margin is the part of each exact share handed out, and band the relative
-// change of its target below which a share in force stays: (1 + band) ×
-// margin < 1, so the shares in force never add up to more than the limit.
+// margin is the part of the limit handed out (the rest absorbs the full
+// buckets Envoy starts every changed share with), and band the least
+// relative change of a target that changes a share in force: see
+// Sharer.share for how the shares in force are kept within the margin.
 const (
 	margin = 0.98
 	band   = 0.02
 )
+
+// rounds is the number of sharing rounds per interval, and writeAt and
+// readAt where in a round (of the store's clock) each instance adds its
+// demand and reads the total: a report reaches the shares within a
+// quarter of an interval, and every instance has a sixteenth of one to
+// add its demand before any reads.
+const (
+	rounds  = 4
+	writeAt = 5 // eighths of a round
+	readAt  = 7
+)
+
+// dispersed is a token bucket's size, over the dispersion of its client's
+// arrivals, for arrivals at random (Sharer.burst).
+const dispersed = 4
 
 // aggregate is the demand counters' quota: never reached.
 const aggregate = 1 << 40
@@ -115,6 +133,7 @@ type Sharer struct {
 	engine *decide.Engine
 	opts   Options
 	agg    floodgate.Limit // the demand counters' limit
+	round  time.Duration   // a quarter of the interval: the demand counters' window
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -137,7 +156,10 @@ func New(engine *decide.Engine, opts Options) (*Sharer, error) {
 		opts.Interval = DefaultInterval
 	}
 	if opts.Interval < 10*time.Millisecond {
-		return nil, fmt.Errorf("quota: Options.Interval %v is below 10ms: the store calls of one interval must fit in a quarter of it", opts.Interval)
+		return nil, fmt.Errorf("quota: Options.Interval %v is below 10ms: the store calls of a round (a quarter of it) must fit in a sixteenth of it", opts.Interval)
+	}
+	if opts.Interval%(rounds*time.Microsecond) != 0 {
+		return nil, fmt.Errorf("quota: Options.Interval %v must be a whole number of %dµs, so that its rounds are whole microseconds (try %v)", opts.Interval, rounds, opts.Interval.Truncate(time.Millisecond))
 	}
 	if opts.TTL == 0 {
 		opts.TTL = max(time.Second, (3*opts.Interval+time.Second-1)/time.Second*time.Second)
@@ -155,10 +177,12 @@ func New(engine *decide.Engine, opts Options) (*Sharer, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	round := opts.Interval / rounds
 	return &Sharer{
+		round:   round,
 		engine:  engine,
 		opts:    opts,
-		agg:     floodgate.NewLimit(floodgate.FixedWindow, aggregate, opts.Interval),
+		agg:     floodgate.NewLimit(floodgate.FixedWindow, aggregate, round),
 		buckets: map[string]*bucket{},
 		ctx:     ctx,
 		cancel:  cancel,
@@ -338,6 +362,21 @@ func (m *member) report(n int64, now time.Time, interval time.Duration) {
 		m.acc, m.from = int64(float64(m.acc)*(5*interval).Seconds()/span.Seconds()), now.Add(-5*interval)
 	}
 	m.rate = float64(m.acc) / max(now.Sub(m.from), interval/2).Seconds()
+}
+
+// tolerance is how far a target may move from the share in force before
+// the share is changed: twice the estimate's relative noise (the spread of
+// one report over the reports the estimate holds), at least band.
+func (m *member) tolerance(interval time.Duration) float64 {
+	reports := max(1, m.last.Sub(m.from).Seconds()/interval.Seconds())
+	return max(band, 2*math.Sqrt(m.spread/reports))
+}
+
+// dispersion is how randomly m's requests come: the variance of a
+// report's count over its mean, about 1 for Poisson arrivals and 0 for
+// evenly spaced ones.
+func (m *member) dispersion(interval time.Duration) float64 {
+	return m.spread * m.rate * interval.Seconds()
 }
 
 // delivery is a share to give a client, outside the Sharer's lock.

@@ -142,6 +142,7 @@ func TestOptions(t *testing.T) {
 		want string
 	}{
 		{quota.Options{Interval: time.Millisecond}, "below 10ms"},
+		{quota.Options{Interval: 10*time.Millisecond + time.Microsecond}, "whole number of 4µs"},
 		{quota.Options{Interval: time.Second, TTL: 1500 * time.Millisecond}, "whole number of seconds"},
 		{quota.Options{Interval: time.Second, TTL: 2 * time.Second}, "longer than two intervals"},
 		{quota.Options{Interval: time.Second, Idle: time.Second}, "at least two intervals"},
