@@ -12,8 +12,8 @@
 // own clients' demand, add up to the limit's rate. Eight store calls per
 // bucket per instance per interval, whatever the number of requests.
 //
-// The shares an instance has in force add up to at most 98% of its part
-// (the rest absorbs the full bucket Envoy starts each changed share with);
+// The shares an instance has in force add up to 95.5-98% of its part (the
+// rest absorbs the full bucket Envoy starts each changed share with);
 // a share changes only when its target moves by more than its client's
 // counting noise (at least 2%) or when the sum needs it, so that noise
 // alone refills no bucket. See docs/ENVOY.md's quota section for the
@@ -108,6 +108,13 @@ const (
 	margin = 0.98
 	band   = 0.02
 )
+
+// floor is the least part of its budget (margin × its part of the limit)
+// the shares an instance has in force add up to: under it, the shares
+// furthest below their targets are raised. Higher, and noise raises more
+// shares, each a full Envoy bucket (over the limit under random arrivals);
+// lower, and shares set before a shift stay low for longer.
+const floor = 0.975
 
 // rounds is the number of sharing rounds per interval, and writeAt and
 // readAt where in a round (of the store's clock) each instance adds its

@@ -206,8 +206,8 @@ func (s *Sharer) read(end time.Time) {
 // target is within the member's tolerance of it (its estimate's noise, at
 // least 2%), unless the shares would then add up to more than the part
 // (then the shares furthest above their targets are set to them, until the
-// sum fits) or to less than the part less 2% (then those furthest below,
-// while the sum still fits). Every share that changes starts a full bucket
+// sum fits) or to less than floor of it (then those furthest below, while
+// the sum still fits). Every share that changes starts a full bucket
 // on its Envoy, so noise alone changes none.
 func (s *Sharer) share(bk *bucket, part float64, now time.Time) []delivery {
 	var out []delivery
@@ -243,7 +243,7 @@ func (s *Sharer) share(bk *bucket, part float64, now time.Time) []delivery {
 			}
 		}
 	}
-	if low := budget * (1 - band); sum < low {
+	if low := budget * floor; sum < low {
 		slices.SortFunc(plans, func(a, b plan) int {
 			return cmp.Compare(a.excess(), b.excess())
 		})
