@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -159,4 +160,30 @@ func TestOptions(t *testing.T) {
 		t.Errorf("defaults: %+v, want TTL 1s (three intervals, rounded up to a second) and Idle %v", o, quota.DefaultIdle)
 	}
 	s.Close()
+}
+
+// TestOneCallPerSlot: a round whose slots are not whole microseconds (the
+// store's answers round the round's end up, so it is learned a little late)
+// still gets one write and one read per bucket.
+func TestOneCallPerSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := new(atomic.Int64)
+		interval := 10*time.Millisecond + 4*time.Microsecond // rounds of 2,501 µs: a write at 1,563.125 µs in
+		s := newSharer(t, newCounting(memory.New(), calls), quota.Options{Interval: interval, TTL: time.Second, Idle: time.Minute})
+		var r recorder
+		c := s.Join(r.send)
+		b := quota.Bucket{Rule: "r", Key: "k", Limit: floodgate.NewLimit(floodgate.FixedWindow, 1000, time.Second), Failure: decide.FailClosed}
+		c.Report(b, 10)
+		const intervals = 100
+		for range intervals {
+			time.Sleep(interval)
+			c.Report(b, 10)
+		}
+		if got, want := calls.Load(), int64(8*intervals); got > want+8 || got < want-8 {
+			t.Errorf("%d store calls in %d intervals, want %d: a write and a read per round", got, intervals, want)
+		}
+		if _, ok := r.get("r"); !ok {
+			t.Error("no share sent")
+		}
+	})
 }
