@@ -1,6 +1,7 @@
 package quota_test
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -184,6 +185,45 @@ func TestOneCallPerSlot(t *testing.T) {
 		}
 		if _, ok := r.get("r"); !ok {
 			t.Error("no share sent")
+		}
+	})
+}
+
+// slowStore answers every call after a delay, as a store far away does.
+type slowStore struct {
+	floodgate.Store
+	delay time.Duration
+}
+
+func (s slowStore) AllowN(ctx context.Context, key string, l floodgate.Limit, n int64) (floodgate.Decision, error) {
+	time.Sleep(s.delay)
+	return s.Store.AllowN(ctx, key, l, n)
+}
+
+func (slowStore) InProcess() bool { return false }
+
+// TestSlowStoreWritesLandInTime: one replica's store calls take 45 ms, more
+// than the sixteenth of an interval between the writes and the reads; its
+// writes start that much early, so the other replica's reads count its
+// demand and the shares of both add up to no more than the limit.
+func TestSlowStoreWritesLandInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		o := quota.Options{Interval: 500 * time.Millisecond}
+		slow := newSharer(t, slowStore{store, 45 * time.Millisecond}, o)
+		fast := newSharer(t, store, o)
+		b := quota.Bucket{Rule: "r", Key: "k", Limit: floodgate.NewLimit(floodgate.FixedWindow, 1000, time.Second), Failure: decide.FailClosed}
+		var rs, rf recorder
+		cs, cf := slow.Join(rs.send), fast.Join(rf.send)
+		for range 20 {
+			cs.Report(b, 600)
+			cf.Report(b, 600)
+			time.Sleep(o.Interval)
+		}
+		a, _ := rs.get("r")
+		c, _ := rf.get("r")
+		if a.Tokens+c.Tokens > 1000 || a.Tokens < 450 || c.Tokens < 450 {
+			t.Errorf("shares %d (slow replica) + %d (fast) per second of a limit of 1000: want about 490 each", a.Tokens, c.Tokens)
 		}
 	})
 }

@@ -18,14 +18,17 @@ const parallel = 16
 // run is the Sharer's goroutine: in every round of the store's clock (a
 // quarter of an interval), five eighths in it adds this instance's demand
 // for each bucket to the store, seven eighths in it reads every instance's
-// total and shares. Each slot is acted on once, even when the round's end
-// as learned from the store moves a little.
+// total and shares. Each starts early by as long as its kind last took
+// (at most half a round), so that both land in their slots even over a
+// slow store. Each slot is acted on once, even when the round's end as
+// learned from the store moves a little.
 func (s *Sharer) run() {
 	defer close(s.done)
 	t := s.round
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var last time.Time // the slot last acted on
+	var last time.Time        // the slot last acted on
+	var lead [2]time.Duration // of the writes, of the reads
 	for {
 		now := time.Now()
 		end := s.windowEnd(now)
@@ -44,18 +47,25 @@ func (s *Sharer) run() {
 				end, write, at = end.Add(t), true, end.Add(t*writeAt/8)
 			}
 		}
-		timer.Reset(at.Sub(now))
+		kind := 1
+		if write {
+			kind = 0
+		}
+		timer.Reset(at.Add(-lead[kind]).Sub(now))
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-timer.C:
 		}
 		last = at
+		began := time.Now()
 		if write {
 			s.write()
 		} else {
 			s.read(end)
 		}
+		// The slowest of the last few, decaying by a quarter a round.
+		lead[kind] = min(t/2, max(time.Since(began), lead[kind]*3/4))
 	}
 }
 
