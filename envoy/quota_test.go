@@ -343,12 +343,15 @@ func runQuotaShares(t *testing.T, a, b floodgate.Store) {
 		r := e.assigned(id)
 		total += r
 		t.Logf("envoy %d (demand %v/s): assigned %.1f/s", i, demands[i], r)
-		if fair := 1000 * demands[i] / 2000; r < 0.9*fair || r > 1.05*fair {
+		// A share stays while its target is within twice its estimate's
+		// noise, and this runs in real time on a machine that may be
+		// loaded: a late turn of the loop makes a report noisy.
+		if fair := 1000 * demands[i] / 2000; r < 0.85*fair || r > 1.05*fair {
 			t.Errorf("envoy %d assigned %.1f/s, want near its fair part %.0f/s", i, r, fair)
 		}
 	}
-	if total > 1000 || total < 950 {
-		t.Errorf("the assigned rates add up to %.1f/s; want at most the limit (1000/s) and at least 95%% of it", total)
+	if total > 1000 || total < 930 {
+		t.Errorf("the assigned rates add up to %.1f/s; want at most the limit (1000/s) and at least 93%% of it", total)
 	}
 	from := start.Add(run - 2*time.Second)
 	var admitted int

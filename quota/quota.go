@@ -299,6 +299,8 @@ type bucket struct {
 	wrote   int64     // the demand added to the store this interval
 	wroteAt time.Time // the end of the interval it was added in; zero: none
 	failed  bool      // the store could not be asked this interval
+	others  int64     // the other instances' demand at the last round shared
+	held    bool      // the last round kept the shares: the others' demand fell
 }
 
 // member is one client's part in a bucket.

@@ -205,6 +205,17 @@ func (s *Sharer) read(end time.Time) {
 			out = append(out, s.keep(bk, now)...) // the interval ended between: not in step
 			return
 		}
+		// The other instances' demand fell by more than a tenth since the
+		// last round: their write may have landed late, and sharing now
+		// would hand out their part too. Keep the shares in force for a
+		// round; a fall that stays is shared at the next.
+		if others := total - bk.wrote; others < bk.others-bk.others/10 && !bk.held {
+			bk.held = true
+			out = append(out, s.keep(bk, now)...)
+			return
+		} else {
+			bk.held, bk.others = false, others
+		}
 		out = append(out, s.share(bk, float64(bk.wrote)/float64(total), now)...)
 	})
 	deliver(out)
