@@ -302,7 +302,7 @@ func onTwoStores(t *testing.T, run func(t *testing.T, a, b floodgate.Store)) {
 }
 
 func runQuotaShares(t *testing.T, a, b floodgate.Store) {
-	const interval = 250 * time.Millisecond // rounds of 62.5 ms: writes and reads 15.6 ms apart, over a loaded machine's late turns
+	const interval = 500 * time.Millisecond // rounds of 125 ms: writes and reads 31 ms apart, over a loaded machine's late turns
 	o := QuotaOptions{Interval: interval}
 	addrs := []string{}
 	for _, s := range []floodgate.Store{a, b} {
@@ -316,7 +316,7 @@ func runQuotaShares(t *testing.T, a, b floodgate.Store) {
 	}
 	id := map[string]string{"tenant": "acme"}
 	start := time.Now()
-	const run = 4 * time.Second
+	const run = 6 * time.Second
 	var wg sync.WaitGroup
 	for i, e := range envoys {
 		wg.Go(func() {
