@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/loadgen"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -118,7 +118,7 @@ func MemoryBench(allow func(string) bool, w MemoryWorkload, allowed *float64) fu
 		}
 		var next atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
-			lo, size := segment(&next, n)
+			lo, size := loadgen.Segment(&next, n)
 			i, ok := 0, int64(0)
 			for pb.Next() {
 				if allow(keys[lo+i%size]) {
@@ -129,19 +129,4 @@ func MemoryBench(allow func(string) bool, w MemoryWorkload, allowed *float64) fu
 			admitted.Add(ok)
 		})
 	}
-}
-
-// segment returns the share of n keys that the next goroutine of a
-// RunParallel visits: goroutines take disjoint runs of keys, so they never
-// meet on one key's lock (as callers on 100k keys rarely do; goroutines
-// that started apart on one sequence fell into step and waited on each
-// other) and each still reads its entries in the order they were
-// allocated. Fewer keys than goroutines are shared by all.
-func segment(next *atomic.Int64, n int) (lo, size int) {
-	p := runtime.GOMAXPROCS(0)
-	if n < p {
-		return 0, n
-	}
-	g := int(next.Add(1)-1) % p
-	return g * n / p, n / p
 }

@@ -3,7 +3,6 @@ package memory_test
 import (
 	"context"
 	"math/rand/v2"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/algorithmlist"
+	"github.com/floodgate-rl/floodgate/internal/loadgen"
 	"github.com/floodgate-rl/floodgate/memory"
 )
 
@@ -21,20 +21,6 @@ func benchKeys(n int) []string {
 		keys[i] = "user-" + strconv.Itoa(i)
 	}
 	return keys
-}
-
-// segment returns the share of n keys that the next goroutine of a
-// RunParallel visits: goroutines take disjoint runs of keys, so they never
-// meet on one key's lock (as callers on 100k keys rarely do) and each still
-// reads its entries in the order they were allocated. A single key is
-// shared by all.
-func segment(next *atomic.Int64, n int) (lo, size int) {
-	p := runtime.GOMAXPROCS(0)
-	if n < p {
-		return 0, n
-	}
-	g := int(next.Add(1)-1) % p
-	return g * n / p, n / p
 }
 
 // BenchmarkAllow measures one decision on the memory store for each
@@ -67,7 +53,7 @@ func BenchmarkAllow(b *testing.B) {
 				b.ReportAllocs()
 				var next atomic.Int64
 				b.RunParallel(func(pb *testing.PB) {
-					lo, size := segment(&next, len(spread.keys))
+					lo, size := loadgen.Segment(&next, len(spread.keys))
 					i := 0
 					for pb.Next() {
 						_, _ = s.Allow(ctx, spread.keys[lo+i%size], limit)
@@ -106,7 +92,7 @@ func BenchmarkPeerWorkload(b *testing.B) {
 				b.ReportAllocs()
 				var next atomic.Int64
 				b.RunParallel(func(pb *testing.PB) {
-					lo, size := segment(&next, len(keys)) // as peerbench spreads its goroutines
+					lo, size := loadgen.Segment(&next, len(keys)) // as peerbench spreads its goroutines
 					i := 0
 					for pb.Next() {
 						_, _ = s.Allow(ctx, keys[lo+i%size], limit)
@@ -191,7 +177,7 @@ func BenchmarkBatch(b *testing.B) {
 				var next atomic.Int64
 				b.RunParallel(func(pb *testing.PB) {
 					items, results := make([]floodgate.BatchItem, 3), make([]floodgate.BatchResult, 3)
-					lo, size := segment(&next, len(keys))
+					lo, size := loadgen.Segment(&next, len(keys))
 					i := 0
 					for pb.Next() {
 						request(lo+i%size, items)

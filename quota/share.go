@@ -29,23 +29,31 @@ func (s *Sharer) run() {
 	defer timer.Stop()
 	var last time.Time        // the slot last acted on
 	var lead [2]time.Duration // of the writes, of the reads
+	// slot is when the write or the read of the round ending at end lands.
+	slot := func(end time.Time, write bool) time.Time {
+		if write {
+			return end.Add(-t + t*writeAt/8)
+		}
+		return end.Add(-t + t*readAt/8)
+	}
 	for {
 		now := time.Now()
 		end := s.windowEnd(now)
-		write, at := true, end.Add(-t+t*writeAt/8)
+		write := true
 		switch {
-		case now.Before(at):
-		case now.Before(end.Add(-t + t*readAt/8)):
-			write, at = false, end.Add(-t+t*readAt/8)
+		case now.Before(slot(end, true)):
+		case now.Before(slot(end, false)):
+			write = false
 		default:
-			end, at = end.Add(t), end.Add(t*writeAt/8)
+			end = end.Add(t)
 		}
+		at := slot(end, write)
 		for !last.IsZero() && at.Sub(last) < t/8 { // that slot is done: the next
-			if write {
-				write, at = false, end.Add(-t+t*readAt/8)
-			} else {
-				end, write, at = end.Add(t), true, end.Add(t*writeAt/8)
+			if !write {
+				end = end.Add(t)
 			}
+			write = !write
+			at = slot(end, write)
 		}
 		kind := 1
 		if write {
@@ -209,13 +217,13 @@ func (s *Sharer) read(end time.Time) {
 		// last round: their write may have landed late, and sharing now
 		// would hand out their part too. Keep the shares in force for a
 		// round; a fall that stays is shared at the next.
-		if others := total - bk.wrote; others < bk.others-bk.others/10 && !bk.held {
+		others := total - bk.wrote
+		if others < bk.others-bk.others/10 && !bk.held {
 			bk.held = true
 			out = append(out, s.keep(bk, now)...)
 			return
-		} else {
-			bk.held, bk.others = false, others
 		}
+		bk.held, bk.others = false, others
 		out = append(out, s.share(bk, float64(bk.wrote)/float64(total), now)...)
 	})
 	deliver(out)
