@@ -315,7 +315,7 @@ func (e *denial) answer(now int64) floodgate.Decision {
 		// At the retry the bucket holds cost tokens; before it, what it
 		// refills per microsecond less for each microsecond still to go.
 		w, refill := e.limit.Window.Microseconds(), fixedpoint.Refill(e.limit.Quota, e.limit.Refill)
-		unit, perMicro := fixedpoint.Unit(w, refill), fixedpoint.PerMicro(w, refill)
+		unit, perMicro := fixedpoint.Scale(w, refill)
 		if level := e.cost*unit - (e.expires-now)*perMicro; level > 0 {
 			d.Remaining = min(e.cost-1, max(d.Remaining, level/unit))
 		}

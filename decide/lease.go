@@ -268,7 +268,7 @@ func (l *lease) estimate(d *floodgate.Decision, remaining, now int64) {
 		return
 	}
 	w, refill := lim.Window.Microseconds(), fixedpoint.Refill(lim.Quota, lim.Refill)
-	unit, perMicro := fixedpoint.Unit(w, refill), fixedpoint.PerMicro(w, refill)
+	unit, perMicro := fixedpoint.Scale(w, refill)
 	full := lim.Quota * unit
 	level := full
 	if gap := (full - min(full, remaining*unit)) / perMicro; elapsed < gap {

@@ -93,7 +93,7 @@ func (l *lease) untilFits(d floodgate.Decision, granted, cost int64) int64 {
 	}
 	lim := l.key.limit
 	w, refill := lim.Window.Microseconds(), fixedpoint.Refill(lim.Quota, lim.Refill)
-	unit, perMicro := fixedpoint.Unit(w, refill), fixedpoint.PerMicro(w, refill)
+	unit, perMicro := fixedpoint.Scale(w, refill)
 	return (cost*unit + perMicro - 1) / perMicro
 }
 

@@ -135,7 +135,7 @@ func resetAfter(t *testing.T, client rueidis.Client, key string, l floodgate.Lim
 	var us int64
 	switch l.Algorithm {
 	case floodgate.TokenBucket:
-		unit, per := fixedpoint.Unit(w, fixedpoint.Refill(l.Quota, l.Refill)), fixedpoint.PerMicro(w, fixedpoint.Refill(l.Quota, l.Refill))
+		unit, per := fixedpoint.Scale(w, fixedpoint.Refill(l.Quota, l.Refill))
 		us = (l.Quota*unit - f(0) + per - 1) / per
 	case floodgate.FixedWindow:
 		us = f(0) + w - now

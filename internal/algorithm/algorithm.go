@@ -16,6 +16,7 @@ package algorithm
 
 import (
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -59,14 +60,11 @@ type Snapshot struct{ a, b, c int64 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// bucketUnit returns the fixed-point units in one token of bucket l.
-func bucketUnit(l floodgate.Limit) int64 {
-	return fixedpoint.Unit(l.Window.Microseconds(), fixedpoint.Refill(l.Quota, l.Refill))
-}
-
-// bucketPerMicro returns the units bucket l adds per microsecond.
-func bucketPerMicro(l floodgate.Limit) int64 {
-	return fixedpoint.PerMicro(l.Window.Microseconds(), fixedpoint.Refill(l.Quota, l.Refill))
+// bucketScale returns the fixed-point units in one token of bucket l, the
+// units it adds per microsecond, and the units it holds when full.
+func bucketScale(l floodgate.Limit) (unit, perMicro, full int64) {
+	unit, perMicro = fixedpoint.Scale(l.Window.Microseconds(), fixedpoint.Refill(l.Quota, l.Refill))
+	return unit, perMicro, l.Quota * unit
 }
 
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.
@@ -76,13 +74,14 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // (see package fixedpoint) and the time it was last refilled. A key with no
 // state is a full bucket.
 type Bucket struct {
-	Level int64 // tokens * bucketUnit(limit)
+	Level int64 // tokens times the limit's unit (bucketScale)
 	Last  int64 // microseconds since the Unix epoch
 }
 
 // NewBucket returns the state of a key seen for the first time at now: full.
 func NewBucket(l floodgate.Limit, now int64) Bucket {
-	return Bucket{Level: l.Quota * bucketUnit(l), Last: now}
+	_, _, full := bucketScale(l)
+	return Bucket{Level: full, Last: now}
 }
 
 // refilled returns the bucket's level refilled up to now, capped at full
@@ -92,10 +91,12 @@ func NewBucket(l floodgate.Limit, now int64) Bucket {
 func (b *Bucket) refilled(full, perMicro, now int64) (level, last int64) {
 	level, last = min(b.Level, full), b.Last
 	if now > last {
-		if elapsed := now - last; elapsed >= ceilDiv(full-level, perMicro) {
+		// The refill, elapsed × perMicro, overflows no int64: a product
+		// of 64 bits or more fills any bucket (full is under 2^53).
+		if hi, lo := bits.Mul64(uint64(now-last), uint64(perMicro)); hi != 0 || lo >= uint64(full-level) {
 			level = full
 		} else {
-			level += elapsed * perMicro
+			level += int64(lo)
 		}
 		last = now
 	}
@@ -105,9 +106,7 @@ func (b *Bucket) refilled(full, perMicro, now int64) (level, last int64) {
 // Allow refills the bucket up to now and takes n tokens if it holds them. A
 // denied request leaves the state unchanged.
 func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
-	unit := bucketUnit(l)
-	perMicro := bucketPerMicro(l)
-	full := l.Quota * unit
+	unit, perMicro, full := bucketScale(l)
 	level, last := b.refilled(full, perMicro, now)
 	need := n * unit
 	d := floodgate.Decision{Limit: l.Quota}
@@ -125,9 +124,7 @@ func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 
 // Peek reports the bucket's level at now without taking anything.
 func (b *Bucket) Peek(l floodgate.Limit, now int64) floodgate.Decision {
-	unit := bucketUnit(l)
-	perMicro := bucketPerMicro(l)
-	full := l.Quota * unit
+	unit, perMicro, full := bucketScale(l)
 	level, _ := b.refilled(full, perMicro, now)
 	return floodgate.Decision{Allowed: true, Limit: l.Quota, Remaining: level / unit, ResetAfter: micros(ceilDiv(full-level, perMicro))}
 }
@@ -137,9 +134,7 @@ func (b *Bucket) Peek(l floodgate.Limit, now int64) floodgate.Decision {
 // never above its capacity. A bucket it fills is fully replenished: it
 // returns 0.
 func (b *Bucket) Refund(l floodgate.Limit, now, n int64) time.Duration {
-	unit := bucketUnit(l)
-	perMicro := bucketPerMicro(l)
-	full := l.Quota * unit
+	unit, perMicro, full := bucketScale(l)
 	level, last := b.refilled(full, perMicro, now)
 	b.Level, b.Last = min(full, level+n*unit), last
 	return micros(ceilDiv(full-b.Level, perMicro))

@@ -36,6 +36,44 @@ func TestBucketTake(t *testing.T) {
 	}
 }
 
+// TestBucketRefillBounds: a refill reaches full exactly when elapsed ×
+// units per microsecond reaches what is missing, and a product beyond 64
+// bits (the fastest bucket after a long idle) fills it rather than
+// wrapping.
+func TestBucketRefillBounds(t *testing.T) {
+	fast := floodgate.NewTokenBucket(1<<13, 1<<40, time.Millisecond) // 2^37 units a µs
+	slow := floodgate.NewTokenBucket(10, 2, time.Second)             // 0.5 s a token
+	cases := []struct {
+		name      string
+		l         floodgate.Limit
+		elapsed   int64 // after draining the bucket at 1
+		remaining int64 // after taking one at 1+elapsed
+	}{
+		{"one µs short of a token", slow, sec/2 - 1, -1},
+		{"exactly one token", slow, sec / 2, 0},
+		{"exactly full", slow, 5 * sec, 9},
+		{"a µs past full", slow, 5*sec + 1, 9},
+		{"a product of 64 bits", fast, 1 << 27, 1<<13 - 1},
+		{"a product of 100 bits", fast, 1 << 62, 1<<13 - 1},
+	}
+	for _, c := range cases {
+		b := NewBucket(c.l, 1)
+		if d := b.Allow(c.l, 1, c.l.Quota); !d.Allowed {
+			t.Fatalf("%s: draining was denied", c.name)
+		}
+		d := b.Allow(c.l, 1+c.elapsed, 1)
+		if c.remaining < 0 {
+			if d.Allowed {
+				t.Errorf("%s: admitted, want denied", c.name)
+			}
+			continue
+		}
+		if !d.Allowed || d.Remaining != c.remaining {
+			t.Errorf("%s: got %+v, want admitted with %d remaining", c.name, d, c.remaining)
+		}
+	}
+}
+
 func TestCounterRetryIsTheFirstFit(t *testing.T) {
 	// For many states, RetryAfter is the first microsecond at which the
 	// request fits: it fits there and not one microsecond earlier.

@@ -1,16 +1,19 @@
 // Package fixedpoint is the token bucket's exact arithmetic: a bucket that
 // adds refill tokens per window of w microseconds counts its level in units
 // of 1/Unit(w, refill) tokens, so that every microsecond adds exactly
-// PerMicro(w, refill) units, however fractional the rate.
+// perMicro units (both from Scale), however fractional the rate.
 package fixedpoint
 
 // Unit returns the number of fixed-point units in one token of a bucket
 // adding refill tokens every w microseconds: w / gcd(w, refill).
 func Unit(w, refill int64) int64 { return w / GCD(w, refill) }
 
-// PerMicro returns the units such a bucket adds per microsecond:
-// refill / gcd(w, refill).
-func PerMicro(w, refill int64) int64 { return refill / GCD(w, refill) }
+// Scale returns Unit(w, refill) and the units such a bucket adds per
+// microsecond, refill / gcd(w, refill), finding the divisor once.
+func Scale(w, refill int64) (unit, perMicro int64) {
+	g := GCD(w, refill)
+	return w / g, refill / g
+}
 
 // GCD returns the greatest common divisor of a and b, or 1 when both are 0.
 func GCD(a, b int64) int64 {

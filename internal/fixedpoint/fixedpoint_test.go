@@ -11,12 +11,13 @@ func TestUnits(t *testing.T) {
 		{7_000_000, 1, 7_000_000, 1},  // 1 per 7 seconds
 	}
 	for _, c := range cases {
-		if u, p := Unit(c.w, c.refill), PerMicro(c.w, c.refill); u != c.unit || p != c.perMicro {
-			t.Errorf("w=%d refill=%d: unit %d per µs %d, want %d and %d", c.w, c.refill, u, p, c.unit, c.perMicro)
+		u, p := Scale(c.w, c.refill)
+		if u != c.unit || p != c.perMicro || Unit(c.w, c.refill) != u {
+			t.Errorf("w=%d refill=%d: unit %d (Unit %d) per µs %d, want %d and %d", c.w, c.refill, u, Unit(c.w, c.refill), p, c.unit, c.perMicro)
 		}
 		// One window adds exactly refill tokens.
-		if got := c.w * PerMicro(c.w, c.refill); got != c.refill*Unit(c.w, c.refill) {
-			t.Errorf("w=%d refill=%d: a window adds %d units, want %d", c.w, c.refill, got, c.refill*Unit(c.w, c.refill))
+		if got := c.w * p; got != c.refill*u {
+			t.Errorf("w=%d refill=%d: a window adds %d units, want %d", c.w, c.refill, got, c.refill*u)
 		}
 	}
 	if GCD(0, 0) != 1 || GCD(12, 18) != 6 {
