@@ -61,6 +61,7 @@ type envoyBucket struct {
 	filled        time.Time
 	expires       time.Time
 	allowed, deny int64
+	refills       int64 // token buckets started, full
 }
 
 func (b *envoyBucket) apply(sh quota.Share) {
@@ -76,6 +77,7 @@ func (b *envoyBucket) apply(sh quota.Share) {
 	case !b.has || b.blanket != quota.None || sh.Tokens != b.per || sh.Burst != b.burst:
 		b.has, b.blanket, b.per, b.burst = true, quota.None, sh.Tokens, sh.Burst
 		b.tokens, b.filled = float64(sh.Burst), now
+		b.refills++
 	}
 	b.expires = now.Add(sh.TTL)
 }
@@ -132,6 +134,7 @@ type simResult struct {
 	windows    []int64       // admitted per window
 	converged  time.Duration // after the shift, until every share was within 5% of its fair part
 	storeCalls int64
+	refills    int64 // token buckets the clients started, full, on a new share
 	intervals  int64
 }
 
@@ -257,6 +260,11 @@ func simulate(t *testing.T, sc scenario, tm timing, stores []floodgate.Store) si
 		s.Close()
 	}
 	res.windows = windows
+	for _, eb := range buckets {
+		eb.mu.Lock()
+		res.refills += eb.refills
+		eb.mu.Unlock()
+	}
 	res.storeCalls = calls.Load()
 	res.intervals = int64(simRun / simInterval)
 	return res
@@ -347,8 +355,8 @@ func checkSimulation(t *testing.T, sc scenario, tm timing, res simResult) {
 	for i := range sc.clients {
 		demand += sc.demand(i, 0)
 	}
-	t.Logf("admitted per %v window (limit %d): %v; converged after the shift in %v; %d store calls in %d intervals",
-		tm.window, tm.quota, res.windows, res.converged, res.storeCalls, res.intervals)
+	t.Logf("admitted per %v window (limit %d): %v; converged after the shift in %v; %d store calls in %d intervals; %d buckets refilled",
+		tm.window, tm.quota, res.windows, res.converged, res.storeCalls, res.intervals, res.refills)
 	for w, n := range res.windows[1:] {
 		if n > tm.quota*102/100 {
 			t.Errorf("window %d admitted %d, over the limit %d + 2%%", w+1, n, tm.quota)
