@@ -95,8 +95,9 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 			break
 		}
 	}
-	// The time is read holding every entry, as AllowN reads it holding
-	// its one: never older than a state another caller wrote.
+	// The time is read holding every entry: never older than a state
+	// another caller wrote (a single decision takes the later of its
+	// clock read and its entry's last decision instead).
 	now = s.now()
 	for j := range locks {
 		locks[j].snap, locks[j].expires = locks[j].e.save()

@@ -16,7 +16,7 @@ import (
 // TestLockAllUnlocksOnDead: lockAll reports a dropped entry and leaves every
 // entry unlocked.
 func TestLockAllUnlocksOnDead(t *testing.T) {
-	es := []*batchEntry[algorithm.Bucket, *algorithm.Bucket]{{}, {dead: true}, {}}
+	es := []*batchEntry[algorithm.Bucket, *algorithm.Bucket]{{}, {at: droppedAt}, {}}
 	locks := make([]lockedEntry, len(es))
 	for i, e := range es {
 		locks[i] = lockedEntry{e: e, at: e.addr()}

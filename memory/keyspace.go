@@ -62,7 +62,8 @@ func newKeyspace[S any, P state[S]]() keyspace { return new(tables[S, P]) }
 // fully replenished, and a denied one writes nothing.
 func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) floodgate.Decision {
 	st := P(&e.state)
-	e.used = usedAt(now)
+	now = max(now, e.at)
+	e.at = now
 	if e.expires <= now {
 		st.Replenish(l, now)
 	}
@@ -73,7 +74,7 @@ func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) flo
 	return d
 }
 
-// usedAt is an entry's used time at now, in µs since the Unix epoch: units
+// usedAt is an entry's age units at now, in µs since the Unix epoch: units
 // of 2^10 µs (about a millisecond), which wrap every 50 days; ages are
 // differences, so they are right across a wrap.
 func usedAt(now int64) uint32 { return uint32(uint64(now) >> 10) }
@@ -96,14 +97,18 @@ func (o outcome) decision(quota int64) floodgate.Decision {
 }
 
 func (k *tables[S, P]) allow(h uint64, i int, key string, l floodgate.Limit, c clock, n, grace int64) outcome {
-	e := k.shards[i].lockOrInsert(h, key, c, grace)
-	// The time is read holding the key's lock, as Redis reads TIME inside
-	// the script: a caller that read it before waiting for the lock could
-	// decide at a moment older than the state's, and set an expiry before
-	// the key's true one (a window or bucket replenished early).
+	// The time is read before the key's slot in the index, so that the
+	// clock's read and the slot's fetch (often a cache miss) overlap. A
+	// decision is never made at a moment before the key's last one, as
+	// Redis runs scripts in order, each reading TIME: a caller that waited
+	// for the lock while another decided decides at that one's moment (it
+	// would otherwise set an expiry before the key's true one, a window or
+	// bucket replenished early).
 	now := c.now()
+	e := k.shards[i].lockOrInsert(h, key, c, grace)
 	// decide, written out: the compiler does not inline it.
-	e.used = usedAt(now)
+	now = max(now, e.at)
+	e.at = now
 	st := P(&e.state)
 	if e.expires <= now {
 		st.Replenish(l, now)
@@ -198,7 +203,7 @@ func (e *batchEntry[S, P]) addr() uintptr { return uintptr(unsafe.Pointer(e)) }
 
 func (e *batchEntry[S, P]) lockLive() bool {
 	e.mu.Lock()
-	if e.dead {
+	if e.at == droppedAt {
 		e.mu.Unlock()
 		return false
 	}

@@ -56,16 +56,19 @@ type slot[S any] struct {
 
 // entry is one key with its state.
 type entry[S any] struct {
-	mu   sync.Mutex
-	dead bool // dropped by a sweep: written under the table's mu and mu
-	// used is when the key was last decided (usedAt): what a store with a
-	// cap evicts by. It sits in the padding after dead, so entries are no
-	// larger for it.
-	used    uint32
+	mu sync.Mutex
+	// at is the moment of the key's last decision, in microseconds: no
+	// decision on the key is made at an earlier one, and a store with a
+	// cap evicts by it. droppedAt (a sweep or an eviction dropped the
+	// entry) is written under the table's mu and mu.
+	at      int64
 	key     string // never changes
 	expires int64  // microseconds; at or after it, the key is fully replenished
 	state   S
 }
+
+// droppedAt is the at of an entry a sweep or an eviction dropped.
+const droppedAt = math.MinInt64
 
 // probe returns key's entry in ix, locked, or nil if ix has none or only a
 // dead one.
@@ -84,7 +87,7 @@ func (ix *index[S]) probe(h uint64, key string) *entry[S] {
 		// once, for writing, rather than shared and then upgraded.
 		e.mu.Lock()
 		if e.key == key {
-			if e.dead {
+			if e.at == droppedAt {
 				e.mu.Unlock()
 				return nil
 			}
@@ -252,7 +255,7 @@ func (t *table[S]) sweep(now, grace int64) *index[S] {
 // drop marks e dead and forgets it. The caller holds mu and e.mu, and
 // publishes an index without e.
 func (t *table[S]) drop(e *entry[S]) {
-	e.dead = true
+	e.at = droppedAt
 	e.state = *new(S) // release the log's ring now
 	t.live--
 	t.keyBytes -= len(e.key)
@@ -268,7 +271,7 @@ func (t *table[S]) ages(now uint32, dst []uint32) []uint32 {
 		for i := range ix.slots {
 			if e := ix.slots[i].entry.Load(); e != nil {
 				e.mu.Lock()
-				dst = append(dst, now-e.used)
+				dst = append(dst, now-usedAt(e.at))
 				e.mu.Unlock()
 			}
 		}
@@ -291,7 +294,7 @@ func (t *table[S]) evict(now, age uint32, n int) int {
 			continue
 		}
 		e.mu.Lock()
-		if dropped < n && now-e.used >= age {
+		if dropped < n && now-usedAt(e.at) >= age {
 			t.drop(e)
 			dropped++
 		} else {
