@@ -144,6 +144,8 @@ func (k *tables[S, P]) peek(h uint64, i int, key string, l floodgate.Limit, now 
 // the moment it will be (the scripts set the key's expiry).
 func (k *tables[S, P]) refund(h uint64, i int, key string, l floodgate.Limit, now, n int64) {
 	if e := k.shards[i].lock(h, key); e != nil {
+		now = max(now, e.at) // as a decision: never before the key's last one
+		e.at = now
 		if e.expires > now {
 			if reset := P(&e.state).Refund(l, now, n); reset > 0 {
 				e.expires = now + reset.Microseconds()

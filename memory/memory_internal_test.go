@@ -90,30 +90,45 @@ func TestClockBackwards(t *testing.T) {
 
 // TestDecisionsNeverGoBack: a caller that read the clock before another
 // caller's decision on the same key, and then took the key's lock, decides
-// at that decision's moment, as Redis's scripts run in order: deciding at
-// 0.9 s after a decision at 1.5 s gives what a second decision at 1.5 s
-// gives (on a fixed window of 1 per second, it would otherwise count in the
-// window before and admit).
+// (or refunds) at that decision's moment, as Redis's scripts run in order:
+// at 0.9 s after a decision at 1.5 s it gets what it would at 1.5 s.
 func TestDecisionsNeverGoBack(t *testing.T) {
 	ctx := context.Background()
 	base := time.Unix(1_900_000_000, 0)
 	for _, alg := range algorithmlist.All() {
-		limit := floodgate.NewLimit(alg, 1, time.Second)
-		decisions := func(second time.Duration) floodgate.Decision {
-			clock := clocktest.NewManual(base.Add(1500 * time.Millisecond))
-			s := New(WithClock(clock))
-			if d, _ := s.Allow(ctx, "k", limit); !d.Allowed {
-				t.Fatalf("%s: the first decision was denied", alg)
+		for _, refund := range []bool{false, true} {
+			// Decisions at 1.5 s up to the quota, then a decision read at
+			// second, or a refund read at second and a decision at 2 s.
+			limit := floodgate.NewLimit(alg, 1, time.Second)
+			if refund {
+				limit.Quota = 3 // a refund that leaves the key partly used
 			}
-			clock.Set(base.Add(second))
-			d, err := s.Allow(ctx, "k", limit)
-			if err != nil {
-				t.Fatal(err)
+			decisions := func(second time.Duration) floodgate.Decision {
+				clock := clocktest.NewManual(base.Add(1500 * time.Millisecond))
+				s := New(WithClock(clock))
+				for range limit.Quota {
+					if d, _ := s.Allow(ctx, "k", limit); !d.Allowed {
+						t.Fatalf("%s: a first decision was denied", alg)
+					}
+				}
+				clock.Set(base.Add(second))
+				if refund {
+					if err := s.RefundN(ctx, "k", limit, 1); err != nil {
+						t.Fatal(err)
+					}
+					// Before the key's true expiry, after one set from 0.9 s.
+					clock.Set(base.Add(2 * time.Second))
+				}
+				d, err := s.Allow(ctx, "k", limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
 			}
-			return d
-		}
-		if late, same := decisions(900*time.Millisecond), decisions(1500*time.Millisecond); late != same {
-			t.Errorf("%s: a decision read at 0.9 s after one at 1.5 s gave %+v, want %+v (as at 1.5 s)", alg, late, same)
+			late, same := decisions(900*time.Millisecond), decisions(1500*time.Millisecond)
+			if late != same {
+				t.Errorf("%s (refund first: %v): read at 0.9 s after a decision at 1.5 s, gave %+v, want %+v (as at 1.5 s)", alg, refund, late, same)
+			}
 		}
 	}
 }
