@@ -74,7 +74,8 @@ func decide[S any, P state[S]](e *entry[S], l floodgate.Limit, now, n int64) flo
 	return d
 }
 
-// usedAt is an entry's age units at now, in µs since the Unix epoch: units
+// usedAt is the moment now (in µs since the Unix epoch) in the units of an
+// entry's age: units
 // of 2^10 µs (about a millisecond), which wrap every 50 days; ages are
 // differences, so they are right across a wrap.
 func usedAt(now int64) uint32 { return uint32(uint64(now) >> 10) }
@@ -122,18 +123,18 @@ func (k *tables[S, P]) allow(h uint64, i int, key string, l floodgate.Limit, c c
 }
 
 func (k *tables[S, P]) peek(h uint64, i int, key string, l floodgate.Limit, now int64) outcome {
-	var d floodgate.Decision
-	if e := k.shards[i].lock(h, key); e != nil && e.expires > now {
-		d = P(&e.state).Peek(l, now)
-		e.mu.Unlock()
-	} else {
-		if e != nil {
+	if e := k.shards[i].lock(h, key); e != nil {
+		now = max(now, e.at) // as a decision, changing nothing
+		if e.expires > now {
+			d := P(&e.state).Peek(l, now)
 			e.mu.Unlock()
+			return outcome{d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter}
 		}
-		var fresh S // a key never seen, or whose state has expired
-		P(&fresh).Replenish(l, now)
-		d = P(&fresh).Peek(l, now)
+		e.mu.Unlock()
 	}
+	var fresh S // a key never seen, or whose state has expired
+	P(&fresh).Replenish(l, now)
+	d := P(&fresh).Peek(l, now)
 	return outcome{d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter}
 }
 
@@ -144,8 +145,8 @@ func (k *tables[S, P]) peek(h uint64, i int, key string, l floodgate.Limit, now 
 // the moment it will be (the scripts set the key's expiry).
 func (k *tables[S, P]) refund(h uint64, i int, key string, l floodgate.Limit, now, n int64) {
 	if e := k.shards[i].lock(h, key); e != nil {
-		now = max(now, e.at) // as a decision: never before the key's last one
-		e.at = now
+		now = max(now, e.at) // as a decision: never before the key's last one,
+		e.at = now           // and a refund is a use of the key for eviction
 		if e.expires > now {
 			if reset := P(&e.state).Refund(l, now, n); reset > 0 {
 				e.expires = now + reset.Microseconds()

@@ -98,7 +98,7 @@ func WithEvictionGrace(d time.Duration) Option {
 // WithMaxKeys bounds the keys the store holds to about n, whatever their
 // algorithm: when a shard (one of 256, by the key's hash) holds more than
 // its share, n/256 rounded up, the next decision in it evicts its least
-// recently decided quarter, and Stats counts them in Evictions. An evicted
+// recently decided (or refunded) quarter, and Stats counts them in Evictions. An evicted
 // key reads as new when it comes back, so a cap too small for the keys
 // active within their windows lets their clients start afresh: size it for
 // the keys you expect, as a bound on memory against a flood of new keys.

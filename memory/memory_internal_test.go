@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,6 +130,76 @@ func TestDecisionsNeverGoBack(t *testing.T) {
 			if late != same {
 				t.Errorf("%s (refund first: %v): read at 0.9 s after a decision at 1.5 s, gave %+v, want %+v (as at 1.5 s)", alg, refund, late, same)
 			}
+		}
+	}
+}
+
+// stallingClock is a clock whose next read, once armed, blocks after
+// taking the time until released: a caller that read the clock and was
+// descheduled before it took the key's lock.
+type stallingClock struct {
+	mu      sync.Mutex
+	t       time.Time
+	armed   bool
+	read    chan struct{} // closed once the armed read has taken the time
+	release chan struct{}
+}
+
+func (c *stallingClock) Now() time.Time {
+	c.mu.Lock()
+	t, armed := c.t, c.armed
+	c.armed = false
+	c.mu.Unlock()
+	if armed {
+		close(c.read)
+		<-c.release
+	}
+	return t
+}
+
+func (c *stallingClock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// TestStalledCallerAfterSweep: a caller reads the clock at 1.2 s and
+// stalls; another is admitted at 1.5 s; a sweep at 3 s drops the key (no
+// grace). The stalled caller then inserts the key anew and must decide at a
+// moment after the sweep, not at 1.2 s: one admission in [3 s, 4 s) with a
+// quota of 1 per second, not two. And a clock before 1970 decides as any
+// other (a new entry's moment is its insert's, not 0).
+func TestStalledCallerAfterSweep(t *testing.T) {
+	ctx := context.Background()
+	base := time.Unix(1_900_000_000, 0)
+	for _, alg := range algorithmlist.All() {
+		limit := floodgate.NewLimit(alg, 1, time.Second)
+		c := &stallingClock{t: base.Add(1200 * time.Millisecond), armed: true, read: make(chan struct{}), release: make(chan struct{})}
+		s := New(WithClock(c), WithEvictionGrace(0))
+		done := make(chan floodgate.Decision)
+		go func() {
+			d, _ := s.Allow(ctx, "k", limit)
+			done <- d
+		}()
+		<-c.read
+		c.set(base.Add(1500 * time.Millisecond))
+		if d, _ := s.Allow(ctx, "k", limit); !d.Allowed {
+			t.Fatalf("%s: the decision at 1.5 s was denied", alg)
+		}
+		c.set(base.Add(3 * time.Second))
+		s.Sweep()
+		if s.Len() != 0 {
+			t.Fatalf("%s: the sweep kept the key", alg)
+		}
+		close(c.release)
+		stalled := <-done
+		c.set(base.Add(3100 * time.Millisecond))
+		if later, _ := s.Allow(ctx, "k", limit); stalled.Allowed && later.Allowed {
+			t.Errorf("%s: the stalled caller and one at 3.1 s were both admitted under 1 per second", alg)
+		}
+
+		old := clocktest.NewManual(time.Unix(-100, 0))
+		s = New(WithClock(old))
+		_, _ = s.Allow(ctx, "k", limit)
+		old.Advance(10 * time.Second)
+		if d, _ := s.Allow(ctx, "k", limit); !d.Allowed {
+			t.Errorf("%s: before 1970, ten windows later: denied (%+v)", alg, d)
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 // with atomic stores (hash, then entry). Only inserts write to an index,
 // under mu; sweeps and growth build a new index and publish it, sharing the
 // entries. A reader that misses a key looks again under mu in the current
-// index, and one that locks an entry a sweep marked dead looks again too.
+// index, and one that locks an entry a sweep dropped (droppedAt) looks again too.
 // The current index holds at most one live entry per key, so decisions are
 // serialised per key.
 type table[S any] struct {
@@ -57,10 +57,11 @@ type slot[S any] struct {
 // entry is one key with its state.
 type entry[S any] struct {
 	mu sync.Mutex
-	// at is the moment of the key's last decision, in microseconds: no
-	// decision on the key is made at an earlier one, and a store with a
-	// cap evicts by it. droppedAt (a sweep or an eviction dropped the
-	// entry) is written under the table's mu and mu.
+	// at is the moment of the key's last decision or refund (at first,
+	// of its insert), in microseconds: no decision on the key is made at
+	// an earlier one, and a store with a cap evicts by it. droppedAt (a
+	// sweep or an eviction dropped the entry) is written under the
+	// table's mu and mu.
 	at      int64
 	key     string // never changes
 	expires int64  // microseconds; at or after it, the key is fully replenished
@@ -71,7 +72,7 @@ type entry[S any] struct {
 const droppedAt = math.MinInt64
 
 // probe returns key's entry in ix, locked, or nil if ix has none or only a
-// dead one.
+// dropped one.
 func (ix *index[S]) probe(h uint64, key string) *entry[S] {
 	mask := len(ix.slots) - 1
 	for i := int(h) & mask; ; i = (i + 1) & mask {
@@ -98,7 +99,7 @@ func (ix *index[S]) probe(h uint64, key string) *entry[S] {
 }
 
 // find returns key's entry in ix, unlocked, or nil if ix has none. The
-// entry may be dead: the caller checks once it holds the entry's lock.
+// entry may be dropped: the caller checks once it holds the entry's lock.
 func (ix *index[S]) find(h uint64, key string) *entry[S] {
 	mask := len(ix.slots) - 1
 	for i := int(h) & mask; ; i = (i + 1) & mask {
@@ -162,13 +163,16 @@ func (t *table[S]) lockOrInsert(h uint64, key string, c clock, grace int64) *ent
 			return e
 		}
 	}
+	// Read under mu, after any sweep or eviction that dropped key's former
+	// entry: the new entry's first decision is never before that one's.
+	now := c.now()
 	if t.live >= max(minSweep, t.sweepAt) {
-		ix = t.sweep(c.now(), grace)
+		ix = t.sweep(now, grace)
 	}
 	if ix == nil || 4*(t.live+1) > 3*len(ix.slots) {
 		ix = t.rebuild(slotsFor(2 * (t.live + 1)))
 	}
-	e := &entry[S]{key: key, expires: math.MinInt64}
+	e := &entry[S]{key: key, expires: math.MinInt64, at: now}
 	e.mu.Lock()
 	ix.put(h, e)
 	t.live++
@@ -209,7 +213,7 @@ func slotsFor(n int) int {
 }
 
 // rebuild publishes a copy of the current index with n slots, and returns
-// it. The caller holds mu, so the current index holds no dead entry.
+// it. The caller holds mu, so the current index holds no dropped entry.
 func (t *table[S]) rebuild(n int) *index[S] {
 	ix := &index[S]{slots: make([]slot[S], n)}
 	if old := t.index.Load(); old != nil {
@@ -252,7 +256,7 @@ func (t *table[S]) sweep(now, grace int64) *index[S] {
 	return ix
 }
 
-// drop marks e dead and forgets it. The caller holds mu and e.mu, and
+// drop marks e dropped (droppedAt) and forgets it. The caller holds mu and e.mu, and
 // publishes an index without e.
 func (t *table[S]) drop(e *entry[S]) {
 	e.at = droppedAt
@@ -264,8 +268,9 @@ func (t *table[S]) drop(e *entry[S]) {
 	}
 }
 
-// ages appends to dst how long ago each entry of the table was decided, in
-// usedAt's units, at now. The caller holds mu.
+// ages appends to dst how long ago each entry of the table was last used
+// (decided, refunded or inserted: its at), in usedAt's units, at now. The
+// caller holds mu.
 func (t *table[S]) ages(now uint32, dst []uint32) []uint32 {
 	if ix := t.index.Load(); ix != nil {
 		for i := range ix.slots {
