@@ -277,7 +277,8 @@ func simulate(t *testing.T, sc scenario, tm timing, stores []floodgate.Store) si
 // admits at most the limit + 2%; when the demand exceeds the limit at least
 // 95% of it is used; after a shift, at any moment of an interval, the
 // shares are back to their fair parts within two intervals; store calls
-// are eight per bucket per replica per interval, whatever the requests.
+// are eight per bucket per replica per interval, whatever the requests;
+// shares change (each a full bucket) in under 0.4 of a client's intervals.
 func TestSimulation(t *testing.T) {
 	var scenarios []scenario
 	// The swap, at eight moments of a reporting interval: the heavy
@@ -374,6 +375,12 @@ func checkSimulation(t *testing.T, sc scenario, tm timing, res simResult) {
 	// (docs/ENVOY.md).
 	if sc.shift > 0 && (res.converged < 0 || res.converged > 2*tm.interval+tm.interval/10) {
 		t.Errorf("after the shift the shares converged in %v, want within 2 intervals (%v)", res.converged, 2*tm.interval)
+	}
+	// A changed share refills its client's bucket, which the margin
+	// absorbs: noise alone must not change shares at every report (Poisson
+	// arrivals refill about 0.3 per client per interval, even ones 0.06).
+	if most := 4 * int64(sc.clients) * res.intervals / 10; res.refills > most {
+		t.Errorf("%d buckets refilled, want at most %d: 0.4 per client per interval", res.refills, most)
 	}
 	// Two per replica per round, four rounds per interval.
 	if want := 8 * int64(sc.replicas) * res.intervals; res.storeCalls > want+int64(8*sc.replicas) {
