@@ -11,8 +11,8 @@ import (
 // decision locks only its key's entry, so a warm key's decision writes one
 // cache line (lock and state together) and reads the index without a lock.
 //
-// The index is an open-addressing hash table (linear probing, at most three
-// quarters full) of slots, each a hash and an entry pointer, written once
+// The index is an open-addressing hash table (linear probing, at most seven
+// eighths full) of slots, each a hash and an entry pointer, written once
 // with atomic stores (hash, then entry). Only inserts write to an index,
 // under mu; sweeps and growth build a new index and publish it, sharing the
 // entries. A reader that misses a key looks again under mu in the current
@@ -147,8 +147,10 @@ func (t *table[S]) lock(h uint64, key string) *entry[S] {
 // lockOrInsert returns key's entry, locked, adding it if the table has
 // none: a new entry has a zero state and has expired at the start of time,
 // so it reads as a key never seen. An insert first sweeps if the table has
-// doubled since the last sweep, and grows the index if it is three quarters
-// full.
+// doubled since the last sweep, and grows the index (doubling it) once it
+// would be more than seven eighths full: a fuller index holds the keys in
+// fewer cache lines and pages, which the decisions on many keys gain more
+// from than inserts lose in longer probes (docs/PERFORMANCE.md).
 func (t *table[S]) lockOrInsert(h uint64, key string, c clock, grace int64) *entry[S] {
 	if ix := t.index.Load(); ix != nil {
 		if e := ix.probe(h, key); e != nil {
@@ -169,7 +171,7 @@ func (t *table[S]) lockOrInsert(h uint64, key string, c clock, grace int64) *ent
 	if t.live >= max(minSweep, t.sweepAt) {
 		ix = t.sweep(now, grace)
 	}
-	if ix == nil || 4*(t.live+1) > 3*len(ix.slots) {
+	if ix == nil || 8*(t.live+1) > 7*len(ix.slots) {
 		ix = t.rebuild(slotsFor(2 * (t.live + 1)))
 	}
 	e := &entry[S]{key: key, expires: math.MinInt64, at: now}
@@ -345,8 +347,8 @@ func (t *table[S]) usage(h uint64, key string, extra func(*S) int) int {
 		return 0
 	}
 	defer e.mu.Unlock()
-	// The entry, and its slot at the index's typical load of one half.
-	n := len(key) + int(unsafe.Sizeof(*e)) + 2*int(unsafe.Sizeof(slot[S]{}))
+	// The entry, and its slots at the index's typical load of two thirds.
+	n := len(key) + int(unsafe.Sizeof(*e)) + 3*int(unsafe.Sizeof(slot[S]{}))/2
 	if extra != nil {
 		n += extra(&e.state)
 	}
