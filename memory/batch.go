@@ -67,7 +67,6 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 	if len(items) > batchInline {
 		batch, locks = make([]batchItem, 0, len(items)), make([]lockedEntry, 0, len(items))
 	}
-	now := s.now()
 	for i, it := range items {
 		d, err := limitcheck.Item(it.Limit, it.Cost)
 		results[i] = floodgate.BatchResult{Decision: d, Err: err}
@@ -87,7 +86,7 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 				continue
 			}
 			b := &batch[i]
-			b.e = s.keyspaces[it.Limit.Algorithm].entry(b.hash, b.shard, it.Key, now, s.grace, slow)
+			b.e = s.keyspaces[it.Limit.Algorithm].entry(b.hash, b.shard, it.Key, s, s.grace, slow)
 			locks = append(locks, lockedEntry{e: b.e, at: b.e.addr()})
 		}
 		locks = sortEntries(locks)
@@ -98,7 +97,7 @@ func (s *Store) AllowBatch(_ context.Context, items []floodgate.BatchItem, resul
 	// The time is read holding every entry: never older than a state
 	// another caller wrote (a single decision takes the later of its
 	// clock read and its entry's last decision instead).
-	now = s.now()
+	now := s.now()
 	for j := range locks {
 		locks[j].snap, locks[j].expires = locks[j].e.save()
 	}

@@ -22,7 +22,7 @@ type keyspace interface {
 	usage(h uint64, i int, key string) int
 	// entry returns key's entry for a batch, unlocked, adding it if it is
 	// missing. With slow set it looks under the table's lock.
-	entry(h uint64, i int, key string, now, grace int64, slow bool) held
+	entry(h uint64, i int, key string, c clock, grace int64, slow bool) held
 	// shard returns the table of shard i, for the store's caps and sweeps.
 	shard(i int) shardTable
 	// setCounters points each shard's table at its counter of keys.
@@ -35,7 +35,7 @@ type shardTable interface {
 	lockTable()
 	unlockTable()
 	ages(now uint32, dst []uint32) []uint32
-	evict(now, age uint32, n int) int
+	evict(now, minAge uint32, n int) int
 	sweepAll(now, grace int64)
 	stats() (keys, keyBytes int)
 }
@@ -178,8 +178,8 @@ func (k *tables[S, P]) usage(h uint64, i int, key string) int {
 	return k.shards[i].usage(h, key, func(s *S) int { return P(s).Usage() })
 }
 
-func (k *tables[S, P]) entry(h uint64, i int, key string, now, grace int64, slow bool) held {
-	return (*batchEntry[S, P])(k.shards[i].entry(h, key, now, grace, slow))
+func (k *tables[S, P]) entry(h uint64, i int, key string, c clock, grace int64, slow bool) held {
+	return (*batchEntry[S, P])(k.shards[i].entry(h, key, c, grace, slow))
 }
 
 func (k *tables[S, P]) shard(i int) shardTable { return &k.shards[i] }

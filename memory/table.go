@@ -186,17 +186,27 @@ func (t *table[S]) lockOrInsert(h uint64, key string, c clock, grace int64) *ent
 }
 
 // entry returns key's entry, unlocked, adding it if the table has none (as
-// lockOrInsert). With slow set, or if the index it reads misses the key, it
-// looks under mu, in the current index.
-func (t *table[S]) entry(h uint64, key string, now, grace int64, slow bool) *entry[S] {
+// lockOrInsert, reading c under mu). With slow set, or if the index it reads
+// misses the key, it looks under mu, in the current index.
+func (t *table[S]) entry(h uint64, key string, c clock, grace int64, slow bool) *entry[S] {
 	if ix := t.index.Load(); ix != nil && !slow {
 		if e := ix.find(h, key); e != nil {
 			return e
 		}
 	}
-	e := t.lockOrInsert(h, key, fixedClock(now), grace)
+	e := t.lockOrInsert(h, key, c, grace)
 	e.mu.Unlock()
 	return e
+}
+
+// age is how long before now (in usedAt's units) an entry was last used at
+// at: 0 for a use after now, which a decision that read the clock after
+// the eviction's caller makes.
+func age(now uint32, at int64) uint32 {
+	if a := now - usedAt(at); int32(a) > 0 {
+		return a
+	}
+	return 0
 }
 
 // fixedClock is a clock that always reads the same time.
@@ -278,7 +288,7 @@ func (t *table[S]) ages(now uint32, dst []uint32) []uint32 {
 		for i := range ix.slots {
 			if e := ix.slots[i].entry.Load(); e != nil {
 				e.mu.Lock()
-				dst = append(dst, now-usedAt(e.at))
+				dst = append(dst, age(now, e.at))
 				e.mu.Unlock()
 			}
 		}
@@ -286,9 +296,9 @@ func (t *table[S]) ages(now uint32, dst []uint32) []uint32 {
 	return dst
 }
 
-// evict drops up to n entries last decided at least age ago (at now, in
+// evict drops up to n entries last used at least minAge ago (at now, in
 // usedAt's units), and returns how many it dropped. The caller holds mu.
-func (t *table[S]) evict(now, age uint32, n int) int {
+func (t *table[S]) evict(now, minAge uint32, n int) int {
 	old := t.index.Load()
 	if old == nil || n <= 0 {
 		return 0
@@ -301,7 +311,7 @@ func (t *table[S]) evict(now, age uint32, n int) int {
 			continue
 		}
 		e.mu.Lock()
-		if dropped < n && now-usedAt(e.at) >= age {
+		if dropped < n && age(now, e.at) >= minAge {
 			t.drop(e)
 			dropped++
 		} else {

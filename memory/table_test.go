@@ -95,6 +95,19 @@ func TestTableModel(t *testing.T) {
 		if tb.len() != len(model) {
 			t.Fatalf("step %d: len %d, want %d", step, tb.len(), len(model))
 		}
+		// The index holds the live entries and no more, and is never more
+		// than seven eighths full: a probe always meets an empty slot.
+		if ix := tb.index.Load(); ix != nil {
+			filled := 0
+			for i := range ix.slots {
+				if ix.slots[i].entry.Load() != nil {
+					filled++
+				}
+			}
+			if filled != tb.live || 8*filled > 7*len(ix.slots) {
+				t.Fatalf("step %d: %d of %d slots filled for %d live entries", step, filled, len(ix.slots), tb.live)
+			}
+		}
 		for i, k := range keys {
 			e := tb.lock(hash(i), k)
 			w, ok := model[i]
