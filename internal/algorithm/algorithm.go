@@ -353,8 +353,8 @@ func (s *Counter) Peek(l floodgate.Limit, now int64) floodgate.Decision {
 //
 // The zero value is an empty log.
 type Log struct {
-	ring  []int64
-	head  int // index of the oldest entry
+	ring  []int64 // its length a power of two, so that an index wraps by a mask
+	head  int     // index of the oldest entry
 	count int
 }
 
@@ -364,7 +364,7 @@ func (g *Log) Len() int { return g.count }
 // Usage returns the bytes of the ring buffer.
 func (g *Log) Usage() int { return 8 * cap(g.ring) }
 
-func (g *Log) at(i int) int64 { return g.ring[(g.head+i)%len(g.ring)] }
+func (g *Log) at(i int) int64 { return g.ring[(g.head+i)&(len(g.ring)-1)] }
 
 // Newest returns the time of the newest entry, or 0 if the log is empty.
 func (g *Log) Newest() int64 {
@@ -378,7 +378,7 @@ func (g *Log) Newest() int64 {
 // at or before now-w.
 func (g *Log) Expire(w, now int64) {
 	for g.count > 0 && g.ring[g.head] <= now-w {
-		g.head = (g.head + 1) % len(g.ring)
+		g.head = (g.head + 1) & (len(g.ring) - 1)
 		g.count--
 	}
 	if g.count == 0 {
@@ -390,7 +390,7 @@ func (g *Log) push(t int64) {
 	if g.count == len(g.ring) {
 		g.resize(max(4, 2*len(g.ring)))
 	}
-	g.ring[(g.head+g.count)%len(g.ring)] = t
+	g.ring[(g.head+g.count)&(len(g.ring)-1)] = t
 	g.count++
 }
 
@@ -483,11 +483,19 @@ func (g *Log) Restore(s Snapshot) {
 // buffer (after a burst ended), keeping memory proportional to use.
 func (g *Log) shrink() {
 	if len(g.ring) > 8 && g.count <= len(g.ring)/4 {
-		g.resize(max(4, 2*g.count))
+		g.resize(ringSize(2 * g.count))
 	}
 }
 
-// resize moves the entries to a ring of n slots.
+// ringSize is the least power of two at or above n, and at least 4.
+func ringSize(n int) int {
+	if n <= 4 {
+		return 4
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// resize moves the entries to a ring of n slots, a power of two.
 func (g *Log) resize(n int) {
 	ring := make([]int64, n)
 	for i := range g.count {

@@ -1,6 +1,7 @@
 package algorithm
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -101,6 +102,61 @@ func TestCounterRetryIsTheFirstFit(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLogRingMatchesModel: a log's ring, grown, wrapped, shrunk and
+// refunded at random, holds what a plain slice of the same entries does,
+// and its length stays a power of two, which its index masks rely on.
+func TestLogRingMatchesModel(t *testing.T) {
+	const w, quota = 100, 64
+	l := floodgate.NewLimit(floodgate.SlidingWindowLog, quota, w*time.Microsecond)
+	r := rand.New(rand.NewPCG(1, 2))
+	var g Log
+	var want []int64
+	now := int64(1)
+	sizes := map[int]bool{}
+	for step := range 200_000 {
+		if r.IntN(50) == 0 {
+			now += r.Int64N(3 * w) // a quiet spell: most entries leave, the ring shrinks
+		} else {
+			now += r.Int64N(3)
+		}
+		n := 1 + r.Int64N(8)
+		if r.IntN(6) == 0 {
+			g.Refund(l, now, n)
+			want = want[:max(0, len(want)-int(n))]
+		} else {
+			d := g.Allow(l, now, n)
+			want = slices.DeleteFunc(want, func(at int64) bool { return at <= now-w })
+			if fits := int64(len(want))+n <= quota; d.Allowed != fits {
+				t.Fatalf("step %d: admitted %v with %d entries and a cost of %d", step, d.Allowed, len(want), n)
+			}
+			if d.Allowed {
+				first := now
+				if len(want) > 0 {
+					first = max(now, want[len(want)-1]+1)
+				}
+				for i := range n {
+					want = append(want, first+i)
+				}
+			}
+		}
+		if size := len(g.ring); size&(size-1) != 0 || size > 0 && size < 4 {
+			t.Fatalf("step %d: a ring of %d slots", step, size)
+		}
+		sizes[len(g.ring)] = true
+		if g.Len() != len(want) {
+			t.Fatalf("step %d: %d entries, want %d", step, g.Len(), len(want))
+		}
+		for i, at := range want {
+			if got := g.at(i); got != at {
+				t.Fatalf("step %d: entry %d at %d, want %d", step, i, got, at)
+			}
+		}
+	}
+	if !sizes[4] || !sizes[16] || !sizes[64] {
+		t.Errorf("ring sizes seen %v: want 4 through 64 (growth and shrinks)", sizes)
 	}
 }
 
