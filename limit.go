@@ -42,6 +42,7 @@ package floodgate
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -255,6 +256,11 @@ func (l Limit) Validate() error {
 		return badRefill("must not be negative")
 	case l.Refill > maxQuota:
 		return badRefill(fmt.Sprintf("must be at most %d", int64(maxQuota)))
+	}
+	// A unit is at most the window in microseconds: when the window times
+	// the quota is exact, so is every level, and no divisor need be found.
+	if hi, lo := bits.Mul64(uint64(l.Window.Microseconds()), uint64(l.Quota)); hi == 0 && lo <= maxExact {
+		return nil
 	}
 	if unit := fixedpoint.Unit(l.Window.Microseconds(), fixedpoint.Refill(l.Quota, l.Refill)); unit > maxExact/l.Quota {
 		return badQuota(fmt.Sprintf("times the refill period (%s per %d tokens) is too large for exact token arithmetic; use a smaller capacity or a faster refill", l.Window, fixedpoint.Refill(l.Quota, l.Refill)))

@@ -3,6 +3,7 @@ package floodgate
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func TestAlgorithmText(t *testing.T) {
@@ -23,5 +24,33 @@ func TestAlgorithmText(t *testing.T) {
 	}
 	if _, err := Algorithm(0).MarshalText(); err == nil {
 		t.Fatal("MarshalText of the zero Algorithm succeeded")
+	}
+}
+
+// TestValidateExactArithmetic: a token bucket is valid while its capacity
+// in fixed-point units is at most 2^53, whatever the window times the
+// capacity (which Validate checks first, to skip the divisor when it fits).
+func TestValidateExactArithmetic(t *testing.T) {
+	const days300 = 300 * 24 * time.Hour
+	cases := []struct {
+		name  string
+		limit Limit
+		valid bool
+	}{
+		{"window times capacity fits", NewTokenBucket(1000, 1000, time.Hour), true},
+		{"window times capacity over 2^53, units within", NewTokenBucket(1<<20, 1<<20, days300), true},
+		{"units exactly 2^53", NewTokenBucket(1<<20, 1, 1<<33*time.Microsecond), true},
+		{"units one token-unit over 2^53", NewTokenBucket(1<<20, 1, (1<<33+1)*time.Microsecond), false},
+		{"units far over", NewTokenBucket(1<<40, 1, days300), false},
+	}
+	for _, c := range cases {
+		err := c.limit.Validate()
+		if c.valid != (err == nil) {
+			t.Errorf("%s: Validate() = %v, want valid %v", c.name, err, c.valid)
+		}
+		var le *LimitError
+		if err != nil && (!errors.As(err, &le) || le.Field != "Quota") {
+			t.Errorf("%s: Validate() = %v, want a LimitError on Quota", c.name, err)
+		}
 	}
 }

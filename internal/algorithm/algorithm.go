@@ -70,6 +70,16 @@ func bucketScale(l floodgate.Limit) (unit, perMicro, full int64) {
 // ceilDiv returns ceil(a/b) for a >= 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// perMicros returns the microseconds a bucket adding perMicro units a
+// microsecond takes to add units: most rates add one a microsecond, and
+// need no division.
+func perMicros(units, perMicro int64) int64 {
+	if perMicro == 1 {
+		return units
+	}
+	return ceilDiv(units, perMicro)
+}
+
 // Bucket is the state of one token bucket: its level in fixed-point units
 // (see package fixedpoint) and the time it was last refilled. A key with no
 // state is a full bucket.
@@ -115,10 +125,10 @@ func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 		d.Allowed = true
 		b.Level, b.Last = level, last
 	} else {
-		d.RetryAfter = micros(ceilDiv(need-level, perMicro))
+		d.RetryAfter = micros(perMicros(need-level, perMicro))
 	}
 	d.Remaining = level / unit
-	d.ResetAfter = micros(ceilDiv(full-level, perMicro))
+	d.ResetAfter = micros(perMicros(full-level, perMicro))
 	return d
 }
 
@@ -126,7 +136,7 @@ func (b *Bucket) Allow(l floodgate.Limit, now, n int64) floodgate.Decision {
 func (b *Bucket) Peek(l floodgate.Limit, now int64) floodgate.Decision {
 	unit, perMicro, full := bucketScale(l)
 	level, _ := b.refilled(full, perMicro, now)
-	return floodgate.Decision{Allowed: true, Limit: l.Quota, Remaining: level / unit, ResetAfter: micros(ceilDiv(full-level, perMicro))}
+	return floodgate.Decision{Allowed: true, Limit: l.Quota, Remaining: level / unit, ResetAfter: micros(perMicros(full-level, perMicro))}
 }
 
 // Refund puts n tokens back, as if a request of cost n admitted just now had
@@ -137,7 +147,7 @@ func (b *Bucket) Refund(l floodgate.Limit, now, n int64) time.Duration {
 	unit, perMicro, full := bucketScale(l)
 	level, last := b.refilled(full, perMicro, now)
 	b.Level, b.Last = min(full, level+n*unit), last
-	return micros(ceilDiv(full-b.Level, perMicro))
+	return micros(perMicros(full-b.Level, perMicro))
 }
 
 // Replenish fills the bucket as of now.

@@ -11,6 +11,9 @@ func Unit(w, refill int64) int64 { return w / GCD(w, refill) }
 // Scale returns Unit(w, refill) and the units such a bucket adds per
 // microsecond, refill / gcd(w, refill), finding the divisor once.
 func Scale(w, refill int64) (unit, perMicro int64) {
+	if refill > 0 && w%refill == 0 { // the common case: one division (the quotient comes with the remainder)
+		return w / refill, 1
+	}
 	g := GCD(w, refill)
 	return w / g, refill / g
 }
