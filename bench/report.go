@@ -105,16 +105,17 @@ func (r MemResult) Of(f func(MemSample) float64) Stat {
 
 // Figures of a sample, for Of.
 var (
-	decRate  = func(s Sample) float64 { return s.Rate() }
-	p50      = func(s Sample) float64 { return ms(s.P50) }
-	p99      = func(s Sample) float64 { return ms(s.P99) }
-	p999     = func(s Sample) float64 { return ms(s.P999) }
-	cpu100k  = func(s Sample) float64 { return s.CPUPer100k() }
-	script   = func(s Sample) float64 { return s.ScriptsPer100k() }
-	cmdsPer  = func(s Sample) float64 { return s.CommandsPerDecision() }
-	allocs   = func(s Sample) float64 { return s.AllocsPerDecision() }
-	admitted = func(s Sample) float64 { return s.AllowedShare() }
-	errs     = func(s Sample) float64 { return float64(s.Errors) }
+	decRate   = func(s Sample) float64 { return s.Rate() }
+	p50       = func(s Sample) float64 { return ms(s.P50) }
+	p99       = func(s Sample) float64 { return ms(s.P99) }
+	p999      = func(s Sample) float64 { return ms(s.P999) }
+	cpu100k   = func(s Sample) float64 { return s.CPUPer100k() }
+	script    = func(s Sample) float64 { return s.ScriptsPer100k() }
+	clientCPU = func(s Sample) float64 { return s.ClientCPUPer100k() }
+	cmdsPer   = func(s Sample) float64 { return s.CommandsPerDecision() }
+	allocs    = func(s Sample) float64 { return s.AllocsPerDecision() }
+	admitted  = func(s Sample) float64 { return s.AllowedShare() }
+	errs      = func(s Sample) float64 { return float64(s.Errors) }
 )
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -396,7 +397,70 @@ func (r *Report) writeTargets(p *printer) {
 		}
 		p.f("")
 	}
+	r.writeCPUBounds(p)
 	r.writeFloors(p)
+}
+
+// totalCPU100k is a sample's CPU seconds per 100,000 decisions, Redis's
+// and this process's together, or -1 when either is not measured.
+func totalCPU100k(s Sample) float64 {
+	rc, cc := s.CPUPer100k(), s.ClientCPUPer100k()
+	if rc < 0 || cc < 0 {
+		return -1
+	}
+	return rc + cc
+}
+
+// writeCPUBounds prints, for every target cell, the CPU per decision of
+// floodgate and of the two peers, Redis's and this process's together, and
+// the cores each kept busy: with every core busy, a contender decides as
+// many times more per second as it spends less CPU per decision, whatever
+// the code on either side does.
+func (r *Report) writeCPUBounds(p *printer) {
+	backends, workloads, _ := r.cells()
+	type cell struct {
+		b, w string
+		c    int
+		fg   RedisResult
+	}
+	var cells []cell
+	for _, b := range backends {
+		for _, w := range workloads {
+			for _, c := range TargetConcurrencies {
+				for _, id := range []string{"fg-tb", "fg-swl"} {
+					if fg, ok := r.find(b, w, c, id); ok && fg.Of(totalCPU100k).Med >= 0 {
+						cells = append(cells, cell{b, w, c, fg})
+					}
+				}
+			}
+		}
+	}
+	if len(cells) == 0 {
+		return
+	}
+	p.f("What bounds each cell: CPU seconds per 100,000 decisions, Redis's (every node) and this process's (the callers and the client library) together, with the cores the two kept busy (medians over the rounds). Redis, the callers and the client share the machine's %d cores: where they are all busy, a contender decides per second at most as many times more than another as it spends less CPU per decision. \"CPU allows\" is that ratio, the peer's CPU per decision over floodgate's; a cell whose ratio is under the target cannot meet it on this machine while both keep the cores busy, whatever either spends its CPU on.", r.Meta.CPUs)
+	p.f("")
+	p.f("| backend | workload | callers | floodgate | CPU s/100k (Redis + client) | cores busy | redis_rate CPU | cores busy | CPU allows vs redis_rate | ulule CPU | cores busy | CPU allows vs ulule |")
+	p.f("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	cores := func(s Sample) float64 { return s.CoresBusy() }
+	for _, c := range cells {
+		fgCPU := c.fg.Of(totalCPU100k).Med
+		fgRedis, fgClient := c.fg.Of(cpu100k).Med, c.fg.Of(func(s Sample) float64 { return s.ClientCPUPer100k() }).Med
+		peer := func(id string) (cpu, busy, allows string) {
+			x, ok := r.find(c.b, c.w, c.c, id)
+			if !ok || x.Of(totalCPU100k).Med < 0 {
+				return "–", "–", "–"
+			}
+			pc := x.Of(totalCPU100k).Med
+			return fmtFloat(pc, 2), fmtFloat(x.Of(cores).Med, 2), fmtRatio(pc / fgCPU)
+		}
+		rrCPU, rrBusy, rrAllows := peer("redis_rate")
+		ulCPU, ulBusy, ulAllows := peer("ulule")
+		p.f("| %s | %s | %d | %s | %s (%s + %s) | %s | %s | %s | %s | %s | %s | %s |", c.b, c.w, c.c, c.fg.Name,
+			fmtFloat(fgCPU, 2), fmtFloat(fgRedis, 2), fmtFloat(fgClient, 2), fmtFloat(c.fg.Of(cores).Med, 2),
+			rrCPU, rrBusy, rrAllows, ulCPU, ulBusy, ulAllows)
+	}
+	p.f("")
 }
 
 type cpuVerdict struct {
@@ -427,14 +491,14 @@ func (r *Report) writeRedis(p *printer, imgDir string) {
 		p.f("![p99 latency by callers](%s/%s.png)", imgDir, ChartP99)
 		p.f("")
 	}
-	p.f("Columns: decisions/s (median, and the range over the rounds); latency of one call as the caller sees it (p50, p99, p99.9, ms); Redis CPU seconds per 100,000 decisions (`INFO cpu`, user + sys, summed over every node, the cluster's replicas included) and the time spent inside scripts (the `usec` of EVAL and EVALSHA in `INFO commandstats`, which Redis measures in wall-clock time: on a busy machine it includes moments Redis waited for a core; the rest of the CPU goes to reading requests, writing replies and the event loop); Redis commands processed per decision (`INFO stats`, summed the same way: more than the contender sends means other clients used the server during the run, or replicas applying writes); Go heap allocations per decision (the whole process: caller, client library and its goroutines); the share of decisions that admitted; calls that failed.")
+	p.f("Columns: decisions/s (median, and the range over the rounds); latency of one call as the caller sees it (p50, p99, p99.9, ms); Redis CPU seconds per 100,000 decisions (`INFO cpu`, user + sys, summed over every node, the cluster's replicas included) and the time spent inside scripts (the `usec` of EVAL and EVALSHA in `INFO commandstats`, which Redis measures in wall-clock time: on a busy machine it includes moments Redis waited for a core; the rest of the CPU goes to reading requests, writing replies and the event loop); this process's CPU seconds per 100,000 decisions (`getrusage`, user + sys: the callers, the client library and its goroutines); Redis commands processed per decision (`INFO stats`, summed the same way: more than the contender sends means other clients used the server during the run, or replicas applying writes); Go heap allocations per decision (the whole process: caller, client library and its goroutines); the share of decisions that admitted; calls that failed.")
 	p.f("")
 	for _, b := range backends {
 		for _, w := range workloads {
 			p.f("#### %s, %s", b, workloadTitles[w])
 			p.f("")
-			p.f("| callers | contender | decisions/s | range | p50 | p99 | p99.9 | Redis CPU s/100k | in scripts s/100k | cmds/decision | allocs/decision | admitted | errors |")
-			p.f("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+			p.f("| callers | contender | decisions/s | range | p50 | p99 | p99.9 | Redis CPU s/100k | in scripts s/100k | client CPU s/100k | cmds/decision | allocs/decision | admitted | errors |")
+			p.f("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 			for _, c := range concs {
 				for _, id := range ids {
 					x, ok := r.find(b, w, c, id)
@@ -447,10 +511,10 @@ func (r *Report) writeRedis(p *printer, imgDir string) {
 					if e.Hi > 0 {
 						errCell = fmt.Sprintf("%s (max %s)", fmtFloat(e.Med, 0), fmtFloat(e.Hi, 0))
 					}
-					p.f("| %d | %s | %s | %s–%s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
+					p.f("| %d | %s | %s | %s–%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
 						c, x.Name, fmtRate(rt.Med), fmtRate(rt.Lo), fmtRate(rt.Hi),
 						fmtMs(x.Of(p50).Med), fmtMs(x.Of(p99).Med), fmtMs(x.Of(p999).Med),
-						fmtFloat(x.Of(cpu100k).Med, 2), fmtFloat(x.Of(script).Med, 2), fmtFloat(x.Of(cmdsPer).Med, 2), fmtFloat(x.Of(allocs).Med, 1),
+						fmtFloat(x.Of(cpu100k).Med, 2), fmtFloat(x.Of(script).Med, 2), fmtFloat(x.Of(clientCPU).Med, 2), fmtFloat(x.Of(cmdsPer).Med, 2), fmtFloat(x.Of(allocs).Med, 1),
 						fmtPct(x.Of(admitted).Med), errCell)
 				}
 			}

@@ -74,6 +74,10 @@ type Sample struct {
 	// Allocs counts the Go heap allocations of the whole process during
 	// the run (the callers, the client library and its goroutines).
 	Allocs uint64
+	// ClientCPU is the CPU time this process spent during the run (the
+	// callers, the client library and its goroutines); 0 or less when not
+	// measured (-1, or absent from an older report).
+	ClientCPU time.Duration `json:",omitempty"`
 }
 
 // Rate returns the decisions per second.
@@ -85,6 +89,24 @@ func (s Sample) CPUPer100k() float64 {
 		return -1
 	}
 	return s.RedisCPU.Seconds() * 1e5 / float64(s.Decisions)
+}
+
+// ClientCPUPer100k returns this process's CPU seconds per 100,000
+// decisions, or -1 when not measured.
+func (s Sample) ClientCPUPer100k() float64 {
+	if s.ClientCPU <= 0 || s.Decisions == 0 {
+		return -1
+	}
+	return s.ClientCPU.Seconds() * 1e5 / float64(s.Decisions)
+}
+
+// CoresBusy returns the cores Redis and this process kept busy together
+// over the run, or -1 when either is not measured.
+func (s Sample) CoresBusy() float64 {
+	if s.RedisCPU < 0 || s.ClientCPU <= 0 || s.Elapsed <= 0 {
+		return -1
+	}
+	return (s.RedisCPU + s.ClientCPU).Seconds() / s.Elapsed.Seconds()
 }
 
 // ScriptsPer100k returns the seconds Redis spent running scripts per
@@ -125,9 +147,12 @@ func Run(ctx context.Context, c *Contender, l Load, nodes *Nodes) (Sample, error
 			return Sample{}, err
 		}
 	}
-	allocs0 := heapAllocs()
+	allocs0, cpu0 := heapAllocs(), processCPU()
 	s := drive(ctx, c, l, l.Duration, true)
 	s.Allocs = heapAllocs() - allocs0
+	if cpu1 := processCPU(); cpu0 >= 0 && cpu1 >= 0 {
+		s.ClientCPU = cpu1 - cpu0
+	}
 	s.RedisCPU, s.Commands, s.Scripts = -1, -1, -1
 	if nodes != nil {
 		after, err := nodes.Counters(ctx)
