@@ -78,6 +78,11 @@ type Sample struct {
 	// callers, the client library and its goroutines); 0 or less when not
 	// measured (-1, or absent from an older report).
 	ClientCPU time.Duration `json:",omitempty"`
+	// Idle and Stolen are the CPU time the machine's cores spent idle
+	// and taken by the hypervisor (/proc/stat) during the run, summed over
+	// the cores, when Machine is set.
+	Idle, Stolen time.Duration `json:",omitempty"`
+	Machine      bool          `json:",omitempty"`
 }
 
 // Rate returns the decisions per second.
@@ -100,13 +105,39 @@ func (s Sample) ClientCPUPer100k() float64 {
 	return s.ClientCPU.Seconds() * 1e5 / float64(s.Decisions)
 }
 
-// CoresBusy returns the cores Redis and this process kept busy together
-// over the run, or -1 when either is not measured.
-func (s Sample) CoresBusy() float64 {
-	if s.RedisCPU < 0 || s.ClientCPU <= 0 || s.Elapsed <= 0 {
+// cores returns d over the run's elapsed time: the cores a CPU time of d
+// kept busy on average, or -1 when d is not measured (negative).
+func (s Sample) cores(d time.Duration) float64 {
+	if d < 0 || s.Elapsed <= 0 {
 		return -1
 	}
-	return (s.RedisCPU + s.ClientCPU).Seconds() / s.Elapsed.Seconds()
+	return d.Seconds() / s.Elapsed.Seconds()
+}
+
+// RedisCores, ClientCores, IdleCores and StolenCores return the cores,
+// on average over the run, that Redis and this process kept busy, that
+// were idle, and that the hypervisor took; -1 when not measured.
+func (s Sample) RedisCores() float64 { return s.cores(s.RedisCPU) }
+
+func (s Sample) ClientCores() float64 {
+	if s.ClientCPU <= 0 {
+		return -1
+	}
+	return s.cores(s.ClientCPU)
+}
+
+func (s Sample) IdleCores() float64 {
+	if !s.Machine {
+		return -1
+	}
+	return s.cores(s.Idle)
+}
+
+func (s Sample) StolenCores() float64 {
+	if !s.Machine {
+		return -1
+	}
+	return s.cores(s.Stolen)
 }
 
 // ScriptsPer100k returns the seconds Redis spent running scripts per
@@ -148,10 +179,14 @@ func Run(ctx context.Context, c *Contender, l Load, nodes *Nodes) (Sample, error
 		}
 	}
 	allocs0, cpu0 := heapAllocs(), processCPU()
+	idle0, steal0 := machineCPU()
 	s := drive(ctx, c, l, l.Duration, true)
 	s.Allocs = heapAllocs() - allocs0
 	if cpu1 := processCPU(); cpu0 >= 0 && cpu1 >= 0 {
 		s.ClientCPU = cpu1 - cpu0
+	}
+	if idle1, steal1 := machineCPU(); idle0 >= 0 && idle1 >= 0 {
+		s.Idle, s.Stolen, s.Machine = idle1-idle0, steal1-steal0, true
 	}
 	s.RedisCPU, s.Commands, s.Scripts = -1, -1, -1
 	if nodes != nil {
