@@ -28,8 +28,9 @@ func TestAlgorithmText(t *testing.T) {
 }
 
 // TestValidateExactArithmetic: a token bucket is valid while its capacity
-// in fixed-point units is at most 2^53, whatever the window times the
-// capacity (which Validate checks first, to skip the divisor when it fits).
+// in fixed-point units is at most 2^53. Validate first checks the window
+// times the capacity, which bounds it, and finds the unit only when that
+// is over: both sides of 2^53 are covered on each path.
 func TestValidateExactArithmetic(t *testing.T) {
 	const days300 = 300 * 24 * time.Hour
 	cases := []struct {
@@ -38,9 +39,13 @@ func TestValidateExactArithmetic(t *testing.T) {
 		valid bool
 	}{
 		{"window times capacity fits", NewTokenBucket(1000, 1000, time.Hour), true},
-		{"window times capacity over 2^53, units within", NewTokenBucket(1<<20, 1<<20, days300), true},
-		{"units exactly 2^53", NewTokenBucket(1<<20, 1, 1<<33*time.Microsecond), true},
-		{"units one token-unit over 2^53", NewTokenBucket(1<<20, 1, (1<<33+1)*time.Microsecond), false},
+		{"window times capacity exactly 2^53", NewTokenBucket(1<<20, 1, 1<<33*time.Microsecond), true},
+		{"window times capacity just over, units too", NewTokenBucket(1<<20, 1, (1<<33+1)*time.Microsecond), false},
+		// The window times the capacity is over 2^53 below, so the unit
+		// (the window over gcd(window, refill)) decides.
+		{"units far within", NewTokenBucket(1<<20, 1<<20, days300), true},
+		{"units exactly 2^53", NewTokenBucket(1<<20, 2, 1<<34*time.Microsecond), true},
+		{"units one unit of the capacity over 2^53", NewTokenBucket(1<<20, 2, (1<<34+2)*time.Microsecond), false},
 		{"units far over", NewTokenBucket(1<<40, 1, days300), false},
 	}
 	for _, c := range cases {

@@ -92,7 +92,7 @@ func TestReplaceGenerated(t *testing.T) {
 
 // sample makes a Sample of rate decisions/s over one second.
 func sample(rate float64, p99 time.Duration, cpu time.Duration) Sample {
-	return Sample{Decisions: int64(rate), Allowed: int64(rate), Elapsed: time.Second, P50: p99 / 4, P99: p99, P999: 2 * p99, RedisCPU: cpu, ClientCPU: cpu, Idle: 200 * time.Millisecond, Stolen: 40 * time.Millisecond, Machine: true, Scripts: cpu / 2, Commands: int64(rate) * 3, Allocs: uint64(rate) * 8}
+	return Sample{Decisions: int64(rate), Allowed: int64(rate), Elapsed: time.Second, P50: p99 / 4, P99: p99, P999: 2 * p99, RedisCPU: cpu, ClientCPU: time.Duration(rate) * 10 * time.Microsecond, Idle: 200 * time.Millisecond, Stolen: 40 * time.Millisecond, Machine: true, Scripts: cpu / 2, Commands: int64(rate) * 3, Allocs: uint64(rate) * 8}
 }
 
 func fakeReport() *Report {
@@ -147,11 +147,11 @@ func TestWriteMarkdown(t *testing.T) {
 		"| cluster | 256 | floodgate sliding-window log | 1.26 | 0.84 | 1.50x | 0.29 | **missed** |",
 		"21.4 bytes per entry (MEMORY USAGE 2136 / 100, encoding listpack); 20.4 bytes marginal | **met** |",
 		"token bucket 65.0 ns (60.0–70.0), 0 allocs and 0 bytes per decision; sethvargo 92.5 ns (90.0–95.0) | **met** |",
-		"| 64 | floodgate token bucket | 94.5k | 90.0k–99.0k | 0.500 | 2.00 | 4.00 | 0.98 | 0.49 | 0.98 | 3.00 | 8.0 | 100.0% | 0 |",
-		// Redis and client CPU alike: floodgate 0.98 + 0.98 s per 100k,
-		// redis_rate 1.76 + 1.76, ulule 1.26 + 1.26; 0.9 and 0.95 cores
-		// each.
-		"| standalone | random | 64 | floodgate token bucket | 0.98 + 0.98 | 0.93, 0.93, 0.20, 0.04 | 1.76 + 1.76 | 1.26 + 1.26 | 1.80x, 1.29x | 1.80x, 1.29x |",
+		"| 64 | floodgate token bucket | 94.5k | 90.0k–99.0k | 0.500 | 2.00 | 4.00 | 0.98 | 0.49 | 1.00 | 3.00 | 8.0 | 100.0% | 0 |",
+		// Redis CPU per 100k: floodgate 0.98, redis_rate 1.76, ulule 1.26;
+		// client CPU 1.00 each (10 µs a decision): Redis allows 1.80x and
+		// 1.29x, the machine 2.76/1.98 = 1.40x and 2.26/1.98 = 1.14x.
+		"| standalone | random | 64 | floodgate token bucket | 0.98 + 1.00 | 0.93, 0.95, 0.20, 0.04 | 1.76 + 1.00 | 1.26 + 1.00 | 1.80x, 1.29x | 1.40x, 1.14x |",
 		"![Decisions per second by callers, standalone and cluster, random keys and one hot key](img/peers-throughput.png)",
 	} {
 		if !strings.Contains(md, want) {
@@ -262,5 +262,27 @@ func TestRedisContendersDecide(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestBoundsSkipUnmeasuredRounds: a round that did not measure a figure
+// (an older report's, or one whose counters could not be read) leaves it
+// out of the median rather than averaging in its -1.
+func TestBoundsSkipUnmeasuredRounds(t *testing.T) {
+	measured := sample(90_000, time.Millisecond, 900*time.Millisecond)
+	unmeasured := measured
+	unmeasured.ClientCPU, unmeasured.Machine = 0, false
+	x := RedisResult{Samples: []Sample{measured, unmeasured}}
+	if got := measuredMedian(x, Sample.ClientCPUPer100k); got != 1 {
+		t.Errorf("client CPU median %v, want 1 (the measured round alone)", got)
+	}
+	if got := measuredMedian(x, Sample.IdleCores); got != 0.2 {
+		t.Errorf("idle cores median %v, want 0.2", got)
+	}
+	if got := measuredMedian(RedisResult{Samples: []Sample{unmeasured}}, Sample.ClientCPUPer100k); got != -1 {
+		t.Errorf("no round measured: %v, want -1", got)
+	}
+	if got := allows(1, 0); got != "–" {
+		t.Errorf("allows over an unmeasured figure = %q, want –", got)
 	}
 }

@@ -35,7 +35,7 @@ func machineCPU() (idle, steal time.Duration) {
 		if err != nil {
 			return -1
 		}
-		return time.Duration(n) * time.Second / userHz
+		return time.Duration(n) * (time.Second / userHz) // divided first: no overflow
 	}
 	idleT, iowait, stealT := tick(4), tick(5), tick(8)
 	if idleT < 0 || iowait < 0 || stealT < 0 {

@@ -74,15 +74,16 @@ type Sample struct {
 	// Allocs counts the Go heap allocations of the whole process during
 	// the run (the callers, the client library and its goroutines).
 	Allocs uint64
-	// ClientCPU is the CPU time this process spent during the run (the
-	// callers, the client library and its goroutines); 0 or less when not
-	// measured (-1, or absent from an older report).
+	// ClientCPU is the CPU time this process spent while the callers ran
+	// (the callers, the client library and its goroutines); 0 when not
+	// measured (or absent from an older report).
 	ClientCPU time.Duration `json:",omitempty"`
 	// Idle and Stolen are the CPU time the machine's cores spent idle
-	// and taken by the hypervisor (/proc/stat) during the run, summed over
-	// the cores, when Machine is set.
+	// and taken by the hypervisor (/proc/stat) while the callers ran,
+	// summed over the cores, when Machine is set.
 	Idle, Stolen time.Duration `json:",omitempty"`
-	Machine      bool          `json:",omitempty"`
+	// Machine reports that Idle and Stolen were measured.
+	Machine bool `json:",omitempty"`
 }
 
 // Rate returns the decisions per second.
@@ -114,11 +115,12 @@ func (s Sample) cores(d time.Duration) float64 {
 	return d.Seconds() / s.Elapsed.Seconds()
 }
 
-// RedisCores, ClientCores, IdleCores and StolenCores return the cores,
-// on average over the run, that Redis and this process kept busy, that
-// were idle, and that the hypervisor took; -1 when not measured.
+// RedisCores returns the cores Redis kept busy, on average over the run;
+// -1 when not measured.
 func (s Sample) RedisCores() float64 { return s.cores(s.RedisCPU) }
 
+// ClientCores returns the cores this process kept busy, on average over
+// the run; -1 when not measured.
 func (s Sample) ClientCores() float64 {
 	if s.ClientCPU <= 0 {
 		return -1
@@ -126,6 +128,8 @@ func (s Sample) ClientCores() float64 {
 	return s.cores(s.ClientCPU)
 }
 
+// IdleCores returns the machine's cores that were idle, on average over
+// the run; -1 when not measured.
 func (s Sample) IdleCores() float64 {
 	if !s.Machine {
 		return -1
@@ -133,6 +137,8 @@ func (s Sample) IdleCores() float64 {
 	return s.cores(s.Idle)
 }
 
+// StolenCores returns the machine's cores the hypervisor took, on average
+// over the run; -1 when not measured.
 func (s Sample) StolenCores() float64 {
 	if !s.Machine {
 		return -1
@@ -178,16 +184,9 @@ func Run(ctx context.Context, c *Contender, l Load, nodes *Nodes) (Sample, error
 			return Sample{}, err
 		}
 	}
-	allocs0, cpu0 := heapAllocs(), processCPU()
-	idle0, steal0 := machineCPU()
+	allocs0 := heapAllocs()
 	s := drive(ctx, c, l, l.Duration, true)
 	s.Allocs = heapAllocs() - allocs0
-	if cpu1 := processCPU(); cpu0 >= 0 && cpu1 >= 0 {
-		s.ClientCPU = cpu1 - cpu0
-	}
-	if idle1, steal1 := machineCPU(); idle0 >= 0 && idle1 >= 0 {
-		s.Idle, s.Stolen, s.Machine = idle1-idle0, steal1-steal0, true
-	}
 	s.RedisCPU, s.Commands, s.Scripts = -1, -1, -1
 	if nodes != nil {
 		after, err := nodes.Counters(ctx)
@@ -208,7 +207,8 @@ type worker struct {
 }
 
 // drive runs the callers for d. Unless measure is set it only warms up;
-// otherwise it returns the tally and latencies.
+// otherwise it returns the tally, the latencies, and the CPU this process
+// and the machine spent while the callers ran.
 func drive(ctx context.Context, c *Contender, l Load, d time.Duration, measure bool) Sample {
 	conc := max(1, l.Concurrency)
 	ws := make([]worker, conc)
@@ -222,6 +222,8 @@ func drive(ctx context.Context, c *Contender, l Load, d time.Duration, measure b
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	defer timer.Stop()
 	var wg sync.WaitGroup
+	cpu0 := processCPU()
+	idle0, steal0 := machineCPU()
 	start := time.Now()
 	for g := range conc {
 		w := &ws[g]
@@ -255,6 +257,12 @@ func drive(ctx context.Context, c *Contender, l Load, d time.Duration, measure b
 	s.Elapsed = time.Since(start)
 	if !measure {
 		return s
+	}
+	if cpu1 := processCPU(); cpu0 >= 0 && cpu1 >= 0 {
+		s.ClientCPU = cpu1 - cpu0
+	}
+	if idle1, steal1 := machineCPU(); idle0 >= 0 && idle1 >= 0 {
+		s.Idle, s.Stolen, s.Machine = idle1-idle0, steal1-steal0, true
 	}
 	lats := make([][]time.Duration, conc)
 	for i := range ws {
