@@ -44,22 +44,10 @@ func allows(num, den float64) string {
 // second at most as many times more than another as it spends less of that
 // resource per decision, whatever the code on either side does.
 func (r *Report) writeCPUBounds(p *printer) {
-	backends, workloads, _ := r.cells()
-	type cell struct {
-		b, w string
-		c    int
-		fg   RedisResult
-	}
-	var cells []cell
-	for _, b := range backends {
-		for _, w := range workloads {
-			for _, c := range TargetConcurrencies {
-				for _, id := range []string{"fg-tb", "fg-swl"} {
-					if fg, ok := r.find(b, w, c, id); ok && splitOf(fg).ok() {
-						cells = append(cells, cell{b, w, c, fg})
-					}
-				}
-			}
+	var cells []targetCell
+	for _, t := range r.targetCells() {
+		if splitOf(t.fg).ok() {
+			cells = append(cells, t)
 		}
 	}
 	if len(cells) == 0 {
@@ -73,7 +61,7 @@ func (r *Report) writeCPUBounds(p *printer) {
 		fg := splitOf(c.fg)
 		var cpus, redisAllows, machineAllows []string
 		for _, id := range []string{"redis_rate", "ulule"} {
-			x, ok := r.find(c.b, c.w, c.c, id)
+			x, ok := r.find(c.backend, c.workload, c.conc, id)
 			peer := splitOf(x)
 			if !ok || !peer.ok() {
 				cpus, redisAllows, machineAllows = append(cpus, "–"), append(redisAllows, "–"), append(machineAllows, "–")
@@ -87,7 +75,7 @@ func (r *Report) writeCPUBounds(p *printer) {
 			fmtFloat(measuredMedian(c.fg, Sample.RedisCores), 2), fmtFloat(measuredMedian(c.fg, Sample.ClientCores), 2),
 			fmtFloat(measuredMedian(c.fg, Sample.IdleCores), 2), fmtFloat(measuredMedian(c.fg, Sample.StolenCores), 2),
 		}, ", ")
-		p.f("| %s | %s | %d | %s | %s + %s | %s | %s | %s | %s | %s |", c.b, c.w, c.c, c.fg.Name,
+		p.f("| %s | %s | %d | %s | %s + %s | %s | %s | %s | %s | %s |", c.backend, c.workload, c.conc, c.fg.Name,
 			fmtFloat(fg.redis, 2), fmtFloat(fg.client, 2), coreCell,
 			cpus[0], cpus[1], strings.Join(redisAllows, ", "), strings.Join(machineAllows, ", "))
 	}

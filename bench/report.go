@@ -222,33 +222,49 @@ const (
 	TargetMemoryNs    = 100 // ns per decision, 100k keys in parallel
 )
 
+// targetCell is one of floodgate's results in a cell at a target
+// concurrency.
+type targetCell struct {
+	backend, workload string
+	conc              int
+	fg                RedisResult
+}
+
+// targetCells returns floodgate's token bucket and sliding-window log
+// results in every cell at the target concurrencies, in table order.
+func (r *Report) targetCells() []targetCell {
+	backends, workloads, _ := r.cells()
+	var out []targetCell
+	for _, b := range backends {
+		for _, w := range workloads {
+			for _, c := range TargetConcurrencies {
+				for _, id := range []string{"fg-tb", "fg-swl"} {
+					if fg, ok := r.find(b, w, c, id); ok {
+						out = append(out, targetCell{b, w, c, fg})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
 // ThroughputVerdicts checks floodgate's token bucket and sliding-window log
 // against redis_rate (>= 1.5x) and ulule (>= 1.2x), each at a lower p99,
 // in every cell at the target concurrencies.
 func (r *Report) ThroughputVerdicts() []ThroughputRow {
-	backends, workloads, _ := r.cells()
 	var rows []ThroughputRow
-	for _, b := range backends {
-		for _, w := range workloads {
-			for _, c := range TargetConcurrencies {
-				for _, fgID := range []string{"fg-tb", "fg-swl"} {
-					fg, ok := r.find(b, w, c, fgID)
-					if !ok {
-						continue
-					}
-					row := ThroughputRow{Backend: b, Workload: w, Concurrency: c, Contender: fg.Name}
-					if rr, ok := r.find(b, w, c, "redis_rate"); ok {
-						v := compare(fg, rr)
-						row.VsRedisRate = &v
-					}
-					if ul, ok := r.find(b, w, c, "ulule"); ok {
-						v := compare(fg, ul)
-						row.VsUlule = &v
-					}
-					rows = append(rows, row)
-				}
-			}
+	for _, t := range r.targetCells() {
+		row := ThroughputRow{Backend: t.backend, Workload: t.workload, Concurrency: t.conc, Contender: t.fg.Name}
+		if rr, ok := r.find(t.backend, t.workload, t.conc, "redis_rate"); ok {
+			v := compare(t.fg, rr)
+			row.VsRedisRate = &v
 		}
+		if ul, ok := r.find(t.backend, t.workload, t.conc, "ulule"); ok {
+			v := compare(t.fg, ul)
+			row.VsUlule = &v
+		}
+		rows = append(rows, row)
 	}
 	return rows
 }
