@@ -16,8 +16,10 @@
 // rest absorbs the full bucket Envoy starts each changed share with);
 // a share changes only when its target moves by more than its client's
 // counting noise (at least 2%) or when the sum needs it, so that noise
-// alone refills no bucket. See docs/ENVOY.md's quota section for the
-// bound.
+// alone refills no bucket. Between rounds, a report that moves a
+// client's target beyond its noise moves its share at once, within the
+// instance's part: down at once, up as far as the other shares in force
+// leave room. See docs/ENVOY.md's quota section for the bound.
 package quota
 
 import (
@@ -147,6 +149,8 @@ type Sharer struct {
 	nextID  uint64
 	end     time.Time // the store's current interval's end, in this clock
 	closed  bool
+	follows []following   // members whose report moved their target: follow them
+	kick    chan struct{} // wakes the goroutine for follows
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -191,6 +195,7 @@ func New(engine *decide.Engine, opts Options) (*Sharer, error) {
 		opts:    opts,
 		agg:     floodgate.NewLimit(floodgate.FixedWindow, aggregate, round),
 		buckets: map[string]*bucket{},
+		kick:    make(chan struct{}, 1),
 		ctx:     ctx,
 		cancel:  cancel,
 		done:    make(chan struct{}),
@@ -208,7 +213,7 @@ type Client struct {
 }
 
 // Join adds a client whose shares are given to send, from the Sharer's
-// goroutine: send must not block. Leave removes it.
+// goroutine: send must not block, nor call the Sharer. Leave removes it.
 func (s *Sharer) Join(send func(Bucket, Share)) *Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -219,7 +224,9 @@ func (s *Sharer) Join(send func(Bucket, Share)) *Client {
 
 // Report records that the client used n units of b (admitted and denied
 // requests alike: its demand) since its previous report of b. The first
-// report of a bucket that has use subscribes the client to it.
+// report of a bucket that has use subscribes the client to it. A report
+// that moves the target of the client's share beyond its noise has the
+// Sharer send it a new share at once, rather than at the next round.
 func (c *Client) Report(b Bucket, n int64) {
 	s := c.s
 	now := time.Now()
@@ -243,6 +250,13 @@ func (c *Client) Report(b Bucket, n int64) {
 		bk.clients[c.id] = m
 	}
 	m.report(n, now, s.opts.Interval)
+	if s.off(bk, m) != 0 {
+		s.follows = append(s.follows, following{bk, m})
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Leave removes the client from every bucket: what it was sent stops
@@ -301,24 +315,28 @@ type bucket struct {
 	failed  bool      // the store could not be asked this interval
 	others  int64     // the other instances' demand at the last round shared
 	held    bool      // the last round kept the shares: the others' demand fell
+	budget  float64   // the tokens the last round shared among the members
+	scale   float64   // and its tokens per unit of a member's demand
 }
 
 // member is one client's part in a bucket.
 type member struct {
-	client  *Client
-	rate    float64   // units per second: the estimate in force
-	acc     int64     // units reported since from
-	from    time.Time // when the estimate's measurement began
-	moved   bool      // the demand changed at the last report, which may hold some of before
-	last    time.Time // its last report
-	prev    time.Time // the one before
-	prevN   int64     // the units of the last report
-	spread  float64   // the mean squared relative deviation of a report from the rate, over about 8 reports
-	reports int       // reports taken
-	used    time.Time // the last report with use
-	demand  int64     // its demand as added to the store this interval
-	sent    *Share    // the share in force
-	sentAt  time.Time
+	client    *Client
+	rate      float64   // units per second: the estimate in force
+	acc       int64     // units reported since from
+	from      time.Time // when the estimate's measurement began
+	moved     bool      // the demand changed at the last report, which may hold some of before
+	last      time.Time // its last report
+	prev      time.Time // the one before
+	prevN     int64     // the units of the last report
+	spread    float64   // the mean squared relative deviation of a report from the rate, over about 8 reports
+	spreadN   int       // the reports in spread, up to 8
+	reports   int       // reports taken since the spread last started again
+	restarted bool      // the last report started the spread again
+	used      time.Time // the last report with use
+	demand    int64     // its demand as added to the store this interval
+	sent      *Share    // the share in force
+	sentAt    time.Time
 }
 
 // report takes a report of n units at now into m's rate. The rate in
@@ -330,6 +348,8 @@ type member struct {
 // it, and the
 // measurement starts again from the last report, then from the next (the
 // report that saw the change may hold some of the demand before it).
+// A report that jumps to twice the rate or half of it starts the spread
+// again too: counting noise, relative to the rate, depends on the rate.
 func (m *member) report(n int64, now time.Time, interval time.Duration) {
 	if n > 0 {
 		m.used = now
@@ -355,6 +375,8 @@ func (m *member) report(n int64, now time.Time, interval time.Duration) {
 		dev = (one - m.rate) / m.rate
 	}
 	jumped := m.reports >= 3 && math.Abs(dev) > max(band, 2/float64(max(1, n)), 4*math.Sqrt(m.spread))
+	after := m.restarted
+	m.restarted = false
 	switch {
 	case math.Abs(fast-m.rate) > noise*m.rate || m.rate == 0 || jumped:
 		m.acc, m.from, m.moved = n, m.last, true
@@ -363,14 +385,27 @@ func (m *member) report(n int64, now time.Time, interval time.Duration) {
 	default:
 		m.acc += n
 	}
-	if !jumped && m.rate > 0 {
-		m.spread += (dev*dev - m.spread) / 8
+	switch {
+	case jumped && (one > 2*m.rate || one < m.rate/2):
+		// The next report is measured against this one, which may hold
+		// some of before: it is no measure of noise either.
+		m.spread, m.spreadN, m.reports, m.restarted = 0, 0, 0, true
+	case !jumped && !after && m.rate > 0: // the mean of the first 8, then decaying by an eighth
+		m.spreadN = min(8, m.spreadN+1)
+		m.spread += (dev*dev - m.spread) / float64(m.spreadN)
 	}
 	m.reports++
 	if span := now.Sub(m.from); span > 10*interval { // forget the oldest half
 		m.acc, m.from = int64(float64(m.acc)*(5*interval).Seconds()/span.Seconds()), now.Add(-5*interval)
 	}
 	m.rate = float64(m.acc) / max(now.Sub(m.from), interval/2).Seconds()
+}
+
+// units is m's demand in thousandths of a unit per interval, at least 1
+// (an idle member not yet abandoned keeps a trickle): thousandths, so
+// that slow clients' parts are not rounded.
+func (m *member) units(interval time.Duration) int64 {
+	return max(1, int64(math.Ceil(m.rate*interval.Seconds()*1000)))
 }
 
 // tolerance is how far a target may move from the share in force before
@@ -386,6 +421,12 @@ func (m *member) tolerance(interval time.Duration) float64 {
 // evenly spaced ones.
 func (m *member) dispersion(interval time.Duration) float64 {
 	return m.spread * m.rate * interval.Seconds()
+}
+
+// following is a member whose report moved its share's target.
+type following struct {
+	bk *bucket
+	m  *member
 }
 
 // delivery is a share to give a client, outside the Sharer's lock.

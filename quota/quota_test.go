@@ -227,3 +227,50 @@ func TestSlowStoreWritesLandInTime(t *testing.T) {
 		}
 	})
 }
+
+// TestShareFollowsReport: when a client's report moves its target beyond
+// its noise, its share moves at once, not at the next round: a client
+// whose demand falls gets the smaller share at its report, and one whose
+// demand rises gets what the others' shares in force leave, up to its
+// target; the shares never add up to more than the limit.
+func TestShareFollowsReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharer(t, memory.New(), quota.Options{Interval: time.Second})
+		b := quota.Bucket{Rule: "r", Key: "q|r", Limit: floodgate.NewLimit(floodgate.FixedWindow, 1000, time.Second), Failure: decide.FailClosed}
+		var heavy, light recorder
+		ch, cl := s.Join(heavy.send), s.Join(light.send)
+		report := func(nh, nl int64) {
+			ch.Report(b, nh)
+			cl.Report(b, nl)
+		}
+		// Steady: 600 and 200 a second, reported every second.
+		for range 10 {
+			report(600, 200)
+			time.Sleep(time.Second)
+		}
+		synctest.Wait()
+		h, _ := heavy.get("r")
+		l, _ := light.get("r")
+		if h.Tokens < 700 || l.Tokens < 230 || h.Tokens+l.Tokens > 980 {
+			t.Fatalf("steady shares %d and %d, want about 735 and 245 (3:1 of 980)", h.Tokens, l.Tokens)
+		}
+		// Just after a round's read (every 250 ms, 7/8 into it): the next
+		// round is 200 ms away.
+		time.Sleep(time.Until(time.Now().Truncate(250 * time.Millisecond).Add(250*time.Millisecond*7/8 + 5*time.Millisecond)))
+		ch.Report(b, 100) // the heavy client goes light
+		synctest.Wait()
+		h2, _ := heavy.get("r")
+		if h2.Tokens >= h.Tokens/2 {
+			t.Errorf("at the report that fell to a sixth the heavy share is %d (was %d), want it cut at once", h2.Tokens, h.Tokens)
+		}
+		cl.Report(b, 700) // the light one goes heavy: it takes the room left
+		synctest.Wait()
+		l2, _ := light.get("r")
+		if l2.Tokens <= l.Tokens*2 {
+			t.Errorf("at the report that rose 3.5x the light share is %d (was %d), want it raised at once", l2.Tokens, l.Tokens)
+		}
+		if sum := h2.Tokens + l2.Tokens; sum > 980 {
+			t.Errorf("the shares add up to %d, over the 980 handed out", sum)
+		}
+	})
+}

@@ -63,6 +63,9 @@ func (s *Sharer) run() {
 		select {
 		case <-s.ctx.Done():
 			return
+		case <-s.kick:
+			s.followReports()
+			continue
 		case <-timer.C:
 		}
 		last = at
@@ -162,13 +165,10 @@ func (s *Sharer) snapshot(now time.Time) ([]*bucket, []delivery) {
 func (s *Sharer) write() {
 	bks, out := s.snapshot(time.Now())
 	deliver(out)
-	per := s.opts.Interval.Seconds()
 	s.call(bks, func(bk *bucket) (decide.Check, bool) {
 		bk.wrote, bk.wroteAt, bk.failed = 0, time.Time{}, false
 		for _, m := range bk.clients {
-			// In thousandths of a unit, so that slow clients' parts are not
-			// rounded; an idle member not yet abandoned keeps a trickle.
-			m.demand = max(1, int64(math.Ceil(m.rate*per*1000)))
+			m.demand = m.units(s.opts.Interval)
 			bk.wrote += m.demand
 		}
 		return decide.Check{Rule: bk.Rule, Key: bk.Key, Limit: s.agg, Cost: bk.wrote, Failure: decide.FailClosed, NoCache: true}, true
@@ -230,8 +230,9 @@ func (s *Sharer) read(end time.Time) {
 }
 
 // share hands out part of bk's limit, this instance's part of the demand
-// of every instance, among its members in proportion to their demand as
-// added to the store; s.mu is held. A share in force stays while its
+// of every instance as added to the store, among its members in
+// proportion to their demand now, which reports since the write may have
+// moved (followReports moves their shares between rounds); s.mu is held. A share in force stays while its
 // target is within the member's tolerance of it (its estimate's noise, at
 // least 2%), unless the shares would then add up to more than the part
 // (then the shares furthest above their targets are set to them, until the
@@ -241,14 +242,21 @@ func (s *Sharer) read(end time.Time) {
 func (s *Sharer) share(bk *bucket, part float64, now time.Time) []delivery {
 	var out []delivery
 	budget := margin * float64(bk.Limit.Quota) * part
-	scale := budget / float64(bk.wrote)
+	var units int64
+	for _, m := range bk.clients {
+		if m.demand != 0 { // else joined after the demand was added: shared next interval
+			units += m.units(s.opts.Interval)
+		}
+	}
+	scale := budget / float64(units)
+	bk.budget, bk.scale = budget, scale
 	plans := make([]plan, 0, len(bk.clients))
 	sum := 0.0
 	for _, m := range bk.clients {
 		if m.demand == 0 {
-			continue // joined after the demand was added: shared next interval
+			continue
 		}
-		p := plan{m: m, target: scale * float64(m.demand)}
+		p := plan{m: m, target: scale * float64(m.units(s.opts.Interval))}
 		if sent := m.sent; sent != nil && sent.Blanket == None &&
 			math.Abs(float64(sent.Tokens)-p.target) <= m.tolerance(s.opts.Interval)*p.target {
 			p.keep = true
@@ -370,4 +378,65 @@ func (s *Sharer) extend(out []delivery, bk *bucket, m *member, now time.Time) []
 func (s *Sharer) give(out []delivery, bk *bucket, m *member, sh Share, now time.Time) []delivery {
 	m.sent, m.sentAt = &sh, now
 	return append(out, delivery{m.client, bk.Bucket, sh})
+}
+
+// off is how far m's share in force is from its target at m's demand
+// now, beyond m's tolerance (0 within it, < 0 below); s.mu is held.
+func (s *Sharer) off(bk *bucket, m *member) float64 {
+	if bk.scale == 0 || m.demand == 0 || m.sent == nil || m.sent.Blanket != None {
+		return 0
+	}
+	target := bk.scale * float64(m.units(s.opts.Interval))
+	d := float64(m.sent.Tokens) - target
+	if math.Abs(d) <= m.tolerance(s.opts.Interval)*target {
+		return 0
+	}
+	return d
+}
+
+// followReports moves the share of each member whose report moved its
+// target beyond its tolerance (Report queues them) to the target at once,
+// rather than at the next round, within the part the last round gave
+// this instance: down at once, up as far as the shares in force leave
+// room. It runs on the Sharer's goroutine, so that every client gets its
+// shares in the order they were made.
+func (s *Sharer) followReports() {
+	s.mu.Lock()
+	var out []delivery
+	now := time.Now()
+	for _, f := range s.follows {
+		if s.closed || s.buckets[f.bk.Key] != f.bk || f.bk.clients[f.m.client.id] != f.m {
+			continue // gone since
+		}
+		out = s.follow(out, f.bk, f.m, now)
+	}
+	s.follows = s.follows[:0]
+	s.mu.Unlock()
+	deliver(out)
+}
+
+// follow moves m's share to its target if it is off it (see
+// followReports); s.mu is held.
+func (s *Sharer) follow(out []delivery, bk *bucket, m *member, now time.Time) []delivery {
+	d := s.off(bk, m)
+	if d == 0 {
+		return out
+	}
+	sent := float64(m.sent.Tokens)
+	target := bk.scale * float64(m.units(s.opts.Interval))
+	tokens := math.Floor(target)
+	if d < 0 {
+		sum := 0.0
+		for _, o := range bk.clients {
+			if o.sent != nil && o.sent.Blanket == None {
+				sum += float64(o.sent.Tokens)
+			}
+		}
+		tokens = min(tokens, sent+math.Floor(bk.budget-sum))
+		if tokens-sent <= m.tolerance(s.opts.Interval)*target {
+			return out // no room worth a full bucket: the next round shares
+		}
+	}
+	t := int64(tokens)
+	return s.give(out, bk, m, Share{Tokens: t, Burst: s.burst(bk, m, t), TTL: s.opts.TTL}, now)
 }

@@ -13,7 +13,7 @@ import (
 // members' noise, the shares in force after share add up to at most the
 // instance's part of the limit (times margin), and a share in force within
 // its member's tolerance of its target is not changed unless the sum needs
-// it.
+// it; and they still do after each member's share follows a report.
 func TestShareBound(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	s := &Sharer{opts: Options{Interval: time.Second, TTL: 3 * time.Second}}
@@ -26,6 +26,7 @@ func TestShareBound(t *testing.T) {
 				client: &Client{send: func(Bucket, Share) {}},
 				demand: 1 + r.Int64N(50_000),
 				spread: r.Float64() * r.Float64(),
+				rate:   r.Float64() * 50,
 				from:   now.Add(-time.Duration(1+r.IntN(10)) * time.Second),
 				last:   now,
 			}
@@ -57,6 +58,19 @@ func TestShareBound(t *testing.T) {
 		}
 		if math.IsNaN(sum) {
 			t.Fatalf("trial %d: NaN", trial)
+		}
+		// Reports move the members' demand: each share follows its own,
+		// and the sum still fits.
+		for _, m := range bk.clients {
+			m.rate *= 0.2 + 5*r.Float64()
+			s.follow(nil, bk, m, now)
+		}
+		sum = 0
+		for _, m := range bk.clients {
+			sum += float64(m.sent.Tokens)
+		}
+		if sum > budget+1e-9 {
+			t.Fatalf("trial %d: %d members: after following their reports the shares add up to %.0f, over the part %.1f", trial, n, sum, budget)
 		}
 	}
 }
@@ -95,5 +109,51 @@ func TestShareKeepsWithinTolerance(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSpreadAfterJump: the noise a member learned at one rate does not
+// follow it to a rate many times higher (where counting noise is smaller
+// relative to it), nor does the report that saw the jump count as noise;
+// and noise alone never starts it again: a member whose reports are
+// Poisson keeps a spread near its variance.
+func TestSpreadAfterJump(t *testing.T) {
+	const interval = time.Second
+	now := time.Unix(1000, 0)
+	m := &member{}
+	for i := range 20 { // 1.5 a report, counted as 1 or 2
+		m.report(int64(1+i%2), now, interval)
+		now = now.Add(interval)
+	}
+	if tol := m.tolerance(interval); tol < 0.2 {
+		t.Fatalf("at 1.5 a report counted as 1 or 2 the tolerance is %.3f, want the counting noise (about a third)", tol)
+	}
+	for range 3 { // 40 a report, evenly: only the counting of a unit
+		m.report(40, now, interval)
+		now = now.Add(interval)
+	}
+	if tol := m.tolerance(interval); tol > 0.05 {
+		t.Errorf("three reports after a jump to 40 a report the tolerance is %.3f, want the new rate's (a few %%), not the old one's", tol)
+	}
+
+	r := rand.New(rand.NewPCG(1, 2))
+	p := &member{}
+	restarts := 0
+	for range 400 {
+		n := int64(0) // Poisson, mean 20
+		for l, q := math.Exp(-20), r.Float64(); q > l; q *= r.Float64() {
+			n++
+		}
+		p.report(n, now, interval)
+		if p.restarted {
+			restarts++
+		}
+		now = now.Add(interval)
+	}
+	if restarts > 2 {
+		t.Errorf("noise alone started the spread of a Poisson member again %d times in 400 reports", restarts)
+	}
+	if p.spread < 0.5/20 || p.spread > 2.0/20 {
+		t.Errorf("a Poisson member of 20 a report has a spread of %.4f, want about its relative variance 1/20", p.spread)
 	}
 }
