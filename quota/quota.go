@@ -321,22 +321,23 @@ type bucket struct {
 
 // member is one client's part in a bucket.
 type member struct {
-	client    *Client
-	rate      float64   // units per second: the estimate in force
-	acc       int64     // units reported since from
-	from      time.Time // when the estimate's measurement began
-	moved     bool      // the demand changed at the last report, which may hold some of before
-	last      time.Time // its last report
-	prev      time.Time // the one before
-	prevN     int64     // the units of the last report
-	spread    float64   // the mean squared relative deviation of a report from the rate, over about 8 reports
-	spreadN   int       // the reports in spread, up to 8
-	reports   int       // reports taken since the spread last started again
-	restarted bool      // the last report started the spread again
-	used      time.Time // the last report with use
-	demand    int64     // its demand as added to the store this interval
-	sent      *Share    // the share in force
-	sentAt    time.Time
+	client     *Client
+	rate       float64   // units per second: the estimate in force
+	acc        int64     // units reported since from
+	from       time.Time // when the estimate's measurement began
+	moved      bool      // the demand changed at the last report, which may hold some of before
+	last       time.Time // its last report
+	prev       time.Time // the one before
+	prevN      int64     // the units of the last report
+	spread     float64   // the mean squared relative deviation of a report from the rate, over about 8 reports
+	spreadN    int       // the reports in spread, up to 8
+	reports    int       // reports taken since the spread last started again
+	restarted  bool      // the last report started the spread again
+	jumpedFrom float64   // the rate before the last report, if that report jumped to twice it or half
+	used       time.Time // the last report with use
+	demand     int64     // its demand as added to the store this interval
+	sent       *Share    // the share in force
+	sentAt     time.Time
 }
 
 // report takes a report of n units at now into m's rate. The rate in
@@ -348,8 +349,9 @@ type member struct {
 // it, and the
 // measurement starts again from the last report, then from the next (the
 // report that saw the change may hold some of the demand before it).
-// A report that jumps to twice the rate or half of it starts the spread
-// again too: counting noise, relative to the rate, depends on the rate.
+// A report that jumps to twice the rate or half of it, followed by one
+// that holds the jump, starts the spread again too: counting noise,
+// relative to the rate, depends on the rate.
 func (m *member) report(n int64, now time.Time, interval time.Duration) {
 	if n > 0 {
 		m.used = now
@@ -375,8 +377,8 @@ func (m *member) report(n int64, now time.Time, interval time.Duration) {
 		dev = (one - m.rate) / m.rate
 	}
 	jumped := m.reports >= 3 && math.Abs(dev) > max(band, 2/float64(max(1, n)), 4*math.Sqrt(m.spread))
-	after := m.restarted
-	m.restarted = false
+	before := m.jumpedFrom // the rate before the last report, if it jumped
+	m.jumpedFrom = 0
 	switch {
 	case math.Abs(fast-m.rate) > noise*m.rate || m.rate == 0 || jumped:
 		m.acc, m.from, m.moved = n, m.last, true
@@ -387,10 +389,13 @@ func (m *member) report(n int64, now time.Time, interval time.Duration) {
 	}
 	switch {
 	case jumped && (one > 2*m.rate || one < m.rate/2):
-		// The next report is measured against this one, which may hold
-		// some of before: it is no measure of noise either.
-		m.spread, m.spreadN, m.reports, m.restarted = 0, 0, 0, true
-	case !jumped && !after && m.rate > 0: // the mean of the first 8, then decaying by an eighth
+		m.jumpedFrom = m.rate
+		if before > 0 { // on from, or back from, a jump not yet held: measured from before it
+			m.jumpedFrom = before
+		}
+	case !jumped && before == 0 && m.rate > 0: // the mean of the first 8, then decaying by an eighth
+		// (The report after a jump is measured against the one that
+		// jumped, which may hold some of before: no measure of noise.)
 		m.spreadN = min(8, m.spreadN+1)
 		m.spread += (dev*dev - m.spread) / float64(m.spreadN)
 	}
@@ -399,6 +404,12 @@ func (m *member) report(n int64, now time.Time, interval time.Duration) {
 		m.acc, m.from = int64(float64(m.acc)*(5*interval).Seconds()/span.Seconds()), now.Add(-5*interval)
 	}
 	m.rate = float64(m.acc) / max(now.Sub(m.from), interval/2).Seconds()
+	if before > 0 && (m.rate > 2*before || m.rate < before/2) {
+		// The jump held over the next report (one late or early report
+		// alone does not): the noise learned at the old rate is not the
+		// new rate's.
+		m.spread, m.spreadN, m.reports, m.restarted, m.jumpedFrom = 0, 0, 0, true, 0
+	}
 }
 
 // units is m's demand in thousandths of a unit per interval, at least 1

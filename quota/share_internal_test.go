@@ -115,7 +115,7 @@ func TestShareKeepsWithinTolerance(t *testing.T) {
 // TestSpreadAfterJump: the noise a member learned at one rate does not
 // follow it to a rate many times higher (where counting noise is smaller
 // relative to it), nor does the report that saw the jump count as noise;
-// and noise alone never starts it again: a member whose reports are
+// one outlying report does not start it again, nor does noise alone: a member whose reports are
 // Poisson keeps a spread near its variance.
 func TestSpreadAfterJump(t *testing.T) {
 	const interval = time.Second
@@ -134,6 +134,25 @@ func TestSpreadAfterJump(t *testing.T) {
 	}
 	if tol := m.tolerance(interval); tol > 0.05 {
 		t.Errorf("three reports after a jump to 40 a report the tolerance is %.3f, want the new rate's (a few %%), not the old one's", tol)
+	}
+
+	// One report at 2.5 times the rate (a late one, bunched with the
+	// next, on a loaded machine) and then the rate again: not a new rate.
+	o := &member{}
+	for range 10 {
+		o.report(20, now, interval)
+		now = now.Add(interval)
+	}
+	spread := o.spread
+	for _, n := range []int64{50, 20, 20} {
+		o.report(n, now, interval)
+		now = now.Add(interval)
+		if o.restarted {
+			t.Fatalf("a report of %d, after one of 50 among reports of 20, started the spread again", n)
+		}
+	}
+	if o.spreadN < 8 || o.spread > spread+0.01 {
+		t.Errorf("after one report of 50 among reports of 20 the spread is %.4f of %d reports (was %.4f): want the old one kept", o.spread, o.spreadN, spread)
 	}
 
 	r := rand.New(rand.NewPCG(1, 2))
