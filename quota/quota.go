@@ -250,7 +250,7 @@ func (c *Client) Report(b Bucket, n int64) {
 		bk.clients[c.id] = m
 	}
 	m.report(n, now, s.opts.Interval)
-	if s.off(bk, m) != 0 {
+	if d, _ := s.off(bk, m); d != 0 {
 		s.follows = append(s.follows, following{bk, m})
 		select {
 		case s.kick <- struct{}{}:
@@ -378,7 +378,7 @@ func (m *member) report(n int64, now time.Time, interval time.Duration) {
 	}
 	jumped := m.reports >= 3 && math.Abs(dev) > max(band, 2/float64(max(1, n)), 4*math.Sqrt(m.spread))
 	before := m.jumpedFrom // the rate before the last report, if it jumped
-	m.jumpedFrom = 0
+	m.jumpedFrom, m.restarted = 0, false
 	switch {
 	case math.Abs(fast-m.rate) > noise*m.rate || m.rate == 0 || jumped:
 		m.acc, m.from, m.moved = n, m.last, true

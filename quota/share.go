@@ -232,8 +232,8 @@ func (s *Sharer) read(end time.Time) {
 // share hands out part of bk's limit, this instance's part of the demand
 // of every instance as added to the store, among its members in
 // proportion to their demand now, which reports since the write may have
-// moved (followReports moves their shares between rounds); s.mu is held. A share in force stays while its
-// target is within the member's tolerance of it (its estimate's noise, at
+// moved (followReports moves their shares between rounds); s.mu is held.
+// A share in force stays while its target is within the member's tolerance of it (its estimate's noise, at
 // least 2%), unless the shares would then add up to more than the part
 // (then the shares furthest above their targets are set to them, until the
 // sum fits) or to less than floor of it (then those furthest below, while
@@ -380,18 +380,17 @@ func (s *Sharer) give(out []delivery, bk *bucket, m *member, sh Share, now time.
 	return append(out, delivery{m.client, bk.Bucket, sh})
 }
 
-// off is how far m's share in force is from its target at m's demand
-// now, beyond m's tolerance (0 within it, < 0 below); s.mu is held.
-func (s *Sharer) off(bk *bucket, m *member) float64 {
+// off is how far m's share in force is from target, its target at m's
+// demand now, beyond m's tolerance (0 within it, < 0 below); s.mu is held.
+func (s *Sharer) off(bk *bucket, m *member) (d, target float64) {
 	if bk.scale == 0 || m.demand == 0 || m.sent == nil || m.sent.Blanket != None {
-		return 0
+		return 0, 0
 	}
-	target := bk.scale * float64(m.units(s.opts.Interval))
-	d := float64(m.sent.Tokens) - target
-	if math.Abs(d) <= m.tolerance(s.opts.Interval)*target {
-		return 0
+	target = bk.scale * float64(m.units(s.opts.Interval))
+	if d = float64(m.sent.Tokens) - target; math.Abs(d) <= m.tolerance(s.opts.Interval)*target {
+		return 0, target
 	}
-	return d
+	return d, target
 }
 
 // followReports moves the share of each member whose report moved its
@@ -418,12 +417,11 @@ func (s *Sharer) followReports() {
 // follow moves m's share to its target if it is off it (see
 // followReports); s.mu is held.
 func (s *Sharer) follow(out []delivery, bk *bucket, m *member, now time.Time) []delivery {
-	d := s.off(bk, m)
+	d, target := s.off(bk, m)
 	if d == 0 {
 		return out
 	}
 	sent := float64(m.sent.Tokens)
-	target := bk.scale * float64(m.units(s.opts.Interval))
 	tokens := math.Floor(target)
 	if d < 0 {
 		sum := 0.0
